@@ -1,0 +1,3 @@
+"""Arena: players, matches, tournaments and ratings (`podracer arena`)."""
+
+__all__: list[str] = []

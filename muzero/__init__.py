@@ -1,0 +1,3 @@
+"""The learning side: networks, value transforms, targets, losses and the replicated update."""
+
+__all__: list[str] = []

@@ -1,0 +1,1 @@
+"""The one shared module of fakes for unit tests. Product code never imports it."""
