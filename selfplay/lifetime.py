@@ -1,0 +1,191 @@
+"""Thread lifetime for the Sebulba runtime: one stop signal, supervised threads, signal handlers.
+
+The rule that keeps a run from hanging: every loop checks the `StopSignal`, every blocking call has
+a timeout, and any exception in any thread sets the signal so the main thread stops the whole run
+within seconds and re-raises that exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+__all__ = ["StopSignal", "ThreadFailure", "ThreadGroup", "handle_signals"]
+
+
+class StopSignal:
+    """A `threading.Event` that remembers why it was set: shared by every thread of a run."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._reason: str | None = None
+
+    def set(self, reason: str = "stop requested") -> None:
+        """Asks every thread to stop; the first reason given is kept."""
+        with self._lock:
+            if self._reason is None:
+                self._reason = reason
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def __bool__(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        """Sleeps up to `timeout` seconds or until set; returns whether it is set.
+
+        Use it instead of `time.sleep` inside loops so a stop is seen at once.
+        """
+        return self._event.wait(timeout)
+
+    @property
+    def reason(self) -> str | None:
+        """Why the run was stopped, or None while it runs."""
+        with self._lock:
+            return self._reason
+
+
+class ThreadFailure(NamedTuple):
+    """An exception raised inside a supervised thread."""
+
+    thread_name: str  # the name given to `ThreadGroup.start`
+    exception: BaseException  # the exception object itself (re-raised by the main thread)
+    traceback: str  # the formatted traceback, for logs
+
+
+class ThreadGroup:
+    """Starts named threads, records the first exception of any of them and stops the run with it.
+
+    Usage from the main thread:
+
+        stop = StopSignal()
+        with handle_signals(stop), ThreadGroup(stop) as threads:
+            threads.start("actor-0", actor_loop, stop, ...)
+            threads.start("learner", learner_loop, stop, ...)
+            threads.wait()  # returns when stopped, a thread failed, or all threads finished
+        # leaving the block sets `stop`, joins every thread and re-raises a thread's exception.
+
+    Threads are daemons, so a thread stuck past its join timeout cannot keep the process alive.
+    """
+
+    def __init__(self, stop: StopSignal, join_timeout: float = 10.0) -> None:
+        self.stop = stop
+        self.join_timeout = join_timeout
+        self._lock = threading.Lock()
+        self._threads: dict[str, threading.Thread] = {}
+        self._failures: list[ThreadFailure] = []
+        self._finished = threading.Condition(self._lock)
+
+    def start(self, name: str, target: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """Runs `target(*args, **kwargs)` in a new daemon thread called `name`."""
+        with self._lock:
+            if name in self._threads:
+                raise ValueError(f"a thread named {name!r} was already started")
+
+            def run() -> None:
+                try:
+                    target(*args, **kwargs)
+                except BaseException as e:  # every failure must reach the main thread
+                    failure = ThreadFailure(name, e, traceback.format_exc())
+                    with self._lock:
+                        self._failures.append(failure)
+                    self.stop.set(f"thread {name!r} failed: {type(e).__name__}: {e}")
+                finally:
+                    with self._lock:
+                        self._finished.notify_all()
+
+            thread = threading.Thread(target=run, name=name, daemon=True)
+            self._threads[name] = thread
+        thread.start()
+
+    @property
+    def failures(self) -> list[ThreadFailure]:
+        """Every exception raised in a thread so far, first first."""
+        with self._lock:
+            return list(self._failures)
+
+    def alive(self) -> list[str]:
+        """The names of the threads still running."""
+        with self._lock:
+            return [name for name, t in self._threads.items() if t.is_alive()]
+
+    def wait(self, timeout: float | None = None, poll: float = 0.1) -> bool:
+        """Blocks until the stop signal is set or every thread has finished (or `timeout` passes).
+
+        Returns True if the run stopped or finished, False on timeout. Polls so that a signal
+        handler that sets the stop signal is seen within `poll` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self.stop.is_set() or not self.alive():
+                return True
+            remaining = poll if deadline is None else min(poll, deadline - time.monotonic())
+            if remaining <= 0:
+                return False
+            with self._lock:
+                self._finished.wait(remaining)
+
+    def join(self, timeout: float | None = None) -> list[str]:
+        """Joins every thread within `timeout` seconds in total; returns those still alive.
+
+        It does not set the stop signal: call `stop.set()` first to end the loops.
+        """
+        timeout = self.join_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            threads = list(self._threads.values())
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return self.alive()
+
+    def raise_if_failed(self) -> None:
+        """Re-raises the first thread's exception, with a note naming the thread."""
+        failures = self.failures
+        if failures:
+            first = failures[0]
+            first.exception.add_note(f"(raised in thread {first.thread_name!r})")
+            raise first.exception
+
+    def __enter__(self) -> ThreadGroup:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.stop.set("main thread left the thread group" if exc is None else f"main: {exc!r}")
+        stuck = self.join()
+        if exc is None:
+            self.raise_if_failed()
+            if stuck:
+                raise RuntimeError(
+                    f"threads {stuck} did not stop within {self.join_timeout}s of the stop signal"
+                )
+
+
+@contextlib.contextmanager
+def handle_signals(stop: StopSignal) -> Iterator[StopSignal]:
+    """While inside, SIGINT and SIGTERM set `stop` instead of killing the process.
+
+    A second SIGINT raises KeyboardInterrupt in the main thread, for a run that will not stop.
+    The previous handlers are restored on exit. Must be entered from the main thread.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("handle_signals must be used from the main thread")
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT and stop.is_set():
+            raise KeyboardInterrupt
+        stop.set(f"received {signal.Signals(signum).name}")
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

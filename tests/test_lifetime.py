@@ -1,0 +1,99 @@
+"""Thread lifetime: a failing thread stops the run and its exception reaches the main thread."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from selfplay.lifetime import StopSignal, ThreadGroup, handle_signals
+
+
+def _loop_until_stopped(stop: StopSignal, ticks: list) -> None:
+    while not stop.is_set():
+        ticks.append(1)
+        stop.wait(0.01)
+
+
+def _fail_after(n: int, stop: StopSignal) -> None:
+    for _ in range(n):
+        if stop.wait(0.01):
+            return
+    raise ValueError("actor exploded")
+
+
+def test_a_failing_thread_stops_the_others_and_is_reraised():
+    stop = StopSignal()
+    ticks: list = []
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="actor exploded") as info:
+        with ThreadGroup(stop, join_timeout=5.0) as threads:
+            threads.start("learner", _loop_until_stopped, stop, ticks)
+            threads.start("actor-0", _fail_after, 3, stop)
+            assert threads.wait(timeout=5.0)
+    assert time.monotonic() - start < 5.0
+    assert stop.is_set()
+    assert "actor-0" in stop.reason and "actor exploded" in stop.reason
+    assert any("actor-0" in note for note in info.value.__notes__)
+    assert ticks  # the learner ran before it was stopped
+
+
+def test_clean_stop_joins_every_thread():
+    stop = StopSignal()
+    threads = ThreadGroup(stop)
+    for i in range(3):
+        threads.start(f"actor-{i}", _loop_until_stopped, stop, [])
+    assert threads.wait(timeout=0.05) is False  # nothing stopped yet: a timeout, not a hang
+    stop.set("done")
+    assert threads.join(timeout=5.0) == []
+    threads.raise_if_failed()
+    assert stop.reason == "done"
+
+
+def test_wait_returns_when_all_threads_finish():
+    stop = StopSignal()
+    with ThreadGroup(stop) as threads:
+        threads.start("short", lambda: None)
+        assert threads.wait(timeout=5.0)
+    assert threads.failures == []
+
+
+def test_join_reports_a_stuck_thread_without_hanging():
+    stop = StopSignal()
+    release = threading.Event()
+    threads = ThreadGroup(stop, join_timeout=0.05)
+    threads.start("stuck", release.wait, 5.0)  # ignores the stop signal
+    with pytest.raises(RuntimeError, match="stuck"):
+        with threads:
+            pass
+    release.set()
+
+
+def test_duplicate_thread_name_is_refused():
+    stop = StopSignal()
+    threads = ThreadGroup(stop)
+    threads.start("a", lambda: None)
+    with pytest.raises(ValueError, match="already started"):
+        threads.start("a", lambda: None)
+    threads.join(1.0)
+
+
+def test_sigterm_sets_the_stop_signal_and_handlers_are_restored():
+    before = signal.getsignal(signal.SIGTERM)
+    stop = StopSignal()
+    with handle_signals(stop):
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.wait(2.0)
+    assert stop.reason == "received SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_second_sigint_raises_keyboard_interrupt():
+    stop = StopSignal()
+    with pytest.raises(KeyboardInterrupt):
+        with handle_signals(stop):
+            os.kill(os.getpid(), signal.SIGINT)
+            stop.wait(2.0)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1.0)  # the handler raises before this ends
