@@ -97,3 +97,39 @@ def test_second_sigint_raises_keyboard_interrupt():
             stop.wait(2.0)
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(1.0)  # the handler raises before this ends
+
+
+# Parameter publishing: the learner/actor handoff.
+
+
+def test_parameter_server_serves_the_newest_version_without_blocking():
+    import jax
+    import jax.numpy as jnp
+
+    from selfplay.params import ParameterServer
+
+    device = jax.devices()[0]
+    server = ParameterServer(devices=[device])
+    assert server.latest() is None
+    assert server.wait_for_version(0, timeout=0.01) is None  # a timeout, not a hang
+    server.publish({"w": jnp.ones(3)}, version=1)
+    server.publish({"w": jnp.full(3, 2.0)}, version=2)
+    snap = server.latest(device)
+    assert snap.version == 2
+    assert float(snap.params["w"][0]) == 2.0
+    assert snap.params["w"].devices() == {device}
+    with pytest.raises(ValueError, match="older"):
+        server.publish({"w": jnp.zeros(3)}, version=1)
+
+
+def test_parameter_server_wakes_a_waiting_actor():
+    from selfplay.params import ParameterServer
+
+    server = ParameterServer()
+    got = []
+    t = threading.Thread(target=lambda: got.append(server.wait_for_version(3, timeout=5.0)))
+    t.start()
+    server.publish("old", 2)
+    server.publish("new", 3)
+    t.join(5.0)
+    assert got[0].params == "new" and got[0].version == 3
