@@ -1,0 +1,456 @@
+"""Replay for the Sebulba runtime: prioritised sequences (MuZero), a FIFO queue (V-trace), and a
+rate limiter between what actors produce and what the learner consumes.
+
+Every blocking call takes a timeout and, when it passes (or the structure is closed), returns a
+value that says so (`None` or `False`) instead of raising: a thread's loop then checks its stop
+signal and tries again. Errors in the caller's input raise `ValueError`; a configuration that
+cannot work (a capacity too small for one push, a tolerance that would deadlock) raises
+`configs.UsageError`.
+
+Window layout: a window of length L = unroll K + n-step + 1 must not cross the end of what has
+been stored for its environment, or its n-step targets would be truncated. Instead of padding
+with absorbing steps behind a mask (which biases those targets), `SequenceReplay` stores segments
+with overlap: when an actor pushes with a `stream` id, the last L - 1 steps of that stream's
+previous push are stored again in front of the new steps, so every transition is the start of
+exactly one full window and the learner never sees padding. The cost is (L - 1) / T extra memory
+for pushes of T steps. A window may still cross an episode end inside a stream; the targets code
+masks that with the discount field.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Hashable
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from configs import UsageError
+
+__all__ = ["FifoQueue", "RateLimiter", "ReplaySample", "SequenceReplay"]
+
+
+class ReplaySample(NamedTuple):
+    """A batch of N windows of L steps, sampled in proportion to priority ** alpha."""
+
+    batch: Any  # the stored pytree with leaves [L, N, ...], time-major
+    indices: np.ndarray  # [N] int64 ids to pass back to `update_priorities`
+    weights: np.ndarray  # [N] float32 importance weights (N_valid * P(i)) ** -beta / max over batch
+
+
+class _SumTree:
+    """Sums of priorities over a binary tree, with vectorised set and prefix-sum search."""
+
+    def __init__(self, capacity: int) -> None:
+        self._size = 1 << max(0, int(capacity - 1).bit_length())
+        self._tree = np.zeros(2 * self._size, np.float64)  # node i has children 2i, 2i+1
+
+    @property
+    def total(self) -> float:
+        return float(self._tree[1])
+
+    def get(self, idx: np.ndarray) -> np.ndarray:
+        return self._tree[self._size + idx]
+
+    def set(self, idx: np.ndarray, values: np.ndarray) -> None:
+        # Recomputing each parent from its children (not adding deltas) keeps sums exact.
+        nodes = idx + self._size
+        self._tree[nodes] = values
+        nodes = np.unique(nodes // 2)
+        while nodes[0] >= 1:
+            self._tree[nodes] = self._tree[2 * nodes] + self._tree[2 * nodes + 1]
+            if nodes[0] == 1:
+                break
+            nodes = np.unique(nodes // 2)
+
+    def find(self, targets: np.ndarray) -> np.ndarray:
+        """The leaf whose prefix-sum interval holds each target in [0, total)."""
+        nodes = np.ones(targets.shape, np.int64)
+        targets = targets.copy()
+        while nodes[0] < self._size:
+            left = self._tree[2 * nodes]
+            # Rounding can put a target past the left sum when the right subtree is empty.
+            go_right = (targets >= left) & (self._tree[2 * nodes + 1] > 0)
+            targets = np.where(go_right, targets - left, targets)
+            nodes = 2 * nodes + go_right
+        return nodes - self._size
+
+
+class SequenceReplay:
+    """Prioritised replay of fixed-length windows over per-environment sequences.
+
+    `add` takes time-major trajectories (a pytree of arrays with leaves [T, B, ...]) and stores each
+    of the B columns as a sequence in one ring buffer of `capacity` transitions (preallocated numpy
+    arrays, oldest evicted first). `sample` draws N windows of `sequence_length` steps with
+    probability priority ** alpha and gathers them in one vectorised indexing per leaf.
+
+    Thread-safe: one lock guards the buffer; `sample` waits (with a timeout) for data to exist and,
+    when a `RateLimiter` is given, for the limiter to allow it; `add` likewise waits on the limiter.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        sequence_length: int,
+        alpha: float = 1.0,
+        beta: float = 1.0,
+        *,
+        min_priority: float = 1e-6,
+        rate_limiter: RateLimiter | None = None,
+        seed: int = 0,
+    ) -> None:
+        """
+        Args:
+          capacity: transitions kept in memory, overlap included; the oldest are evicted first.
+          sequence_length: L, the steps of each sampled window (unroll K + n-step + 1).
+          alpha: priority exponent; 0 samples uniformly.
+          beta: importance-weight exponent; 0 gives weights of 1.
+          min_priority: priorities are clipped below to this so no window becomes unreachable.
+          rate_limiter: optional; `add` and `sample` then wait for its permission.
+          seed: seed of the sampling generator.
+        """
+        if sequence_length < 1:
+            raise UsageError(f"replay sequence_length must be >= 1, got {sequence_length}")
+        if capacity < sequence_length:
+            raise UsageError(
+                f"replay capacity {capacity} is smaller than one window of {sequence_length} steps"
+            )
+        if alpha < 0 or beta < 0:
+            raise UsageError(f"replay alpha and beta must be >= 0, got {alpha}, {beta}")
+        self.capacity = int(capacity)
+        self.sequence_length = int(sequence_length)
+        self.alpha = float(alpha)
+        self.beta = float(beta)
+        self.min_priority = float(min_priority)
+        self.rate_limiter = rate_limiter
+        self._rng = np.random.default_rng(seed)
+        self._cond = threading.Condition()
+        self._treedef = None
+        self._storage: list[np.ndarray] = []  # one [capacity, ...] array per leaf
+        self._uid = np.full(capacity, -1, np.int64)  # global id of the transition in each slot
+        self._is_start = np.zeros(capacity, bool)  # whether a full window starts at the slot
+        self._priorities = _SumTree(capacity)  # priority ** alpha of every window start
+        self._max_priority = 1.0
+        self._num_starts = 0
+        self._next_uid = 0  # the slot of a transition is its id modulo capacity
+        self._tails: dict[Hashable, list[np.ndarray]] = {}  # last L - 1 steps per stream
+
+    @property
+    def size(self) -> int:
+        """Transitions stored (overlap included)."""
+        with self._cond:
+            return min(self._next_uid, self.capacity)
+
+    @property
+    def num_windows(self) -> int:
+        """Windows that can be sampled now."""
+        with self._cond:
+            return self._num_starts
+
+    def add(
+        self, trajectory: Any, stream: Hashable | None = None, timeout: float | None = None
+    ) -> bool:
+        """Stores a time-major trajectory with leaves [T, B, ...].
+
+        Args:
+          trajectory: a pytree of arrays [T, B, ...], the same structure and trailing shapes
+            for every call; jax arrays are copied to host memory.
+          stream: identifies consecutive pushes of the same B environments (e.g. the actor's
+            name): its previous last L - 1 steps are prepended so windows cross the push border.
+            None stores the push on its own (windows only inside it).
+          timeout: seconds to wait for the rate limiter (None waits for ever).
+
+        Returns:
+          True when stored; False when the rate limiter did not allow it within `timeout` or was
+          closed (the trajectory is not stored: try again after checking the stop signal).
+        """
+        leaves, treedef = jax.tree_util.tree_flatten(trajectory)
+        leaves = [np.asarray(x) for x in leaves]
+        if not leaves or any(x.ndim < 2 for x in leaves):
+            raise ValueError("a trajectory needs array leaves with shape [T, B, ...]")
+        steps, envs = leaves[0].shape[:2]
+        for x in leaves:
+            if x.shape[:2] != (steps, envs):
+                raise ValueError(
+                    f"trajectory leaves disagree on [T, B]: {x.shape[:2]} vs {(steps, envs)}"
+                )
+        if stream is None and steps < self.sequence_length:
+            raise ValueError(
+                f"a push of {steps} steps without a stream holds no window of "
+                f"{self.sequence_length} steps: pass stream= or push longer trajectories"
+            )
+        if self.rate_limiter is not None and not self.rate_limiter.acquire_insert(
+            steps * envs, timeout
+        ):
+            return False
+        with self._cond:
+            if self._treedef is None:
+                self._allocate(leaves, treedef)
+            self._check_structure(leaves, treedef)
+            tail = self._tails.get(stream) if stream is not None else None
+            if tail is not None and tail[0].shape[1] != envs:
+                raise ValueError(
+                    f"stream {stream!r} pushed {envs} environments after {tail[0].shape[1]}"
+                )
+            if tail is not None:
+                leaves = [np.concatenate([t, x]) for t, x in zip(tail, leaves, strict=True)]
+            if stream is not None:
+                # Copies: the actor may reuse its trajectory buffer after the push.
+                keep = min(self.sequence_length - 1, leaves[0].shape[0])
+                self._tails[stream] = [x[x.shape[0] - keep :].copy() for x in leaves]
+            self._write(leaves)
+            self._cond.notify_all()
+        return True
+
+    def _check_structure(self, leaves: list[np.ndarray], treedef: Any) -> None:
+        if treedef != self._treedef:
+            raise ValueError(f"trajectory structure {treedef} differs from {self._treedef}")
+        for x, s in zip(leaves, self._storage, strict=True):
+            if x.shape[2:] != s.shape[1:] or x.dtype != s.dtype:
+                raise ValueError(
+                    f"trajectory leaf {x.dtype}{list(x.shape[2:])} differs from the stored "
+                    f"{s.dtype}{list(s.shape[1:])}"
+                )
+
+    def _allocate(self, leaves: list[np.ndarray], treedef: Any) -> None:
+        self._treedef = treedef
+        self._storage = [np.zeros((self.capacity, *x.shape[2:]), x.dtype) for x in leaves]
+
+    def _write(self, leaves: list[np.ndarray]) -> None:
+        seg_len, envs = leaves[0].shape[:2]  # segment = stream tail + new steps
+        count = seg_len * envs
+        if count > self.capacity:
+            raise UsageError(
+                f"one push of {envs} sequences of {seg_len} steps exceeds the replay capacity "
+                f"{self.capacity}: raise the capacity"
+            )
+        slots = (self._next_uid + np.arange(count)) % self.capacity  # [B * S]
+        for store, x in zip(self._storage, leaves, strict=True):
+            # [S, B, ...] -> [B, S, ...] so that each environment's sequence is contiguous.
+            store[slots] = np.swapaxes(x, 0, 1).reshape(count, *x.shape[2:])
+        is_start = np.tile(np.arange(seg_len) <= seg_len - self.sequence_length, envs)  # [B * S]
+        self._num_starts += int(is_start.sum()) - int(self._is_start[slots].sum())
+        self._is_start[slots] = is_start
+        self._uid[slots] = self._next_uid + np.arange(count)
+        self._next_uid += count
+        self._priorities.set(slots, np.where(is_start, self._max_priority**self.alpha, 0.0))
+
+    def sample(
+        self, batch_size: int, timeout: float | None = None, beta: float | None = None
+    ) -> ReplaySample | None:
+        """Draws `batch_size` windows with probability priority ** alpha.
+
+        Waits up to `timeout` seconds (None: for ever) for a window to exist and for the rate
+        limiter, if any, to allow `batch_size` more samples; returns None if either does not
+        happen in time (or the limiter is closed). `beta` overrides the exponent for annealing.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._num_starts > 0, timeout):
+                return None
+        if self.rate_limiter is not None:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not self.rate_limiter.acquire_sample(batch_size, remaining):
+                return None
+        beta = self.beta if beta is None else beta
+        with self._cond:
+            total = self._priorities.total
+            # Stratified: one uniform draw per equal slice of the total lowers sampling variance.
+            targets = (np.arange(batch_size) + self._rng.random(batch_size)) * (total / batch_size)
+            slots = self._priorities.find(np.minimum(targets, np.nextafter(total, 0)))  # [N]
+            probs = self._priorities.get(slots) / total  # [N]
+            offsets = np.arange(self.sequence_length)  # [L]
+            window = (slots[None, :] + offsets[:, None]) % self.capacity  # [L, N]
+            leaves = [store[window] for store in self._storage]  # [L, N, ...]
+            indices = self._uid[slots].copy()
+            num_starts = self._num_starts
+        weights = (num_starts * probs) ** -beta
+        weights = (weights / weights.max()).astype(np.float32)
+        batch = jax.tree_util.tree_unflatten(self._treedef, leaves)
+        return ReplaySample(batch, indices, weights)
+
+    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        """Sets the priorities of sampled windows (e.g. |value target - predicted value|).
+
+        Indices whose transitions were evicted since they were sampled are skipped.
+        """
+        indices = np.asarray(indices, np.int64).reshape(-1)
+        priorities = np.maximum(np.asarray(priorities, np.float64).reshape(-1), self.min_priority)
+        if indices.shape != priorities.shape:
+            raise ValueError(f"{indices.shape[0]} indices but {priorities.shape[0]} priorities")
+        if not np.all(np.isfinite(priorities)):
+            raise ValueError("priorities must be finite")
+        with self._cond:
+            slots = indices % self.capacity
+            live = (self._uid[slots] == indices) & self._is_start[slots]
+            if live.any():
+                self._max_priority = max(self._max_priority, float(priorities[live].max()))
+                self._priorities.set(slots[live], priorities[live] ** self.alpha)
+
+
+class RateLimiter:
+    """Keeps samples drawn per item inserted near `samples_per_insert`, like Reverb's
+    SampleToInsertRatio: actors block when too far ahead, the learner blocks when too far ahead.
+
+    Counts are in items: transitions for inserts, windows for samples. Sampling waits until
+    `min_size_to_sample` items were inserted. After that, inserts * samples_per_insert - samples
+    is kept within `error_buffer` of min_size_to_sample * samples_per_insert. With
+    `samples_per_insert=None` only the minimum size is enforced.
+    """
+
+    def __init__(
+        self,
+        min_size_to_sample: int,
+        samples_per_insert: float | None = None,
+        error_buffer: float | None = None,
+    ) -> None:
+        """
+        Args:
+          min_size_to_sample: items to insert before the first sample.
+          samples_per_insert: target ratio of sampled to inserted items; None for no limit.
+          error_buffer: the tolerance around the target, in sampled items; it must be at least
+            one insert's worth (items * samples_per_insert) and one sample batch, or the two sides
+            could wait on each other for ever.
+        """
+        if min_size_to_sample < 1:
+            raise UsageError(f"min_size_to_sample must be >= 1, got {min_size_to_sample}")
+        if samples_per_insert is not None:
+            if samples_per_insert <= 0:
+                raise UsageError(f"samples_per_insert must be > 0, got {samples_per_insert}")
+            if error_buffer is None or error_buffer <= 0:
+                raise UsageError("a samples_per_insert ratio needs a positive error_buffer")
+        self.min_size_to_sample = int(min_size_to_sample)
+        self.samples_per_insert = samples_per_insert
+        self.error_buffer = error_buffer
+        self._cond = threading.Condition()
+        self._inserts = 0
+        self._samples = 0
+        self._closed = False
+
+    @property
+    def inserts(self) -> int:
+        with self._cond:
+            return self._inserts
+
+    @property
+    def samples(self) -> int:
+        with self._cond:
+            return self._samples
+
+    @property
+    def closed(self) -> bool:
+        with self._cond:
+            return self._closed
+
+    def close(self) -> None:
+        """Wakes every waiting thread; later calls return False at once."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _can_insert(self, n: int) -> bool:
+        if self._inserts < self.min_size_to_sample or self.samples_per_insert is None:
+            return True
+        spi = self.samples_per_insert
+        return (self._inserts + n) * spi - self._samples <= (
+            self.min_size_to_sample * spi + self.error_buffer
+        )
+
+    def _can_sample(self, n: int) -> bool:
+        if self._inserts < self.min_size_to_sample:
+            return False
+        if self.samples_per_insert is None:
+            return True
+        spi = self.samples_per_insert
+        return self._inserts * spi - (self._samples + n) >= (
+            self.min_size_to_sample * spi - self.error_buffer
+        )
+
+    def acquire_insert(self, n: int, timeout: float | None) -> bool:
+        """Waits until `n` items may be inserted and counts them; False on timeout or close."""
+        if self.samples_per_insert is not None and n * self.samples_per_insert > self.error_buffer:
+            raise UsageError(
+                f"an insert of {n} items at {self.samples_per_insert} samples per insert exceeds "
+                f"the rate limiter's error_buffer {self.error_buffer}: raise it"
+            )
+        with self._cond:
+            ok = self._cond.wait_for(lambda: self._closed or self._can_insert(n), timeout)
+            if not ok or self._closed:
+                return False
+            self._inserts += n
+            self._cond.notify_all()
+            return True
+
+    def acquire_sample(self, n: int, timeout: float | None) -> bool:
+        """Waits until `n` items may be sampled and counts them; False on timeout or close."""
+        if self.samples_per_insert is not None and n > self.error_buffer:
+            raise UsageError(
+                f"a sample batch of {n} exceeds the rate limiter's error_buffer "
+                f"{self.error_buffer}: raise it"
+            )
+        with self._cond:
+            ok = self._cond.wait_for(lambda: self._closed or self._can_sample(n), timeout)
+            if not ok or self._closed:
+                return False
+            self._samples += n
+            self._cond.notify_all()
+            return True
+
+
+class FifoQueue:
+    """A bounded first-in first-out queue for V-trace trajectories, closable for shutdown.
+
+    `put` blocks while full, which is the backpressure that keeps actors from running ahead of
+    the learner; `close` wakes every blocked thread.
+    """
+
+    def __init__(self, maxsize: int) -> None:
+        """`maxsize`: items held at most (each item is one actor push)."""
+        if maxsize < 1:
+            raise UsageError(f"queue maxsize must be >= 1, got {maxsize}")
+        self.maxsize = int(maxsize)
+        self._items: collections.deque = collections.deque()
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def put(self, item: Any, timeout: float | None) -> bool:
+        """Appends `item`, waiting while full; False on timeout or when closed (not stored)."""
+        if item is None:
+            raise ValueError("None cannot be queued: get() returns None on timeout")
+        with self._cond:
+            ok = self._cond.wait_for(
+                lambda: self._closed or len(self._items) < self.maxsize, timeout
+            )
+            if not ok or self._closed:
+                return False
+            self._items.append(item)
+            self._cond.notify_all()
+            return True
+
+    def get(self, timeout: float | None) -> Any | None:
+        """The oldest item, waiting while empty; None on timeout, or when closed and empty."""
+        with self._cond:
+            ok = self._cond.wait_for(lambda: self._closed or bool(self._items), timeout)
+            if not ok or not self._items:
+                return None
+            item = self._items.popleft()
+            self._cond.notify_all()
+            return item
+
+    def close(self) -> None:
+        """Wakes every waiting thread; puts fail from now on, gets drain what is left."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        with self._cond:
+            return self._closed
+
+    def qsize(self) -> int:
+        with self._cond:
+            return len(self._items)
