@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from arena import command as arena_command
 from configs import UsageError
 
 # Each module: add_parser(subparsers) registering `run` as the parser's default; run(args) -> int.
-_COMMANDS: tuple = ()
+_COMMANDS: tuple = (arena_command,)
 
 
 def build_parser() -> argparse.ArgumentParser:
