@@ -1,0 +1,327 @@
+"""Checkpoints of a run with orbax: atomic, the last K kept, the config recorded, never pickle.
+
+A checkpoint directory (usually `<run_dir>/checkpoints`) holds one sub-directory per saved step,
+each with three items: `state` (the training-state pytree; typed PRNG keys are stored as their
+raw uint32 key data), `config` (the experiment's config dict as JSON) and `meta` (JSON: step, wall
+time, and whatever the caller adds, such as parameter versions). Orbax writes each step into a
+temporary directory and renames it when complete, so a crash leaves either a whole checkpoint or a
+temporary directory that is never listed; nothing already saved is deleted except by `max_to_keep`
+after a newer checkpoint is complete.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import orbax.checkpoint as ocp
+
+from configs import UsageError
+
+__all__ = ["Checkpointer", "config_differences", "restore_params"]
+
+
+def _is_key(x: Any) -> bool:
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _raw_keys(tree: Any) -> Any:
+    """Typed PRNG keys -> their uint32 key data, which orbax stores like any array."""
+    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+
+
+def _abstract(tree: Any) -> Any:
+    """Shape/dtype structs of `tree` (arrays or structs already), with keys as raw key data."""
+    return jax.eval_shape(_raw_keys, tree)
+
+
+def _flatten_dict(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v:
+            flat.update(_flatten_dict(v, key + "."))
+        else:
+            flat[key] = v
+    return flat
+
+
+def config_differences(
+    saved: Mapping[str, Any], current: Mapping[str, Any], must_match: Sequence[str]
+) -> list[str]:
+    """The dotted keys under the `must_match` prefixes whose values differ (or exist in one only).
+
+    `must_match=("env.name", "network")` compares `env.name` and every key under `network`.
+    """
+    flat_saved, flat_current = _flatten_dict(saved), _flatten_dict(current)
+
+    def selected(key: str) -> bool:
+        return any(key == p or key.startswith(p + ".") for p in must_match)
+
+    keys = sorted(k for k in flat_saved.keys() | flat_current.keys() if selected(k))
+    missing = object()
+    return [k for k in keys if flat_saved.get(k, missing) != flat_current.get(k, missing)]
+
+
+def _key_name(k: Any) -> str:
+    for attr in ("key", "name", "idx"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)
+
+
+def _flatten_paths(tree: Any) -> dict[str, Any]:
+    """Leaves by dotted path ("params.w", "opt_state.0.mu.b"): a NamedTuple's field, a dict's key
+    and a sequence's index name a level alike, as in orbax's saved tree of dicts and lists."""
+    return {
+        ".".join(_key_name(k) for k in path): x
+        for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+    }
+
+
+def _tree_differences(saved: Any, target: Any) -> list[str]:
+    """'path: saved dtype[shape] != expected dtype[shape]' for each leaf that differs."""
+    saved_named, target_named = _flatten_paths(saved), _flatten_paths(target)
+
+    def describe(x: Any) -> str:
+        return "missing" if x is None else f"{x.dtype}{list(x.shape)}"
+
+    diffs = []
+    for key in sorted(saved_named.keys() | target_named.keys()):
+        s, t = saved_named.get(key), target_named.get(key)
+        if s is None or t is None or tuple(s.shape) != tuple(t.shape) or s.dtype != t.dtype:
+            diffs.append(f"{key}: saved {describe(s)} != expected {describe(t)}")
+    return diffs
+
+
+class Checkpointer:
+    """Saves and restores the training state of one run.
+
+    Usage:
+
+        ckpt = Checkpointer(run_dir / "checkpoints", max_to_keep=3, must_match=("env", "network"))
+        if ckpt.latest_step() is not None:            # resume
+            state = ckpt.restore(target=initial_state, config=config_dict)
+        ...
+        ckpt.save(step, state, config_dict)           # every N steps and at stop
+        ckpt.close()                                  # waits for the last write
+
+    `save` returns once the arrays are copied to host memory; the files are written in a
+    background thread (orbax's asynchronous checkpointing), so the learner is not held up.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        max_to_keep: int | None = 3,
+        must_match: Sequence[str] = (),
+        *,
+        read_only: bool = False,
+    ) -> None:
+        """
+        Args:
+          directory: the checkpoint directory; created on the first save unless read_only.
+          max_to_keep: how many of the newest checkpoints to keep; None keeps all.
+          must_match: dotted config keys (or prefixes) that must equal the saved config's to
+            restore: whatever changes the shapes in the state or the game played.
+          read_only: only restore (the arena's use); a missing directory is then an error.
+        """
+        self.directory = Path(directory).absolute()
+        self.must_match = tuple(must_match)
+        if read_only and not self.directory.is_dir():
+            raise UsageError(f"no checkpoint directory at {self.directory}")
+        if max_to_keep is not None and max_to_keep < 1:
+            raise UsageError(f"max_to_keep must be >= 1 or None, got {max_to_keep}")
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=max_to_keep, create=not read_only, read_only=read_only
+        )
+        # Handlers named up front, so that a fresh process can read metadata before any restore.
+        handlers = {
+            "state": ocp.PyTreeCheckpointHandler(),
+            "config": ocp.JsonCheckpointHandler(),
+            "meta": ocp.JsonCheckpointHandler(),
+        }
+        self._manager = ocp.CheckpointManager(
+            self.directory, options=options, item_handlers=handlers
+        )
+
+    def all_steps(self) -> list[int]:
+        """The steps of the complete checkpoints, oldest first."""
+        return sorted(self._manager.all_steps())
+
+    def latest_step(self) -> int | None:
+        """The newest complete checkpoint's step, or None when there is none."""
+        steps = self.all_steps()
+        return steps[-1] if steps else None
+
+    def save(
+        self,
+        step: int,
+        state: Any,
+        config: Mapping[str, Any],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Saves `state` (a pytree of arrays) with the config dict and metadata as `step`.
+
+        Returns False without writing when `step` is already saved (a resumed run that saves
+        the step it restored). `metadata` must be JSON-serialisable (e.g. parameter versions).
+        """
+        step = int(step)
+        if step in self._manager.all_steps():
+            return False
+        meta = {"step": step, "time": time.time(), **(metadata or {})}
+        args = ocp.args.Composite(
+            state=ocp.args.PyTreeSave(_raw_keys(state)),
+            config=ocp.args.JsonSave(dict(config)),
+            meta=ocp.args.JsonSave(meta),
+        )
+        return bool(self._manager.save(step, args=args, force=True))
+
+    def wait(self) -> None:
+        """Blocks until every started save is on disk (and raises a save's error)."""
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        """Waits for pending saves and releases the manager."""
+        self._manager.close()
+
+    def _step_or_latest(self, step: int | None) -> int:
+        steps = self.all_steps()
+        if step is None:
+            if not steps:
+                raise UsageError(f"no complete checkpoint in {self.directory}")
+            return steps[-1]
+        if step not in steps:
+            raise UsageError(
+                f"no checkpoint for step {step} in {self.directory}; saved steps: {steps}"
+            )
+        return int(step)
+
+    def _restore_items(self, step: int, **items: Any) -> Any:
+        try:
+            return self._manager.restore(step, args=ocp.args.Composite(**items))
+        except UsageError:
+            raise
+        except Exception as e:
+            others = [s for s in self.all_steps() if s != step]
+            raise UsageError(
+                f"checkpoint {self.directory / str(step)} is unreadable "
+                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                f"other saved steps: {others}"
+            ) from e
+
+    def restore_config(self, step: int | None = None) -> dict[str, Any]:
+        """The config dict saved with `step` (default: the newest)."""
+        step = self._step_or_latest(step)
+        return self._restore_items(step, config=ocp.args.JsonRestore()).config
+
+    def restore_metadata(self, step: int | None = None) -> dict[str, Any]:
+        """The metadata saved with `step` (default: the newest): step, time, and the caller's."""
+        step = self._step_or_latest(step)
+        return self._restore_items(step, meta=ocp.args.JsonRestore()).meta
+
+    def check_config(self, config: Mapping[str, Any], step: int | None = None) -> None:
+        """Raises UsageError naming the `must_match` keys where `config` differs from the saved."""
+        step = self._step_or_latest(step)
+        diffs = config_differences(self.restore_config(step), config, self.must_match)
+        if diffs:
+            raise UsageError(
+                f"checkpoint {self.directory / str(step)} was saved with a different config: "
+                f"{', '.join(diffs)} differ; start a new run directory or restore those values"
+            )
+
+    def restore(
+        self,
+        step: int | None = None,
+        target: Any = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """The state saved at `step` (default: the newest complete checkpoint).
+
+        Args:
+          step: which checkpoint; None for the newest.
+          target: the state's structure (concrete arrays or `jax.ShapeDtypeStruct`s, e.g. from
+            `jax.eval_shape(init, key)`): the result has its structure, dtypes and typed PRNG
+            keys. None returns the saved tree as nested dicts and lists of arrays, keys raw.
+          config: when given, first checked against the saved config on `must_match`.
+
+        Raises:
+          UsageError: no such checkpoint, an unreadable one, a config that differs on
+            `must_match`, or a state whose shapes differ from `target` (the leaves are named).
+        """
+        step = self._step_or_latest(step)
+        if config is not None:
+            self.check_config(config, step)
+        if target is None:
+            return self._restore_items(step, state=ocp.args.PyTreeRestore()).state
+        abstract = _abstract(target)
+        saved = self._manager.item_metadata(step).state
+        saved_tree = getattr(saved, "tree", saved)
+        diffs = _tree_differences(saved_tree, abstract)
+        if diffs:
+            raise UsageError(
+                f"checkpoint {self.directory / str(step)} does not match the expected state: "
+                + "; ".join(diffs[:10])
+                + (f" (and {len(diffs) - 10} more)" if len(diffs) > 10 else "")
+            )
+        restore_args = ocp.checkpoint_utils.construct_restore_args(abstract)
+        raw = self._restore_items(step, state=ocp.args.PyTreeRestore(abstract, restore_args)).state
+        return jax.tree.map(
+            lambda t, x: (
+                jax.random.wrap_key_data(x, dtype=t.dtype) if _is_key(t) else jnp.asarray(x)
+            ),
+            target,
+            raw,
+        )
+
+    def restore_subtree(self, field: str, step: int | None = None) -> Any:
+        """Only the top-level `field` of the saved state (e.g. "params"), as nested dicts of
+        numpy arrays, without reading the rest (optimizer state, keys) from disk."""
+        step = self._step_or_latest(step)
+        saved = self._manager.item_metadata(step).state
+        saved_tree = getattr(saved, "tree", saved)
+        if not isinstance(saved_tree, Mapping) or field not in saved_tree:
+            raise UsageError(f"checkpoint {self.directory / str(step)} has no top-level {field!r}")
+        item = {
+            field: jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), saved_tree[field])
+        }
+        args = ocp.args.PyTreeRestore(
+            item, ocp.checkpoint_utils.construct_restore_args(item), partial_restore=True
+        )
+        return self._restore_items(step, state=args).state[field]
+
+
+def restore_params(
+    run_dir: str | os.PathLike, step: int | None = None, target: Any = None, field: str = "params"
+) -> Any:
+    """The `params` of a run's newest (or given) checkpoint, for the arena and evaluation.
+
+    `run_dir` is a run directory holding `checkpoints/`, or a checkpoint directory itself. With
+    `target` (the params' structure) the result has its structure and dtypes; otherwise nested
+    dicts of arrays. The state saved must have a top-level `params` field (or key).
+    """
+    run_dir = Path(run_dir)
+    directory = run_dir / "checkpoints" if (run_dir / "checkpoints").is_dir() else run_dir
+    ckpt = Checkpointer(directory, max_to_keep=None, read_only=True)
+    try:
+        params = ckpt.restore_subtree(field, step)
+    finally:
+        ckpt.close()
+    if target is None:
+        return params
+    diffs = _tree_differences(params, _abstract(target))
+    if diffs:
+        raise UsageError(
+            f"the params in {directory} do not match the network: " + "; ".join(diffs[:10])
+        )
+    flat = _flatten_paths(params)
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(target)
+    return jax.tree_util.tree_unflatten(
+        treedef,
+        [jnp.asarray(flat[".".join(_key_name(k) for k in path)], t.dtype) for path, t in leaves],
+    )

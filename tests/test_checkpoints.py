@@ -1,0 +1,161 @@
+"""Checkpoints: round trip, keep-K, resume from the newest, refusal of a mismatched config or
+state, and a crash's leftovers ignored."""
+
+import json
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import UsageError
+from selfplay.checkpoints import Checkpointer, config_differences, restore_params
+
+CONFIG = {"env": {"name": "tic_tac_toe"}, "network": {"width": 8}, "learner": {"lr": 1e-3}}
+
+
+class TrainState(NamedTuple):
+    params: dict
+    opt_state: tuple
+    step: jax.Array
+    key: jax.Array  # a typed PRNG key
+
+
+def _state(width: int = 8, step: int = 0, seed: int = 0) -> TrainState:
+    key = jax.random.key(seed)
+    w = jax.random.normal(key, (3, width))
+    return TrainState(
+        params={"dense": {"w": w, "b": jnp.zeros(width)}},
+        opt_state=(jnp.asarray(step, jnp.int32), {"mu": jnp.ones(width)}),
+        step=jnp.asarray(step, jnp.int32),
+        key=jax.random.fold_in(key, step),
+    )
+
+
+def _assert_trees_equal(a, b):
+    a = jax.tree.map(
+        lambda x: jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x, a
+    )
+    b = jax.tree.map(
+        lambda x: jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x, b
+    )
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+def test_round_trip_keeps_values_structure_and_typed_keys(tmp_path):
+    ckpt = Checkpointer(tmp_path / "checkpoints", max_to_keep=2)
+    state = _state(step=7)
+    assert ckpt.save(7, state, CONFIG, metadata={"params_version": 7})
+    ckpt.wait()
+    restored = ckpt.restore(target=jax.eval_shape(lambda: _state()))
+    assert isinstance(restored, TrainState)
+    assert jnp.issubdtype(restored.key.dtype, jax.dtypes.prng_key)
+    _assert_trees_equal(restored, state)
+    # The restored key draws the same numbers as the saved one.
+    np.testing.assert_array_equal(
+        jax.random.uniform(restored.key, (2,)), jax.random.uniform(state.key, (2,))
+    )
+    assert ckpt.restore_config() == CONFIG
+    meta = ckpt.restore_metadata()
+    assert meta["step"] == 7 and meta["params_version"] == 7 and meta["time"] > 0
+    ckpt.close()
+
+
+def test_keeps_the_last_k_and_resume_picks_the_newest(tmp_path):
+    ckpt = Checkpointer(tmp_path, max_to_keep=2)
+    for step in (10, 20, 30):
+        ckpt.save(step, _state(step=step), CONFIG)
+    assert not ckpt.save(30, _state(step=30), CONFIG)  # already saved: not rewritten
+    ckpt.close()
+    resumed = Checkpointer(tmp_path, max_to_keep=2)  # a new process resuming the run
+    assert resumed.all_steps() == [20, 30]
+    assert resumed.latest_step() == 30
+    state = resumed.restore(target=_state(), config=CONFIG)
+    assert int(state.step) == 30
+    assert int(resumed.restore(step=20, target=_state()).step) == 20
+    with pytest.raises(UsageError, match=r"no checkpoint for step 10 .*\[20, 30\]"):
+        resumed.restore(step=10, target=_state())
+    resumed.close()
+
+
+def test_a_different_config_or_state_shape_is_refused_naming_the_keys(tmp_path):
+    ckpt = Checkpointer(tmp_path, must_match=("env.name", "network"))
+    ckpt.save(1, _state(), CONFIG)
+    ckpt.wait()
+    other = {**CONFIG, "env": {"name": "connect_four"}, "network": {"width": 16}}
+    with pytest.raises(UsageError, match=r"env\.name, network\.width differ"):
+        ckpt.restore(target=_state(), config=other)
+    learner_changed = {**CONFIG, "learner": {"lr": 1.0}}  # not in must_match: allowed
+    ckpt.restore(target=_state(), config=learner_changed)
+    with pytest.raises(UsageError, match=r"params\.dense\.w: saved float32\[3, 8\] != expected"):
+        ckpt.restore(target=_state(width=16))
+    ckpt.close()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.isdigit()) == ["1"]  # kept
+
+
+def test_config_differences_reports_missing_keys():
+    saved = {"network": {"width": 8, "depth": 2}}
+    current = {"network": {"width": 8}, "other": 1}
+    assert config_differences(saved, current, ["network"]) == ["network.depth"]
+    assert config_differences(saved, current, []) == []
+
+
+def test_a_half_written_checkpoint_is_ignored(tmp_path):
+    ckpt = Checkpointer(tmp_path, max_to_keep=3)
+    ckpt.save(5, _state(step=5), CONFIG)
+    ckpt.close()
+    # A crash while writing step 6 leaves orbax's temporary directory behind.
+    tmp = tmp_path / "6.orbax-checkpoint-tmp-1234567"
+    (tmp / "state").mkdir(parents=True)
+    (tmp / "state" / "garbage").write_text("half")
+    resumed = Checkpointer(tmp_path, max_to_keep=3)
+    assert resumed.latest_step() == 5
+    assert int(resumed.restore(target=_state()).step) == 5
+    resumed.save(6, _state(step=6), CONFIG)  # the run continues and saves step 6 again
+    resumed.close()
+    assert Checkpointer(tmp_path, read_only=True).latest_step() == 6
+
+
+def test_missing_or_corrupt_checkpoints_give_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="no checkpoint directory"):
+        Checkpointer(tmp_path / "nowhere", read_only=True)
+    with pytest.raises(UsageError, match="no complete checkpoint"):
+        Checkpointer(tmp_path / "empty").restore(target=_state())
+    ckpt = Checkpointer(tmp_path / "c")
+    ckpt.save(3, _state(), CONFIG)
+    ckpt.close()
+    (tmp_path / "c" / "3" / "config" / "metadata").write_text("{not json")
+    for path in (tmp_path / "c" / "3" / "config").iterdir():
+        path.write_text("{not json")
+    with pytest.raises(UsageError, match="unreadable"):
+        Checkpointer(tmp_path / "c").restore_config()
+    assert (tmp_path / "c" / "3").is_dir()  # nothing deleted
+
+
+def test_restore_params_from_a_run_directory(tmp_path):
+    ckpt = Checkpointer(tmp_path / "checkpoints")
+    ckpt.save(1, _state(step=1), CONFIG)
+    ckpt.save(2, _state(step=2, seed=1), CONFIG)
+    ckpt.close()
+    expected = _state(step=2, seed=1).params
+    params = restore_params(tmp_path)
+    jax.tree.map(np.testing.assert_array_equal, params, expected)
+    typed = restore_params(tmp_path, step=2, target=jax.eval_shape(lambda: expected))
+    assert isinstance(typed["dense"]["w"], jax.Array)
+    jax.tree.map(np.testing.assert_array_equal, typed, expected)
+    with pytest.raises(UsageError, match="do not match"):
+        restore_params(tmp_path, target={"dense": {"w": jnp.zeros((3, 4)), "b": jnp.zeros(4)}})
+    with pytest.raises(UsageError, match="no checkpoint directory"):
+        restore_params(tmp_path / "missing")
+    # The config is plain JSON next to the arrays: readable without this code.
+    config_files = (tmp_path / "checkpoints" / "2" / "config").glob("*")
+    assert CONFIG in [_json_or_none(p.read_text()) for p in config_files if p.is_file()]
+
+
+def _json_or_none(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None
