@@ -1,0 +1,198 @@
+"""The one batched environment interface shared by every environment family.
+
+Conventions every adapter follows (the conformance test checks them):
+
+- **Batched, host-side numpy.** `reset` and `step` take and return numpy arrays with a leading
+  batch axis `[B, ...]`. The pgx adapter also offers the same `TimeStep` as JAX arrays on device.
+- **Same-step auto-reset.** When a transition ends an episode (`done`), the `TimeStep` returned by
+  that very `step` carries the reward, `done`, `truncated` and episode statistics of the episode
+  that just ended, while `observation`, `legal_mask` and `to_play` already describe the first state
+  of the next episode. The action passed for that env at the next `step` acts in the new episode.
+  (envpool natively resets one call later; its adapter hides that.) The final observation of an
+  episode is therefore never returned: at a terminal state it carries no information, and a
+  truncated episode is bootstrapped from the value of the state before the last step.
+- **Points of view.** `observation`, `legal_mask` and `to_play` describe the new state from the
+  view of the player to move in it; `reward` is for the player who took the action just applied.
+  In a two-player zero-sum game the winner's final move gets +1 and `episode_return` is player 0's.
+- **Channels-last images.** Board planes and Atari frames are `[H, W, C]` (our conv nets are NHWC).
+- **Async batches.** Every adapter has `send(actions, env_id)` / `recv()`. Synchronous adapters
+  (`batch_size == num_envs`) only accept all env ids in order; envpool in async mode
+  (`batch_size < num_envs`) returns whichever `batch_size` envs finished first and says which in
+  `TimeStep.env_id`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+import numpy as np
+
+from configs.errors import UsageError
+
+__all__ = [
+    "FAMILIES",
+    "BatchedEnv",
+    "EnvSpec",
+    "SyncSendRecv",
+    "TimeStep",
+    "check_actions",
+    "make_env",
+]
+
+
+class TimeStep(NamedTuple):
+    """What `reset`, `step` and `recv` return: numpy on the host, or JAX arrays on device (pgx)."""
+
+    observation: Any  # [B, *obs_shape] spec.observation_dtype, the new state, player to move's view
+    reward: Any  # [B] float32, reward of the transition just taken, for the player who acted
+    done: Any  # [B] bool, that transition ended the episode (terminated or truncated)
+    truncated: Any  # [B] bool, ended by a time limit, not a terminal state (bootstrap allowed)
+    legal_mask: Any  # [B, A] bool, legal actions in the new state (all True for one-player envs)
+    to_play: Any  # [B] int32, player to move in the new state (0 in one-player envs)
+    episode_return: Any  # [B] float32, undiscounted return of the ended episode (player 0's view),
+    #   valid where episode_end, 0 elsewhere
+    episode_length: Any  # [B] int32, agent steps in the ended episode, valid where episode_end
+    episode_end: Any  # [B] bool, a whole episode ended: episode_return/length are valid here
+    env_id: Any  # [B] int32, which env each row is (0..num_envs-1; arange unless envpool async)
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """What a learner or a search needs to know about an environment, fixed at construction."""
+
+    name: str  # the full name given to make_env, e.g. "openspiel:connect_four"
+    family: str  # "openspiel", "pgx" or "envpool"
+    num_actions: int  # size A of the discrete action space
+    observation_shape: tuple[int, ...]  # shape of one observation, channels-last for images
+    observation_dtype: str  # numpy dtype name of observations: "float32", or "uint8" for Atari
+    num_players: int  # 1 (single-agent) or 2 (sequential, two-player zero-sum)
+    two_player_zero_sum: bool  # True when rewards of the two players sum to zero; search negates
+    discount: float  # the env's own per-step discount of future rewards (1.0 for all supported)
+    deterministic: bool  # next state is a function of (state, action): an exact model may search
+    max_episode_steps: int | None  # a time limit that truncates episodes, None if none
+
+    def __post_init__(self):
+        if self.family not in ("openspiel", "pgx", "envpool"):
+            raise ValueError(f"EnvSpec.family must be openspiel, pgx or envpool, got {self.family}")
+        if self.num_actions < 1:
+            raise ValueError(f"EnvSpec.num_actions must be >= 1, got {self.num_actions}")
+        if self.num_players not in (1, 2):
+            raise ValueError(f"EnvSpec.num_players must be 1 or 2, got {self.num_players}")
+        if self.two_player_zero_sum != (self.num_players == 2):
+            raise ValueError("EnvSpec.two_player_zero_sum must hold exactly when num_players == 2")
+        if not 0.0 <= self.discount <= 1.0:
+            raise ValueError(f"EnvSpec.discount must be in [0, 1], got {self.discount}")
+        np.dtype(self.observation_dtype)  # raises TypeError on a bad name
+
+
+@runtime_checkable
+class BatchedEnv(Protocol):
+    """A batch of `num_envs` environments stepped together. See the module docstring."""
+
+    spec: EnvSpec
+    num_envs: int  # environments in the pool
+    batch_size: int  # rows per TimeStep from recv (== num_envs unless envpool async)
+
+    def reset(self, seed: int) -> TimeStep:
+        """Starts every env afresh (envpool async: returns the first `batch_size` to be ready)."""
+        ...
+
+    def step(self, actions: np.ndarray) -> TimeStep:
+        """Applies `actions` [num_envs] int to every env; synchronous adapters only."""
+        ...
+
+    def send(self, actions: np.ndarray, env_id: np.ndarray) -> None:
+        """Queues `actions` [N] for the envs `env_id` [N] (those of the last recv/reset)."""
+        ...
+
+    def recv(self) -> TimeStep:
+        """Returns the next `batch_size` envs whose step (sent earlier) has finished."""
+        ...
+
+    def close(self) -> None:
+        """Releases the envs' threads and memory; the env cannot be used afterwards."""
+        ...
+
+
+def check_actions(actions: Any, batch: int, num_actions: int) -> np.ndarray:
+    """Returns `actions` as an int32 [batch] array, or raises ValueError naming what is wrong."""
+    actions = np.asarray(actions)
+    if actions.shape != (batch,):
+        raise ValueError(f"actions must have shape [{batch}], got {actions.shape}")
+    if not np.issubdtype(actions.dtype, np.integer):
+        raise ValueError(f"actions must be integers, got dtype {actions.dtype}")
+    if actions.size and (actions.min() < 0 or actions.max() >= num_actions):
+        raise ValueError(f"actions must be in [0, {num_actions}), got {actions.tolist()}")
+    return actions.astype(np.int32, copy=False)
+
+
+class SyncSendRecv:
+    """`send`/`recv` for adapters that step all envs at once: `send` holds, `recv` steps."""
+
+    num_envs: int
+    _pending: np.ndarray | None = None
+
+    def step(self, actions: np.ndarray) -> TimeStep:
+        raise NotImplementedError
+
+    def send(self, actions: np.ndarray, env_id: np.ndarray) -> None:
+        env_id = np.asarray(env_id)
+        if not np.array_equal(env_id, np.arange(self.num_envs)):
+            raise ValueError(
+                f"{type(self).__name__} steps all {self.num_envs} envs at once: send needs "
+                f"env_id == arange({self.num_envs}), got {env_id.tolist()}"
+            )
+        if self._pending is not None:
+            raise ValueError("send called twice without recv")
+        self._pending = np.asarray(actions)
+
+    def recv(self) -> TimeStep:
+        if self._pending is None:
+            raise ValueError("recv called without send")
+        actions, self._pending = self._pending, None
+        return self.step(actions)
+
+
+FAMILIES = ("openspiel", "pgx", "envpool")
+
+
+def make_env(name: str, num_envs: int, seed: int = 0, **options: Any) -> BatchedEnv:
+    """Builds `num_envs` environments named `"<family>:<id>"`; UsageError on a bad name or option.
+
+    Families and their options:
+      - `openspiel:<game string>` (e.g. `openspiel:go(board_size=9)`): `to_play_plane`,
+        `max_episode_steps`.
+      - `pgx:<env id>` (e.g. `pgx:connect_four`): no options.
+      - `envpool:<task id>` (e.g. `envpool:Pong-v5`): `batch_size` (async when < num_envs) and any
+        `envpool.make` option (`episodic_life`, `reward_clip`, `repeat_action_probability`, ...).
+    The families' modules are imported here, on use, so that a run on one never loads the others.
+    """
+    family, sep, env_id = name.partition(":")
+    if not sep or family not in FAMILIES or not env_id:
+        raise UsageError(
+            f"bad environment name {name!r}: expected '<family>:<id>' with family one of "
+            f"{', '.join(FAMILIES)} (e.g. openspiel:connect_four, pgx:tic_tac_toe, "
+            "envpool:CartPole-v1)"
+        )
+    if family == "openspiel":
+        from selfplay.envs.openspiel import OpenSpielEnv
+
+        allowed = {"to_play_plane", "max_episode_steps"}
+        _check_options(name, options, allowed)
+        return OpenSpielEnv(env_id, num_envs, seed, **options)
+    if family == "pgx":
+        from selfplay.envs.pgx_env import PgxEnv
+
+        _check_options(name, options, set())
+        return PgxEnv(env_id, num_envs, seed)
+    from selfplay.envs.envpool_env import EnvPoolEnv
+
+    return EnvPoolEnv(env_id, num_envs, seed, **options)
+
+
+def _check_options(name: str, options: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        accepted = ", ".join(sorted(allowed)) or "none"
+        raise UsageError(f"unknown option(s) {', '.join(unknown)} for {name}; accepted: {accepted}")

@@ -1,0 +1,237 @@
+"""OpenSpiel adapter: any deterministic perfect-information game by its name, batched on the host.
+
+Observations are the game's `observation_tensor` for the player to move, written through
+OpenSpiel's numpy observer (no Python list per step). A game whose tensor is `[C, H, W]` board
+planes is returned channels-last `[H, W, C]`; any other shape is flattened to a vector. In
+two-player games one more plane (or element) holding the player to move (0.0 or 1.0) is appended,
+because many OpenSpiel games (tic_tac_toe, connect_four) encode the board the same way for both
+players and a value network must know whose turn it is; pass `to_play_plane=False` to omit it.
+
+An illegal action raises ValueError before any env is touched. The live `pyspiel.State` of each
+env is `OpenSpielEnv.states` (read it, clone it; do not apply actions to it).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+
+import numpy as np
+import pyspiel
+from open_spiel.python.observation import make_observation
+
+from configs.errors import UsageError
+from selfplay.envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions
+
+__all__ = ["OpenSpielEnv", "load_openspiel_game"]
+
+
+def load_openspiel_game(game_string: str) -> pyspiel.Game:
+    """Loads `game_string` (e.g. "go(board_size=9)") or raises UsageError saying why it is refused.
+
+    Accepted: sequential, deterministic, perfect-information games with one player, or two
+    players and zero-sum utility, that provide an observation tensor.
+    """
+    short = game_string.split("(", 1)[0].strip()
+    names = pyspiel.registered_names()
+    if short not in names:
+        close = difflib.get_close_matches(short, names, n=5, cutoff=0.5)
+        hint = f"did you mean {', '.join(close)}?" if close else "see pyspiel.registered_names()"
+        raise UsageError(
+            f"unknown OpenSpiel game {short!r} in 'openspiel:{game_string}': {hint} "
+            "(e.g. openspiel:tic_tac_toe, openspiel:connect_four, openspiel:go(board_size=9))"
+        )
+    try:
+        game = pyspiel.load_game(game_string)
+    except pyspiel.SpielError as e:
+        first = str(e).strip().splitlines()[0]
+        raise UsageError(f"OpenSpiel cannot load {game_string!r}: {first}") from None
+    gtype = game.get_type()
+    why = None
+    if gtype.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
+        why = "it has simultaneous moves"
+    elif gtype.chance_mode != pyspiel.GameType.ChanceMode.DETERMINISTIC:
+        why = "it has chance nodes (dice, cards)"
+    elif gtype.information != pyspiel.GameType.Information.PERFECT_INFORMATION:
+        why = "it has imperfect information"
+    elif game.num_players() > 2:
+        why = f"it has {game.num_players()} players"
+    elif game.num_players() == 2 and gtype.utility != pyspiel.GameType.Utility.ZERO_SUM:
+        why = f"it is not zero-sum ({gtype.utility.name.lower()})"
+    elif not gtype.provides_observation_tensor:
+        why = "it provides no observation tensor"
+    if why is not None:
+        raise UsageError(
+            f"OpenSpiel game {game_string!r} is not supported: {why}; supported are sequential, "
+            "deterministic, perfect-information games with one player or two zero-sum players"
+        )
+    return game
+
+
+class OpenSpielEnv(SyncSendRecv):
+    """`num_envs` copies of one OpenSpiel game stepped together on the host. See the module doc."""
+
+    def __init__(
+        self,
+        game_string: str,
+        num_envs: int,
+        seed: int = 0,
+        *,
+        to_play_plane: bool = True,
+        max_episode_steps: int | None = None,
+    ):
+        """`max_episode_steps` truncates longer games (`truncated`, no terminal reward)."""
+        if num_envs < 1:
+            raise UsageError(f"num_envs must be >= 1, got {num_envs}")
+        if max_episode_steps is not None and max_episode_steps < 1:
+            raise UsageError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
+        self.game = load_openspiel_game(game_string)
+        self.num_envs = num_envs
+        self.batch_size = num_envs
+        self._seed = seed  # unused: the accepted games are deterministic
+        self._num_players = self.game.num_players()
+        self._add_plane = to_play_plane and self._num_players == 2
+        self._max_steps = max_episode_steps
+        self._num_actions = self.game.num_distinct_actions()
+        self._observer = make_observation(self.game)
+        raw_shape = tuple(self.game.observation_tensor_shape())
+        self._planes = len(raw_shape) == 3  # [C, H, W] board planes
+        self._raw_shape = raw_shape
+        extra = 1 if self._add_plane else 0
+        if self._planes:
+            c, h, w = raw_shape
+            obs_shape: tuple[int, ...] = (h, w, c + extra)
+        else:
+            obs_shape = (int(np.prod(raw_shape)) + extra,)
+        self.spec = EnvSpec(
+            name=f"openspiel:{game_string}",
+            family="openspiel",
+            num_actions=self._num_actions,
+            observation_shape=obs_shape,
+            observation_dtype="float32",
+            num_players=self._num_players,
+            two_player_zero_sum=self._num_players == 2,
+            discount=1.0,
+            deterministic=True,
+            max_episode_steps=max_episode_steps,
+        )
+        self._states: list[pyspiel.State] = []
+        self._reset_stats()
+
+    @property
+    def states(self) -> list[pyspiel.State]:
+        """The live state of each env, index = env id (after auto-reset: the new game's)."""
+        return self._states
+
+    def _reset_stats(self):
+        self._returns0 = np.zeros(self.num_envs, np.float32)  # running return of player 0
+        self._lengths = np.zeros(self.num_envs, np.int32)
+
+    def observe(self, states: Sequence[pyspiel.State]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Observation [N, *obs_shape], legal mask [N, A] and to_play [N] of non-terminal states.
+
+        The same encoding `step` returns, for any states of this game (the arena, exact search).
+        """
+        n = len(states)
+        flat = np.empty((n, int(np.prod(self._raw_shape))), np.float32)
+        mask = np.zeros((n, self._num_actions), bool)
+        to_play = np.empty(n, np.int32)
+        observer = self._observer
+        for i, state in enumerate(states):
+            player = state.current_player()
+            if player < 0:
+                raise ValueError(f"state {i} has no player to move (terminal or chance): {state}")
+            to_play[i] = player
+            observer.set_from(state, player)
+            flat[i] = observer.tensor
+            mask[i, state.legal_actions()] = True
+        return self._encode(flat, to_play), mask, to_play
+
+    def _encode(self, flat: np.ndarray, to_play: np.ndarray) -> np.ndarray:
+        """[N, prod(raw_shape)] observation tensors -> [N, *obs_shape], with the to-play plane."""
+        n = flat.shape[0]
+        obs = np.empty((n, *self.spec.observation_shape), np.float32)
+        if self._planes:
+            c, h, w = self._raw_shape
+            obs[..., :c] = flat.reshape(n, c, h, w).transpose(0, 2, 3, 1)
+        else:
+            obs[:, : flat.shape[1]] = flat
+        if self._add_plane:
+            obs[..., -1] = to_play.reshape((n,) + (1,) * (obs.ndim - 2)).astype(np.float32)
+        return obs
+
+    def reset(self, seed: int = 0) -> TimeStep:
+        """Starts a new game in every env. `seed` is unused: the games are deterministic."""
+        self._seed = seed
+        self._states = [self.game.new_initial_state() for _ in range(self.num_envs)]
+        self._reset_stats()
+        self._pending = None
+        obs, mask, to_play = self.observe(self._states)
+        self._mask = mask
+        b = self.num_envs
+        return TimeStep(
+            observation=obs,
+            reward=np.zeros(b, np.float32),
+            done=np.zeros(b, bool),
+            truncated=np.zeros(b, bool),
+            legal_mask=mask,
+            to_play=to_play,
+            episode_return=np.zeros(b, np.float32),
+            episode_length=np.zeros(b, np.int32),
+            episode_end=np.zeros(b, bool),
+            env_id=np.arange(b, dtype=np.int32),
+        )
+
+    def step(self, actions: np.ndarray) -> TimeStep:
+        """Applies `actions` [B] (legal ones; ValueError otherwise) and auto-resets ended games."""
+        if not self._states:
+            raise ValueError("step called before reset")
+        b = self.num_envs
+        actions = check_actions(actions, b, self._num_actions)
+        legal = self._mask[np.arange(b), actions]
+        if not legal.all():
+            bad = np.flatnonzero(~legal)
+            raise ValueError(
+                f"illegal actions {actions[bad].tolist()} in envs {bad.tolist()} "
+                f"of {self.spec.name}"
+            )
+        reward = np.zeros(b, np.float32)
+        done = np.zeros(b, bool)
+        truncated = np.zeros(b, bool)
+        ep_return = np.zeros(b, np.float32)
+        ep_length = np.zeros(b, np.int32)
+        self._lengths += 1
+        max_steps = self._max_steps
+        for i, (state, action) in enumerate(zip(self._states, actions.tolist(), strict=True)):
+            mover = state.current_player()
+            state.apply_action(action)
+            rewards = state.rewards()
+            reward[i] = rewards[mover]
+            self._returns0[i] += rewards[0]
+            if state.is_terminal():
+                done[i] = True
+            elif max_steps is not None and self._lengths[i] >= max_steps:
+                done[i] = truncated[i] = True
+            if done[i]:
+                ep_return[i] = self._returns0[i]
+                ep_length[i] = self._lengths[i]
+                self._returns0[i] = 0.0
+                self._lengths[i] = 0
+                self._states[i] = self.game.new_initial_state()
+        obs, mask, to_play = self.observe(self._states)
+        self._mask = mask
+        return TimeStep(
+            observation=obs,
+            reward=reward,
+            done=done,
+            truncated=truncated,
+            legal_mask=mask,
+            to_play=to_play,
+            episode_return=ep_return,
+            episode_length=ep_length,
+            episode_end=done.copy(),
+            env_id=np.arange(b, dtype=np.int32),
+        )
+
+    def close(self) -> None:
+        self._states = []

@@ -1,0 +1,296 @@
+"""pgx adapter: JAX-native games batched with vmap, stepped and auto-reset inside jit.
+
+Three ways in, from the most to the least pure:
+
+- `pgx_functions(env_id, num_envs)`: a pure `reset(key)` / `step(env_state, actions)` pair over a
+  `PgxEnvState` pytree, for a fully jitted (Anakin) loop.
+- `pgx_exact_step(env_id)`: the batched rules without auto-reset, `(state, action) -> ExactStep`,
+  for a search that steps the real game inside jit (AlphaZero's exact model).
+- `PgxEnv`: the host-side `BatchedEnv` (numpy `step`) plus `step_device` (JAX arrays, no transfer)
+  and `.state` (the batched pgx State on device).
+
+Observations are pgx's own, already channels-last and from the view of the player to move, cast
+to float32. pgx assigns player ids at random to the first and second mover, so `to_play` is the
+pgx player id and `episode_return` is the return of player id 0. pgx ends the game with -1 for the
+mover on an illegal action: `PgxEnv.step` raises ValueError instead, `step_device` and the pure
+functions keep pgx's rule.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pgx
+
+from configs.errors import UsageError
+from selfplay.envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions
+
+__all__ = [
+    "ExactStep",
+    "PgxEnv",
+    "PgxEnvState",
+    "PgxFunctions",
+    "make_pgx_game",
+    "pgx_exact_step",
+    "pgx_functions",
+]
+
+# Games whose next state is a function of (state, action): the exact-model search may step them.
+_DETERMINISTIC = frozenset({
+    "animal_shogi", "chess", "connect_four", "gardner_chess", "go_9x9", "go_19x19", "hex",
+    "othello", "shogi", "tic_tac_toe",
+})  # fmt: skip
+_IMPERFECT = frozenset({"kuhn_poker", "leduc_holdem", "sparrow_mahjong", "bridge_bidding"})
+
+
+def make_pgx_game(env_id: str) -> pgx.Env:
+    """`pgx.make(env_id)`, or UsageError naming the bad id and the accepted ones."""
+    available = [e for e in pgx.available_envs() if e not in _IMPERFECT]
+    if env_id in _IMPERFECT:
+        raise UsageError(
+            f"pgx game {env_id!r} is not supported: it has imperfect information; "
+            f"supported: {', '.join(available)}"
+        )
+    if env_id not in available:
+        close = difflib.get_close_matches(env_id, available, n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise UsageError(f"unknown pgx game {env_id!r}: {hint}accepted: {', '.join(available)}")
+    try:
+        return pgx.make(env_id)
+    except Exception as e:  # e.g. minatar needs the extra pgx-minatar package
+        raise UsageError(f"pgx cannot make {env_id!r}: {e}") from None
+
+
+class PgxEnvState(NamedTuple):
+    """The device-side state of a batch of pgx games and their running episode statistics."""
+
+    game: Any  # batched pgx State, leading axis [B]
+    key: jax.Array  # PRNG key for chance (stochastic games) and new games
+    episode_return: jax.Array  # [B] float32, player 0's return so far in the current episode
+    episode_length: jax.Array  # [B] int32, steps so far in the current episode
+
+
+class PgxFunctions(NamedTuple):
+    """Pure, jittable batched env functions (same-step auto-reset), for a jitted loop."""
+
+    reset: Callable[[jax.Array], tuple[PgxEnvState, TimeStep]]  # key -> (state, first TimeStep)
+    step: Callable[[PgxEnvState, jax.Array], tuple[PgxEnvState, TimeStep]]  # actions [B] int32
+
+
+class ExactStep(NamedTuple):
+    """The result of `pgx_exact_step`: one ply of the real rules, batched, no auto-reset."""
+
+    state: Any  # batched pgx State after the action
+    observation: jax.Array  # [B, *obs_shape] float32, the new state from its mover's view
+    reward: jax.Array  # [B] float32, reward of the player who acted
+    terminal: jax.Array  # [B] bool, the new state is terminal or truncated (stepping: no-op)
+    legal_mask: jax.Array  # [B, A] bool, legal actions in the new state (all True when terminal)
+    to_play: jax.Array  # [B] int32, pgx player id to move in the new state
+
+
+def _rows(x: jax.Array, index: jax.Array) -> jax.Array:
+    """x[b, index[b]] for x [B, N] and index [B]."""
+    return jnp.take_along_axis(x, index[:, None], axis=1)[:, 0]
+
+
+def pgx_exact_step(env_id: str) -> Callable[[Any, jax.Array], ExactStep]:
+    """Returns `step(state, action) -> ExactStep` over batched pgx States, pure and jittable.
+
+    For a search with the real rules as its model: `state` is e.g. `PgxEnv.state`, `action` [B]
+    int32. Raises ValueError for a game with chance or hidden information (no exact model).
+    """
+    if env_id not in _DETERMINISTIC:
+        raise ValueError(
+            f"pgx game {env_id!r} is not deterministic: no exact model; "
+            f"deterministic games: {', '.join(sorted(_DETERMINISTIC))}"
+        )
+    game = make_pgx_game(env_id)
+    vstep = jax.vmap(game.step)
+
+    def step(state: Any, action: jax.Array) -> ExactStep:
+        chex.assert_rank(action, 1)
+        chex.assert_equal_shape_prefix([state.current_player, action], 1)
+        mover = state.current_player
+        nxt = vstep(state, action)
+        return ExactStep(
+            state=nxt,
+            observation=nxt.observation.astype(jnp.float32),
+            reward=_rows(nxt.rewards, mover).astype(jnp.float32),
+            terminal=nxt.terminated | nxt.truncated,
+            legal_mask=nxt.legal_action_mask,
+            to_play=nxt.current_player.astype(jnp.int32),
+        )
+
+    return step
+
+
+@functools.cache
+def pgx_functions(env_id: str, num_envs: int) -> PgxFunctions:
+    """Pure `reset(key)` and `step(env_state, actions)` for `num_envs` copies of a pgx game."""
+    game = make_pgx_game(env_id)
+    return _functions(game, num_envs)
+
+
+@functools.cache
+def _jitted(env_id: str, num_envs: int) -> tuple[Callable, Callable]:
+    # Shared by every PgxEnv of this game and size, so a second env does not compile again.
+    functions = pgx_functions(env_id, num_envs)
+    return jax.jit(functions.reset), jax.jit(functions.step)
+
+
+def _functions(game: pgx.Env, num_envs: int) -> PgxFunctions:
+    vinit = jax.vmap(game.init)
+    vstep = jax.vmap(game.step)
+    env_ids = jnp.arange(num_envs, dtype=jnp.int32)
+
+    def timestep(state, reward, done, truncated, ep_return, ep_length) -> TimeStep:
+        return TimeStep(
+            observation=state.observation.astype(jnp.float32),
+            reward=reward,
+            done=done,
+            truncated=truncated,
+            legal_mask=state.legal_action_mask,
+            to_play=state.current_player.astype(jnp.int32),
+            episode_return=ep_return,
+            episode_length=ep_length,
+            episode_end=done,
+            env_id=env_ids,
+        )
+
+    def reset(key: jax.Array) -> tuple[PgxEnvState, TimeStep]:
+        key, init_key = jax.random.split(key)
+        state = vinit(jax.random.split(init_key, num_envs))
+        zeros_f = jnp.zeros(num_envs, jnp.float32)
+        zeros_i = jnp.zeros(num_envs, jnp.int32)
+        no = jnp.zeros(num_envs, bool)
+        env_state = PgxEnvState(state, key, zeros_f, zeros_i)
+        return env_state, timestep(state, zeros_f, no, no, zeros_f, zeros_i)
+
+    def step(env_state: PgxEnvState, actions: jax.Array) -> tuple[PgxEnvState, TimeStep]:
+        chex.assert_shape(actions, (num_envs,))
+        key, step_key, init_key = jax.random.split(env_state.key, 3)
+        state = env_state.game
+        mover = state.current_player
+        nxt = vstep(state, actions, jax.random.split(step_key, num_envs))
+        reward = _rows(nxt.rewards, mover).astype(jnp.float32)  # [B]
+        done = nxt.terminated | nxt.truncated  # [B]
+        truncated = nxt.truncated & ~nxt.terminated
+        ep_return = env_state.episode_return + nxt.rewards[:, 0].astype(jnp.float32)
+        ep_length = env_state.episode_length + 1
+
+        def auto_reset(nxt):
+            fresh = vinit(jax.random.split(init_key, num_envs))
+            pick = lambda new, old: jnp.where(done.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
+            return jax.tree.map(pick, fresh, nxt)
+
+        # Skip building fresh games (not cheap for chess or go) on the many steps where none ended.
+        new_state = jax.lax.cond(done.any(), auto_reset, lambda s: s, nxt)
+        ts = timestep(
+            new_state,
+            reward,
+            done,
+            truncated,
+            jnp.where(done, ep_return, 0.0),
+            jnp.where(done, ep_length, 0),
+        )
+        next_env_state = PgxEnvState(
+            new_state, key, jnp.where(done, 0.0, ep_return), jnp.where(done, 0, ep_length)
+        )
+        return next_env_state, ts
+
+    return PgxFunctions(reset=reset, step=step)
+
+
+class PgxEnv(SyncSendRecv):
+    """`num_envs` copies of a pgx game as a `BatchedEnv`; the state stays on device."""
+
+    def __init__(self, env_id: str, num_envs: int, seed: int = 0):
+        if num_envs < 1:
+            raise UsageError(f"num_envs must be >= 1, got {num_envs}")
+        self.game = make_pgx_game(env_id)
+        self.env_id = env_id
+        self.num_envs = num_envs
+        self.batch_size = num_envs
+        self._seed = seed
+        self.functions = pgx_functions(env_id, num_envs)
+        self._reset, self._step = _jitted(env_id, num_envs)
+        state = jax.eval_shape(self.game.init, jax.random.PRNGKey(0))  # shapes only, no compute
+        obs_shape = tuple(int(d) for d in state.observation.shape)
+        num_players = int(self.game.num_players)
+        self.spec = EnvSpec(
+            name=f"pgx:{env_id}",
+            family="pgx",
+            num_actions=int(self.game.num_actions),
+            observation_shape=obs_shape,
+            observation_dtype="float32",
+            num_players=num_players,
+            two_player_zero_sum=num_players == 2,
+            discount=1.0,
+            deterministic=env_id in _DETERMINISTIC,
+            max_episode_steps=None,
+        )
+        self._env_state: PgxEnvState | None = None
+        self._mask: np.ndarray | None = None
+
+    @property
+    def state(self) -> Any:
+        """The batched pgx State on device (the new games' where the last step auto-reset)."""
+        if self._env_state is None:
+            raise ValueError("no state before reset")
+        return self._env_state.game
+
+    @property
+    def env_state(self) -> PgxEnvState:
+        """The whole device-side state, as `functions.step` takes it."""
+        if self._env_state is None:
+            raise ValueError("no state before reset")
+        return self._env_state
+
+    def reset(self, seed: int = 0) -> TimeStep:
+        """Starts new games; `seed` fixes pgx's random first player and the games' chance."""
+        self._seed = seed
+        self._pending = None
+        self._env_state, ts = self._reset(jax.random.PRNGKey(seed))
+        return self._to_host(ts)
+
+    def step_device(self, actions: jax.Array) -> TimeStep:
+        """Steps with `actions` [B] (host or device) and returns the TimeStep as device arrays.
+
+        No host transfer and no legality check: an illegal action loses the game (pgx's rule).
+        """
+        if self._env_state is None:
+            raise ValueError("step called before reset")
+        self._mask = None
+        self._env_state, ts = self._step(self._env_state, jnp.asarray(actions, jnp.int32))
+        return ts
+
+    def step(self, actions: np.ndarray) -> TimeStep:
+        """Steps with legal `actions` [B] (ValueError otherwise) and returns numpy arrays."""
+        if self._env_state is None:
+            raise ValueError("step called before reset")
+        actions = check_actions(actions, self.num_envs, self.spec.num_actions)
+        if self._mask is None:  # the last step was step_device: fetch the mask once
+            self._mask = np.asarray(self._env_state.game.legal_action_mask)
+        legal = self._mask[np.arange(self.num_envs), actions]
+        if not legal.all():
+            bad = np.flatnonzero(~legal)
+            raise ValueError(
+                f"illegal actions {actions[bad].tolist()} in envs {bad.tolist()} "
+                f"of {self.spec.name}"
+            )
+        return self._to_host(self.step_device(actions))
+
+    def _to_host(self, ts: TimeStep) -> TimeStep:
+        host = TimeStep(*jax.device_get(tuple(ts)))
+        self._mask = host.legal_mask
+        return host
+
+    def close(self) -> None:
+        self._env_state = None
