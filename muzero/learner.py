@@ -1,0 +1,154 @@
+"""The learner's pure step: `update(state, batch) -> (state, metrics)` over any loss function.
+
+A loss is `loss_fn(params, batch, key) -> (scalar_loss, metrics)`, pure and jittable, with the
+loss a *mean* over the batch: then the mean of per-shard gradients (`pmean` over `axis_name`) is
+the gradient of the global batch, and the replicated update (`muzero.distributed`) computes the
+same step as one device would.
+"""
+
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+
+from muzero.config import OptimizerConfig
+
+__all__ = [
+    "LossFn",
+    "TrainState",
+    "UpdateFn",
+    "init_train_state",
+    "make_optimizer",
+    "make_schedule",
+    "make_update",
+]
+
+Params = Any
+Batch = Any
+Metrics = dict[str, jax.Array]
+LossFn = Callable[[Params, Batch, jax.Array], tuple[jax.Array, Mapping[str, jax.Array]]]
+
+
+class TrainState(NamedTuple):
+    """Everything the learner carries from one update to the next."""
+
+    params: Params  # The network parameters (any pytree).
+    opt_state: optax.OptState  # The optimizer's state for `params`.
+    step: jax.Array  # [] int32: updates applied so far.
+    key: jax.Array  # PRNG key, split once per update; the loss gets a fresh subkey.
+
+
+UpdateFn = Callable[[TrainState, Batch], tuple[TrainState, Metrics]]
+
+
+def make_schedule(config: OptimizerConfig) -> optax.Schedule:
+    """Learning rate as a function of the update count: linear warm-up, then the decay."""
+    peak, warmup = config.learning_rate, config.warmup_steps
+    if config.schedule == "constant":
+        after = optax.constant_schedule(peak)
+    elif config.schedule == "cosine":
+        after = optax.cosine_decay_schedule(
+            peak, config.decay_steps, alpha=config.final_learning_rate / peak
+        )
+    else:
+        after = optax.linear_schedule(peak, config.final_learning_rate, config.decay_steps)
+    if warmup == 0:
+        return after
+    return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), after], [warmup])
+
+
+def _weight_matrices(params: Params) -> Params:
+    # Decay only kernels (rank >= 2): decaying biases and norm scales only hurts the fit.
+    return jax.tree.map(lambda x: jnp.ndim(x) >= 2, params)
+
+
+def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
+    """The optax optimizer for `config`; its current learning rate is in its state.
+
+    Order: clip the raw gradient's global norm, Adam or momentum, decoupled weight decay (AdamW /
+    SGDW: proportional to the learning rate, outside Adam's normalisation), learning rate.
+    """
+
+    def chain(learning_rate) -> optax.GradientTransformation:
+        parts = []
+        if config.max_grad_norm > 0:
+            parts.append(optax.clip_by_global_norm(config.max_grad_norm))
+        if config.optimizer == "adam":
+            parts.append(optax.scale_by_adam(config.adam_b1, config.adam_b2, config.adam_eps))
+        elif config.momentum > 0:
+            parts.append(optax.trace(decay=config.momentum, nesterov=config.nesterov))
+        if config.weight_decay > 0:
+            parts.append(optax.add_decayed_weights(config.weight_decay, mask=_weight_matrices))
+        parts.append(optax.scale_by_learning_rate(learning_rate))
+        return optax.chain(*parts)
+
+    # inject_hyperparams keeps the scheduled rate in the state, where `update` reads it for metrics.
+    return optax.inject_hyperparams(chain)(learning_rate=make_schedule(config))
+
+
+def init_train_state(
+    params: Params, optimizer: optax.GradientTransformation, key: jax.Array
+) -> TrainState:
+    """A fresh state at step 0 for `params`."""
+    return TrainState(
+        params=params,
+        opt_state=optimizer.init(params),
+        step=jnp.zeros((), jnp.int32),
+        key=key,
+    )
+
+
+def _varying(tree: Params, axis_name: str) -> Params:
+    def cast(x):
+        if axis_name in jax.typeof(x).manual_axis_type.varying:
+            return x
+        return jax.lax.pcast(x, axis_name, to="varying")
+
+    return jax.tree.map(cast, tree)
+
+
+def make_update(
+    loss_fn: LossFn, optimizer: optax.GradientTransformation, *, axis_name: str | None = None
+) -> UpdateFn:
+    """The pure learner step for `loss_fn`: one gradient step, and its metrics.
+
+    With `axis_name`, the function must run inside a named-axis context over that axis
+    (`shard_map`, `pmap`): gradients and metrics are averaged across it with `pmean`, so every
+    shard applies the same update and the parameters stay identical.
+
+    Metrics: the loss's own terms, `loss`, `grad_norm` (global norm of the averaged gradient,
+    before clipping) and `learning_rate` (the rate of this update, when the optimizer keeps one in
+    its state as `make_optimizer`'s does).
+    """
+    value_and_grad = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def update(state: TrainState, batch: Batch) -> tuple[TrainState, Metrics]:
+        key, loss_key = jax.random.split(state.key)
+        if axis_name is not None:
+            # Each shard draws its own randomness; the carried key stays replicated.
+            loss_key = jax.random.fold_in(loss_key, jax.lax.axis_index(axis_name))
+        params = state.params
+        if axis_name is not None:
+            # Differentiate per-shard copies: the gradient of a replicated input would already
+            # be summed over the axis by autodiff, and the pmean below must see each shard's own.
+            params = _varying(params, axis_name)
+        (loss, loss_metrics), grads = value_and_grad(params, batch, loss_key)
+        chex.assert_rank(loss, 0)
+        metrics = {**loss_metrics, "loss": loss}
+        if axis_name is not None:
+            grads, metrics = jax.lax.pmean((grads, metrics), axis_name)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics["grad_norm"] = optax.global_norm(grads)
+        learning_rate = optax.tree_utils.tree_get(
+            opt_state, "learning_rate", filtering=lambda _, value: isinstance(value, jax.Array)
+        )
+        if learning_rate is not None:
+            metrics["learning_rate"] = jnp.asarray(learning_rate)
+        new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1, key=key)
+        return new_state, metrics
+
+    return update

@@ -1,0 +1,140 @@
+"""Worker launched by test_replication.py and test_distributed.py in a fresh interpreter.
+
+The device count (XLA_FLAGS) and `jax.distributed` must be set up before JAX starts, so these
+checks cannot run in the pytest process. Usage:
+
+    python _distributed_worker.py replicate OUT.npz
+    python _distributed_worker.py process PORT PROCESS_ID NUM_PROCESSES OUT.npz
+
+Both run a few updates of the regression problem with the replicated update and, on one device,
+with the plain update on the same global batch, and save both parameter sets to OUT.npz.
+"""
+
+import sys
+
+import jax
+import numpy as np
+
+STEPS = 3
+
+
+def _optimizer():
+    from muzero.config import OptimizerConfig
+    from muzero.learner import make_optimizer
+
+    # SGD (unlike Adam) is sensitive to the gradient's scale, so a sum in place of a mean shows;
+    # clipping (not reached), weight decay and a schedule on, so every part of the step runs.
+    return make_optimizer(
+        OptimizerConfig(
+            optimizer="sgd", learning_rate=5e-2, schedule="cosine", warmup_steps=1,
+            decay_steps=10, max_grad_norm=100.0, weight_decay=1e-2,
+        )
+    )
+
+
+def _flat(tree) -> dict[str, np.ndarray]:
+    return {
+        jax.tree_util.keystr(path): np.asarray(x)
+        for path, x in jax.tree_util.tree_leaves_with_path(tree)
+    }
+
+
+def _reference(params, batches):
+    """The plain single-device update on each global batch in turn."""
+    import _regression
+
+    from muzero.learner import init_train_state, make_update
+
+    optimizer = _optimizer()
+    update = jax.jit(make_update(_regression.loss_fn, optimizer))
+    state = init_train_state(params, optimizer, jax.random.key(1))
+    for batch in batches:
+        state, metrics = update(state, batch)
+    return state.params, metrics
+
+
+def replicate_main(out: str) -> None:
+    import _regression
+
+    from muzero.distributed import make_replicated_update, replicate, shard_batch, unreplicate
+    from muzero.learner import init_train_state
+
+    devices = jax.devices()
+    assert len(devices) == 4, devices
+    params = _regression.init_params(jax.random.key(0))
+    optimizer = _optimizer()
+    results = {}
+    for batch_axis, time in [(0, None), (1, 3)]:
+        keys = jax.random.split(jax.random.key(10 + batch_axis), STEPS)
+        batches = [_regression.make_batch(k, 16, time) for k in keys]
+        ref_params, ref_metrics = _reference(params, batches)
+        update = make_replicated_update(
+            _regression.loss_fn, optimizer, devices, batch_axis=batch_axis
+        )
+        state = replicate(init_train_state(params, optimizer, jax.random.key(1)), devices)
+        for batch in batches:
+            state, metrics = update(state, shard_batch(batch, devices, batch_axis))
+        tag = f"axis{batch_axis}"
+        for name, x in _flat(unreplicate(state.params)).items():
+            results[f"{tag}/replicated/{name}"] = x
+        for name, x in _flat(ref_params).items():
+            results[f"{tag}/single/{name}"] = x
+        for name, x in _flat(params).items():
+            results[f"{tag}/initial/{name}"] = x
+        # Every device's own copy, to check they are bit-identical.
+        for i, shard in enumerate(state.params["w1"].addressable_shards):
+            results[f"{tag}/device{i}/w1"] = np.asarray(shard.data)
+        for name in ("loss", "grad_norm", "learning_rate"):
+            results[f"{tag}/metric/replicated/{name}"] = np.asarray(metrics[name])
+            results[f"{tag}/metric/single/{name}"] = np.asarray(ref_metrics[name])
+        results[f"{tag}/step"] = np.asarray(unreplicate(state.step))
+    np.savez(out, **results)
+
+
+def process_main(port: str, process_id: str, num_processes: str, out: str) -> None:
+    process_id, num_processes = int(process_id), int(num_processes)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{port}",
+        num_processes=num_processes,
+        process_id=process_id,
+        initialization_timeout=60,
+    )
+    import _regression
+
+    from muzero.distributed import (
+        global_devices,
+        make_replicated_update,
+        replicate,
+        shard_batch,
+        unreplicate,
+    )
+    from muzero.learner import init_train_state
+
+    devices = global_devices()
+    assert len(devices) == num_processes * jax.local_device_count(), devices
+    params = _regression.init_params(jax.random.key(0))
+    optimizer = _optimizer()
+    update = make_replicated_update(_regression.loss_fn, optimizer, devices)
+    state = replicate(init_train_state(params, optimizer, jax.random.key(1)), devices)
+    global_batches = []
+    for step in range(STEPS):
+        # Each process feeds different data: only a cross-process pmean keeps params equal.
+        local = [
+            _regression.make_batch(jax.random.key(100 * step + p), 8)
+            for p in range(num_processes)
+        ]
+        global_batches.append(jax.tree.map(lambda *xs: np.concatenate(xs), *local))
+        state, metrics = update(state, shard_batch(local[process_id], devices))
+    ref_params, _ = _reference(params, global_batches)
+    results = {f"replicated/{k}": v for k, v in _flat(unreplicate(state.params)).items()}
+    results.update({f"single/{k}": v for k, v in _flat(ref_params).items()})
+    results.update({f"initial/{k}": v for k, v in _flat(params).items()})
+    results["loss"] = np.asarray(unreplicate(metrics["loss"]))
+    np.savez(out, **results)
+    jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    mode, *args = sys.argv[1:]
+    {"replicate": replicate_main, "process": process_main}[mode](*args)

@@ -1,0 +1,69 @@
+"""The replicated update across 2 processes (`jax.distributed`, gloo) on this machine.
+
+Each process has 2 CPU devices and feeds different data: only a gradient average that crosses
+processes leaves both with the same parameters, equal to one device's update on the global batch.
+"""
+
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.test_replication import WORKER, worker_env
+
+NUM_PROCESSES = 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("distributed")
+    port = _free_port()
+    outs = [tmp / f"process{i}.npz" for i in range(NUM_PROCESSES)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), "process", str(port), str(i), str(NUM_PROCESSES),
+             str(out)],
+            env=worker_env(2), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        for i, out in enumerate(outs)
+    ]
+    logs = []
+    try:
+        for proc in procs:
+            logs.append(proc.communicate(timeout=120)[0])
+    finally:
+        for proc in procs:  # a hung peer fails the test instead of blocking it
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for i, proc in enumerate(procs):
+        assert proc.returncode == 0, f"process {i}:\n{logs[i][-4000:] if i < len(logs) else ''}"
+    return [dict(np.load(out)) for out in outs]
+
+
+def test_processes_end_with_identical_updated_parameters(results):
+    first, second = results
+    names = [k.split("/", 1)[1] for k in first if k.startswith("replicated/")]
+    assert names
+    for name in names:
+        np.testing.assert_array_equal(first[f"replicated/{name}"], second[f"replicated/{name}"])
+        assert not np.allclose(first[f"replicated/{name}"], first[f"initial/{name}"]), name
+    np.testing.assert_array_equal(first["loss"], second["loss"])
+
+
+def test_processes_match_one_device_on_the_global_batch(results):
+    for result in results:
+        for key in result:
+            if key.startswith("single/"):
+                name = key.split("/", 1)[1]
+                np.testing.assert_allclose(
+                    result[f"replicated/{name}"], result[key], rtol=1e-5, atol=1e-6, err_msg=name
+                )

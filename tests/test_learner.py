@@ -1,0 +1,203 @@
+"""The learner's pure update, its optimizer and config, and the one-device replication path."""
+
+import dataclasses
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from muzero.config import OptimizerConfig
+from muzero.distributed import (
+    global_devices,
+    make_replicated_update,
+    replicate,
+    shard_batch,
+    unreplicate,
+)
+from muzero.learner import (
+    TrainState,
+    init_train_state,
+    make_optimizer,
+    make_schedule,
+    make_update,
+)
+from tests._regression import init_params, loss_fn, make_batch
+
+
+def _train(config: OptimizerConfig, steps: int, use_jit: bool = True):
+    optimizer = make_optimizer(config)
+    update = make_update(loss_fn, optimizer)
+    update = jax.jit(update) if use_jit else update
+    state = init_train_state(init_params(jax.random.key(0)), optimizer, jax.random.key(1))
+    batch = make_batch(jax.random.key(2), 64)
+    history = []
+    for _ in range(steps):
+        state, metrics = update(state, batch)
+        history.append(metrics)
+    return state, history
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        OptimizerConfig(learning_rate=1e-2),
+        OptimizerConfig(optimizer="sgd", learning_rate=5e-2, max_grad_norm=1.0),
+        OptimizerConfig(learning_rate=1e-2, schedule="linear", warmup_steps=5, decay_steps=100,
+                        weight_decay=1e-3),
+    ],
+    ids=["adam", "sgd-clipped", "adamw-warmup-linear"],
+)
+def test_update_reduces_the_loss(config):
+    state, history = _train(config, steps=40)
+    assert float(history[-1]["loss"]) < 0.5 * float(history[0]["loss"])
+    assert int(state.step) == 40
+
+
+def test_update_without_jit_matches_jit():
+    config = OptimizerConfig(optimizer="sgd", learning_rate=5e-2, weight_decay=1e-2)
+    jitted, _ = _train(config, steps=1, use_jit=True)
+    eager, _ = _train(config, steps=1, use_jit=False)
+    chex.assert_trees_all_close(jitted.params, eager.params, rtol=1e-5, atol=1e-6)
+
+
+def test_metrics_hold_loss_terms_grad_norm_and_learning_rate():
+    config = OptimizerConfig(learning_rate=1e-2, schedule="cosine", warmup_steps=2, decay_steps=4)
+    state, history = _train(config, steps=6)
+    assert set(history[0]) == {"loss", "mse", "rmse", "grad_norm", "learning_rate"}
+    schedule = make_schedule(config)
+    np.testing.assert_allclose(
+        [float(m["learning_rate"]) for m in history], [float(schedule(i)) for i in range(6)],
+        rtol=1e-6,
+    )
+    params = init_params(jax.random.key(0))
+    grads = jax.grad(lambda p: loss_fn(p, make_batch(jax.random.key(2), 64), None)[0])(params)
+    np.testing.assert_allclose(history[0]["grad_norm"], optax.global_norm(grads), rtol=1e-5)
+
+
+def test_the_key_is_split_every_step():
+    def keyed_loss(params, batch, key):
+        loss, metrics = loss_fn(params, batch, key)
+        return loss, {**metrics, "draw": jax.random.uniform(key)}
+
+    optimizer = make_optimizer(OptimizerConfig())
+    update = jax.jit(make_update(keyed_loss, optimizer))
+    state = init_train_state(init_params(jax.random.key(0)), optimizer, jax.random.key(1))
+    batch = make_batch(jax.random.key(2), 8)
+    keys, draws = [state.key], []
+    for _ in range(3):
+        state, metrics = update(state, batch)
+        keys.append(state.key)
+        draws.append(float(metrics["draw"]))
+    assert len({tuple(np.asarray(jax.random.key_data(k)).tolist()) for k in keys}) == 4
+    assert len(set(draws)) == 3  # the loss gets a fresh key every step
+
+
+def test_schedules():
+    warm = OptimizerConfig(learning_rate=1.0, schedule="cosine", warmup_steps=10, decay_steps=20,
+                           final_learning_rate=0.1)
+    s = make_schedule(warm)
+    np.testing.assert_allclose([s(0), s(5), s(10), s(20), s(30), s(100)],
+                               [0.0, 0.5, 1.0, 0.55, 0.1, 0.1], rtol=1e-5, atol=1e-6)
+    s = make_schedule(OptimizerConfig(learning_rate=1.0, schedule="linear", decay_steps=10))
+    np.testing.assert_allclose([s(0), s(5), s(10), s(50)], [1.0, 0.5, 0.0, 0.0], atol=1e-6)
+    s = make_schedule(OptimizerConfig(learning_rate=0.3))
+    np.testing.assert_allclose([s(0), s(10**6)], [0.3, 0.3], rtol=1e-6)
+
+
+def test_clipping_bounds_the_step():
+    config = OptimizerConfig(optimizer="sgd", learning_rate=0.1, momentum=0.0, max_grad_norm=1e-3)
+    state, history = _train(config, steps=1)
+    assert float(history[0]["grad_norm"]) > 1e-3  # reported before clipping
+    params = init_params(jax.random.key(0))
+    delta = optax.global_norm(jax.tree.map(jnp.subtract, state.params, params))
+    np.testing.assert_allclose(delta, 0.1 * 1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_weight_decay_is_decoupled_and_spares_biases(optimizer):
+    def zero_loss(params, batch, key):
+        return 0.0 * loss_fn(params, batch, key)[0], {}
+
+    config = OptimizerConfig(optimizer=optimizer, learning_rate=0.5, weight_decay=0.1)
+    opt = make_optimizer(config)
+    params = init_params(jax.random.key(0))
+    params = {**params, "b1": jnp.ones_like(params["b1"])}
+    state = init_train_state(params, opt, jax.random.key(1))
+    state, _ = make_update(zero_loss, opt)(state, make_batch(jax.random.key(2), 8))
+    # Zero gradient: only the decay moves the kernels, by lr * wd, never the biases.
+    np.testing.assert_allclose(state.params["w1"], params["w1"] * (1 - 0.5 * 0.1), rtol=1e-6)
+    np.testing.assert_array_equal(state.params["b1"], params["b1"])
+
+
+def test_a_loss_that_is_not_scalar_is_refused():
+    def bad_loss(params, batch, key):
+        loss, metrics = loss_fn(params, batch, key)
+        return jnp.stack([loss, loss]), metrics
+
+    optimizer = make_optimizer(OptimizerConfig())
+    state = init_train_state(init_params(jax.random.key(0)), optimizer, jax.random.key(1))
+    with pytest.raises((AssertionError, TypeError)):
+        make_update(bad_loss, optimizer)(state, make_batch(jax.random.key(2), 8))
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("optimizer", "rmsprop"),
+        ("schedule", "exponential"),
+        ("learning_rate", 0.0),
+        ("learning_rate", "1e-3"),
+        ("warmup_steps", -1),
+        ("warmup_steps", 2.5),
+        ("decay_steps", 0),
+        ("final_learning_rate", 1.0),
+        ("max_grad_norm", -1.0),
+        ("weight_decay", -0.1),
+        ("adam_b1", 1.0),
+        ("adam_b2", -0.1),
+        ("adam_eps", 0.0),
+        ("momentum", 1.0),
+        ("nesterov", 1),
+    ],
+)
+def test_config_errors_name_the_field(field, value):
+    with pytest.raises(ValueError, match=rf"OptimizerConfig\.{field} must be"):
+        OptimizerConfig(**{field: value})
+
+
+def test_config_is_frozen():
+    config = OptimizerConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.learning_rate = 1.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("batch_axis, time", [(0, None), (1, 3)])
+def test_replicated_update_on_one_device_matches_the_plain_update(batch_axis, time):
+    devices = global_devices()[:1]
+    optimizer = make_optimizer(OptimizerConfig(optimizer="sgd", learning_rate=0.1))
+    state = init_train_state(init_params(jax.random.key(0)), optimizer, jax.random.key(1))
+    batch = make_batch(jax.random.key(2), 8, time)
+    expected, expected_metrics = make_update(loss_fn, optimizer)(state, batch)
+    update = make_replicated_update(loss_fn, optimizer, devices, batch_axis=batch_axis)
+    replicated = replicate(state, devices)
+    new, metrics = update(replicated, shard_batch(batch, devices, batch_axis))
+    assert isinstance(new, TrainState)
+    chex.assert_trees_all_close(unreplicate(new.params), expected.params, rtol=1e-5)
+    chex.assert_trees_all_close(metrics, expected_metrics, rtol=1e-5)
+    # The update donates the replicated state, never the caller's arrays replicate copied.
+    assert not any(x.is_deleted() for x in jax.tree.leaves(state))
+    assert all(x.is_deleted() for x in jax.tree.leaves(replicated.params))
+
+
+def test_shard_batch_names_a_leaf_without_the_batch_axis():
+    batch = make_batch(jax.random.key(2), 8)
+    with pytest.raises(ValueError, match=r"\.y with shape \(8,\) needs a batch axis 1"):
+        shard_batch(batch, global_devices()[:1], batch_axis=1)
+
+
+def test_global_devices_rejects_a_missing_local_device():
+    with pytest.raises(ValueError, match="local device index 99 out of range"):
+        global_devices([99])
