@@ -1,0 +1,334 @@
+"""Metrics of a run: `metrics.jsonl`, TensorBoard scalars, a live progress line, stage timers and
+learning-curve plots. Everything here may be called from several threads."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+__all__ = [
+    "MetricsLogger",
+    "StageTimer",
+    "Throughput",
+    "Timer",
+    "plot_learning_curves",
+    "read_metrics",
+]
+
+METRICS_FILE = "metrics.jsonl"
+# The values shown on the progress line when present, with their short labels.
+DEFAULT_PROGRESS_KEYS = (
+    ("frames_per_s", "fps"),
+    ("updates_per_s", "ups"),
+    ("loss", "loss"),
+    ("episode_return", "return"),
+)
+
+
+def _scalar(x: Any) -> Any:
+    """A JSON-ready value: numpy/jax scalars and size-1 arrays become Python numbers."""
+    if isinstance(x, bool | int | float | str) or x is None:
+        return x
+    arr = np.asarray(x)
+    if arr.size != 1:
+        raise ValueError(f"metric values must be scalars, got shape {arr.shape}")
+    return arr.item()
+
+
+class MetricsLogger:
+    """Writes each `log(step, values)` to `<run_dir>/metrics.jsonl` (one JSON object per call,
+    appended, so a resumed run continues the file), to TensorBoard under `<run_dir>/tensorboard`,
+    and to a progress line: a tqdm bar when `stream` is a terminal, else a plain line at most
+    every `print_every_s` seconds (for logs and CI)."""
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike,
+        *,
+        tensorboard: bool = True,
+        progress: bool = True,
+        total_steps: int | None = None,
+        print_every_s: float = 30.0,
+        progress_keys: Sequence[tuple[str, str]] = DEFAULT_PROGRESS_KEYS,
+        stream: TextIO | None = None,
+    ) -> None:
+        """
+        Args:
+          run_dir: the run directory (created if missing).
+          tensorboard: also write TensorBoard event files.
+          progress: show a progress line.
+          total_steps: the step at which the run ends, for the bar's percentage; None if open.
+          print_every_s: seconds between plain progress lines when not on a terminal.
+          progress_keys: (metric key, label) pairs shown on the progress line when logged.
+          stream: where the progress goes; default sys.stdout.
+        """
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / METRICS_FILE
+        self._lock = threading.Lock()
+        self._start = time.monotonic()
+        torn = False
+        if self.path.exists() and self.path.stat().st_size > 0:
+            with open(self.path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                torn = f.read(1) != b"\n"
+        self._file = open(self.path, "a", encoding="utf-8")  # closed in close()
+        if torn:
+            # A crash cut the last line short: start ours on a fresh line.
+            self._file.write("\n")
+        self._writer = None
+        if tensorboard:
+            from tensorboardX import SummaryWriter
+
+            self._writer = SummaryWriter(logdir=str(self.run_dir / "tensorboard"))
+        self._stream = stream if stream is not None else sys.stdout
+        self._progress = progress
+        self._progress_keys = tuple(progress_keys)
+        self._print_every_s = print_every_s
+        self._last_print = -math.inf
+        self._latest: dict[str, Any] = {}  # the newest value of each progress key
+        self._bar = None
+        self._bar_step = 0
+        if progress and self._stream.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total_steps, file=self._stream, unit="step", dynamic_ncols=True)
+        self._total_steps = total_steps
+        self._closed = False
+
+    def log(self, step: int, values: Mapping[str, Any]) -> None:
+        """Records scalar `values` (numbers or strings; numpy/jax scalars accepted) at `step`."""
+        record = {
+            "step": int(step),
+            "time": time.monotonic() - self._start,
+            "wall_time": time.time(),
+        }
+        record.update({k: _scalar(v) for k, v in values.items()})
+        line = json.dumps(record)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("log() after close()")
+            self._file.write(line + "\n")
+            self._file.flush()
+            if self._writer is not None:
+                for key, value in record.items():
+                    if key in ("step", "time", "wall_time") or isinstance(value, str | None):
+                        continue
+                    self._writer.add_scalar(key, value, int(step), walltime=record["wall_time"])
+            if self._progress:
+                self._show(int(step), record)
+
+    def _show(self, step: int, record: Mapping[str, Any]) -> None:
+        for key, _ in self._progress_keys:
+            if key in record and record[key] is not None:
+                self._latest[key] = record[key]
+        text = "  ".join(
+            f"{label} {_fmt(self._latest[key])}"
+            for key, label in self._progress_keys
+            if key in self._latest
+        )
+        if self._bar is not None:
+            self._bar.update(max(0, step - self._bar_step))
+            self._bar_step = max(self._bar_step, step)
+            self._bar.set_postfix_str(text, refresh=False)
+            return
+        now = time.monotonic()
+        if now - self._last_print >= self._print_every_s:
+            self._last_print = now
+            total = f"/{self._total_steps}" if self._total_steps else ""
+            elapsed = time.strftime("%H:%M:%S", time.gmtime(now - self._start))
+            print(f"[{elapsed}] step {step}{total}  {text}".rstrip(), file=self._stream, flush=True)
+
+    def close(self) -> None:
+        """Flushes and closes the files and the progress bar; later `log` calls raise."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._file.close()
+            if self._writer is not None:
+                self._writer.close()
+            if self._bar is not None:
+                self._bar.close()
+
+    def __enter__(self) -> MetricsLogger:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    return str(x)
+
+
+class Timer:
+    """Wall time of a block: `with Timer() as t: ...; t.elapsed` (seconds)."""
+
+    def __enter__(self) -> Timer:
+        self.elapsed = 0.0
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.elapsed = time.perf_counter() - self._start
+
+
+class StageTimer:
+    """Accumulates the time spent in named stages (env, search, transfer, queue, update), from
+    any number of threads, and reports totals and shares.
+
+    With several threads the totals add up to more than the wall time: a share is a stage's part
+    of all the time measured, which is what says where the run's threads spend their time.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._totals: dict[str, float] = collections.defaultdict(float)
+        self._counts: dict[str, int] = collections.defaultdict(int)
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Times the block as part of stage `name`."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - start)
+
+    def add(self, name: str, seconds: float) -> None:
+        """Adds `seconds` measured elsewhere to stage `name`."""
+        with self._lock:
+            self._totals[name] += seconds
+            self._counts[name] += 1
+
+    def totals(self) -> dict[str, float]:
+        """Seconds per stage since the last reset."""
+        with self._lock:
+            return dict(self._totals)
+
+    def shares(self) -> dict[str, float]:
+        """Each stage's fraction of all the time measured (they sum to 1)."""
+        totals = self.totals()
+        whole = sum(totals.values())
+        return {k: (v / whole if whole > 0 else 0.0) for k, v in totals.items()}
+
+    def summary(self, prefix: str = "time/", reset: bool = False) -> dict[str, float]:
+        """`{prefix}{stage}_s`, `{prefix}{stage}_share` and `{prefix}{stage}_ms_per_call` for
+        every stage, ready for `MetricsLogger.log`; `reset` starts a new period atomically."""
+        with self._lock:
+            totals, counts = dict(self._totals), dict(self._counts)
+            if reset:
+                self._totals.clear()
+                self._counts.clear()
+        whole = sum(totals.values())
+        out = {}
+        for k, v in sorted(totals.items()):
+            out[f"{prefix}{k}_s"] = v
+            out[f"{prefix}{k}_share"] = v / whole if whole > 0 else 0.0
+            out[f"{prefix}{k}_ms_per_call"] = 1e3 * v / counts[k]
+        return out
+
+    def reset(self) -> None:
+        with self._lock:
+            self._totals.clear()
+            self._counts.clear()
+
+
+class Throughput:
+    """Counts events (frames, updates) from any thread; `rate()` gives events per second since
+    the previous `rate()` call (or creation)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+        self._total = 0
+        self._since = time.monotonic()
+
+    def add(self, n: int = 1) -> None:
+        with self._lock:
+            self._count += n
+            self._total += n
+
+    @property
+    def total(self) -> int:
+        """Events counted since creation."""
+        with self._lock:
+            return self._total
+
+    def rate(self) -> float:
+        with self._lock:
+            now = time.monotonic()
+            elapsed, count = now - self._since, self._count
+            self._since, self._count = now, 0
+        return count / elapsed if elapsed > 0 else 0.0
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of `<run_dir>/metrics.jsonl`, skipping a last line cut short by a crash."""
+    records = []
+    with open(Path(run_dir) / METRICS_FILE, encoding="utf-8") as f:
+        for line in f:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+def plot_learning_curves(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
+    """Plots episode returns and losses over steps from `metrics.jsonl`; returns the PNG's path.
+
+    Every numeric key containing "return" goes on the upper panel and every key containing
+    "loss" on the lower one. The default output is `<run_dir>/learning_curves.png`.
+    """
+    # The object-oriented API with the Agg canvas: no pyplot global state, safe off the main thread.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    records = read_metrics(run_dir)
+    series: dict[str, tuple[list[float], list[float]]] = {}
+    for r in records:
+        for key, value in r.items():
+            if key in ("step", "time", "wall_time") or not isinstance(value, int | float):
+                continue
+            if "return" in key or "loss" in key:
+                xs, ys = series.setdefault(key, ([], []))
+                xs.append(r["step"])
+                ys.append(value)
+    fig = Figure(figsize=(8, 6), constrained_layout=True)
+    FigureCanvasAgg(fig)
+    panels = [("return", "episode return"), ("loss", "loss")]
+    for i, (word, label) in enumerate(panels):
+        ax = fig.add_subplot(len(panels), 1, i + 1)
+        keys = sorted(k for k in series if word in k and (word != "loss" or "return" not in k))
+        for key in keys:
+            ax.plot(*series[key], label=key, linewidth=1)
+        if keys:
+            ax.legend(fontsize="small")
+        else:
+            ax.text(
+                0.5, 0.5, f"no {label} logged", ha="center", va="center", transform=ax.transAxes
+            )
+        if word == "loss" and keys and all(v > 0 for k in keys for v in series[k][1]):
+            ax.set_yscale("log")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    fig.axes[-1].set_xlabel("step")
+    fig.suptitle(Path(run_dir).absolute().name)
+    path = Path(out) if out is not None else Path(run_dir) / "learning_curves.png"
+    fig.savefig(path, dpi=100)
+    return path
