@@ -169,8 +169,8 @@ def play_games(game: pyspiel.Game, tables_players: Sequence[Sequence[pyspiel.Bot
                on_finish: Callable[[int, pyspiel.State, _Table], None]) -> None:
     """Plays several games in lock step, calling `on_finish(k, final_state, table)` as each ends.
 
-    Each step, every game whose mover is a batched player is searched in one `step_many` call per
-    player; the other games ask their own player.
+    Unbatched players move at once; each round then gives every batched player all the games
+    waiting for it in one `step_many` call, so games against an unbatched opponent stay in phase.
     """
     tables = [_Table(game, players, seed)
               for players, seed in zip(tables_players, seeds, strict=True)]
@@ -180,14 +180,15 @@ def play_games(game: pyspiel.Game, tables_players: Sequence[Sequence[pyspiel.Bot
         batched: dict[int, pyspiel.Bot] = {}
         for k in live:
             table = tables[k]
-            table.resolve_chance()
-            if table.state.is_terminal():
-                continue
-            player = table.players[table.state.current_player()]
-            if is_batched(player):
-                waiting.setdefault(id(player), []).append(k)
-                batched[id(player)] = player
-            else:
+            while True:
+                table.resolve_chance()
+                if table.state.is_terminal():
+                    break
+                player = table.players[table.state.current_player()]
+                if is_batched(player):
+                    waiting.setdefault(id(player), []).append(k)
+                    batched[id(player)] = player
+                    break
                 table.apply(int(player.step(table.state)))
         for key, ks in waiting.items():
             actions = batched[key].step_many([tables[k].state for k in ks])

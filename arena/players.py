@@ -131,9 +131,10 @@ class MinimaxPlayer(Player):
         # Each child is searched on its own (rather than one search from the root) because
         # alpha-beta prunes the alternatives it does not need, so it cannot say which moves tie.
         depth = self._game.max_game_length() + 1 if self._depth is None else self._depth - 1
-        values = []
+        values, ends = [], []
         for action in legal:
             child = state.child(action)
+            ends.append(child.is_terminal())
             if child.is_terminal():
                 values.append(child.returns()[me])
             elif depth <= 0:
@@ -145,6 +146,10 @@ class MinimaxPlayer(Player):
                 values.append(value)
         values = np.asarray(values)
         best = np.flatnonzero(values >= values.max() - 1e-9)
+        # Values do not say how soon a win comes; taking one at once keeps won games short.
+        ending = [k for k in best if ends[k]]
+        if ending and values.max() > 0:
+            best = np.asarray(ending)
         return int(legal[best[self._rng.integers(len(best))]])
 
 
