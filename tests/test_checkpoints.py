@@ -159,3 +159,21 @@ def _json_or_none(text: str):
         return json.loads(text)
     except json.JSONDecodeError:
         return None
+
+
+def test_round_trip_of_a_real_optax_state_with_empty_nodes(tmp_path):
+    import optax
+
+    optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))
+    params = _state().params
+    opt_state = optimizer.init(params)
+    grads = jax.tree.map(jnp.ones_like, params)
+    _, opt_state = optimizer.update(grads, opt_state, params)
+    state = TrainState(params, opt_state, jnp.asarray(1, jnp.int32), jax.random.key(3))
+    ckpt = Checkpointer(tmp_path)
+    ckpt.save(1, state, CONFIG)
+    ckpt.close()
+    fresh = TrainState(params, optimizer.init(params), jnp.asarray(0, jnp.int32), jax.random.key(0))
+    restored = Checkpointer(tmp_path).restore(target=jax.eval_shape(lambda: fresh))
+    assert jax.tree.structure(restored) == jax.tree.structure(fresh)
+    _assert_trees_equal(restored, state)
