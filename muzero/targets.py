@@ -1,0 +1,166 @@
+"""Training targets from time-major trajectories: n-step values, rewards, policies, priorities.
+
+Conventions (DESIGN.md): a value is from the view of the player to move; `reward[t]` goes to the
+player who acted at t. In a two-player alternating game the player to move flips every ply, so the
+discount between plies is `-1 * env discount`: each later reward and the bootstrap value change
+sign when seen from the player to move at t. `discount[t] == 0` ends the episode after step t;
+states after it (auto-reset has started the next episode) are absorbing for a window that began
+before it: value 0, reward 0, uniform policy masked out of the policy loss.
+"""
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from muzero.types import AlphaZeroBatch, MuZeroBatch, Trajectory
+
+__all__ = [
+    "ply_discount",
+    "n_step_values",
+    "value_priorities",
+    "sequence_priorities",
+    "muzero_batch",
+    "alphazero_batch",
+]
+
+
+def ply_discount(env_discount: chex.Array, discount: float, two_player: bool) -> chex.Array:
+    """The discount between consecutive states, from the view of the player to move.
+
+    `env_discount [...]` (0 at episode ends) times the learning `discount`, negated between the
+    plies of a two-player alternating game.
+    """
+    return env_discount * (-discount if two_player else discount)
+
+
+def n_step_values(reward_t: chex.Array, ply_discount_t: chex.Array, value_t: chex.Array,
+                  td_steps: int) -> chex.Array:
+    """`z_t = sum_{i<n} (prod_{j<i} d_{t+j}) r_{t+i} + (prod_{j<n} d_{t+j}) v_{t+n}`, per step.
+
+    Args:
+      reward_t: [T, B] reward after acting at t.
+      ply_discount_t: [T, B] discount from state t to t+1 (see `ply_discount`).
+      value_t: [T, B] bootstrap value of state t (e.g. the stored search value).
+      td_steps: n >= 1. Near the end of the sequence, where t + n > T - 1, the sum stops at the
+        last state T - 1: it adds that state's reward if the episode ends there, and otherwise
+        bootstraps from its value (n shrinks to T - 1 - t).
+
+    Returns:
+      [T, B] value targets.
+    """
+    chex.assert_rank([reward_t, ply_discount_t, value_t], 2)
+    chex.assert_equal_shape([reward_t, ply_discount_t, value_t])
+    if td_steps < 1:
+        raise ValueError(f"td_steps must be >= 1, got {td_steps}")
+    # The target of the last state: its reward at an episode end, else its own value.
+    last = jnp.where(ply_discount_t[-1:] == 0, reward_t[-1:], value_t[-1:])
+    # After j rounds z_t is the j-step return, cut at T - 1 where the chain reads `last`.
+    # z starts at the values, so an exact n-step target bootstraps from v_{t+n}; rounds past
+    # T change nothing.
+    z = value_t
+    for _ in range(min(td_steps, reward_t.shape[0])):
+        z = jnp.concatenate([reward_t[:-1] + ply_discount_t[:-1] * z[1:], last], axis=0)
+    return z
+
+
+def value_priorities(search_value: chex.Array, value_target: chex.Array) -> chex.Array:
+    """Replay priorities `|search value - value target|`, elementwise."""
+    chex.assert_equal_shape([search_value, value_target])
+    return jnp.abs(search_value - value_target)
+
+
+def sequence_priorities(trajectory: Trajectory, *, td_steps: int, discount: float,
+                        two_player: bool) -> chex.Array:
+    """Priorities `[T, B]` of the steps of a fresh trajectory, for insertion into the replay.
+
+    Steps within n of the trajectory's end bootstrap earlier (see `n_step_values`).
+    """
+    d = ply_discount(trajectory.discount, discount, two_player)
+    z = n_step_values(trajectory.reward, d, trajectory.search_value, td_steps)
+    return value_priorities(trajectory.search_value, z)
+
+
+def muzero_batch(window: Trajectory, importance_weight: chex.Array, *, unroll_steps: int,
+                 td_steps: int, discount: float, two_player: bool) -> MuZeroBatch:
+    """The targets of K + 1 unroll steps from windows of length L = K + n + 1.
+
+    Args:
+      window: a `Trajectory` with leaves [L, N, ...] starting at the sampled state. Only
+        `observation[0]` is read, so the replay may store observations at the start only
+        (observation [1, N, ...]); `behaviour_logits` and `policy_version` are not read.
+        Padding after the end of stored data must follow a step with discount 0.
+      importance_weight: [N] prioritized replay's weights.
+      unroll_steps: K, the number of dynamics steps the loss unrolls.
+      td_steps: n of the n-step value targets.
+      discount: the learning discount (1 for board games).
+      two_player: negate the discount between plies (alternating two-player games).
+
+    Returns:
+      A `MuZeroBatch` with the batch on axis 0.
+    """
+    k, n = unroll_steps, td_steps
+    length = k + n + 1
+    chex.assert_rank([window.action, window.reward, window.discount, window.search_value], 2)
+    chex.assert_rank(window.search_policy, 3)
+    chex.assert_equal_shape([window.action, window.reward, window.discount, window.search_value])
+    if window.action.shape[0] != length:
+        raise ValueError(f"windows must have length unroll_steps + td_steps + 1 = {length}, got "
+                         f"{window.action.shape[0]}")
+    num_actions = window.search_policy.shape[-1]
+
+    env_discount = window.discount.astype(jnp.float32)
+    # alive[k] = 1 while state k is in the window's first episode: no episode end before it.
+    ended = (env_discount == 0).astype(jnp.float32)
+    alive = jnp.concatenate([jnp.ones_like(ended[:1]), jnp.cumprod(1.0 - ended[:-1], axis=0)])
+
+    d = ply_discount(env_discount, discount, two_player)
+    z = n_step_values(window.reward.astype(jnp.float32), d,
+                      window.search_value.astype(jnp.float32), n)
+    value_target = z[: k + 1] * alive[: k + 1]  # [K+1, N]
+    # The transition into step j (j >= 1) starts at state j - 1: a real one only if that is alive.
+    reward_target = jnp.concatenate(
+        [jnp.zeros_like(window.reward[:1], dtype=jnp.float32),
+         window.reward[:k].astype(jnp.float32) * alive[:k]], axis=0)  # [K+1, N]
+    uniform = jnp.full_like(window.search_policy[: k + 1], 1.0 / num_actions, dtype=jnp.float32)
+    policy_target = jnp.where(alive[: k + 1, :, None] > 0,
+                              window.search_policy[: k + 1].astype(jnp.float32), uniform)
+
+    def batch_major(x):
+        return jnp.swapaxes(x, 0, 1)
+
+    return MuZeroBatch(
+        observation=jax.tree.map(lambda o: o[0], window.observation),
+        action=batch_major(window.action[:k].astype(jnp.int32)),
+        value_target=batch_major(value_target),
+        reward_target=batch_major(reward_target),
+        policy_target=batch_major(policy_target),
+        policy_mask=batch_major(alive[: k + 1]),
+        importance_weight=jnp.asarray(importance_weight, jnp.float32),
+    )
+
+
+def alphazero_batch(trajectory: Trajectory, *, td_steps: int, discount: float,
+                    two_player: bool, drop_last: int = 0) -> AlphaZeroBatch:
+    """Flatten a `[T, B]` trajectory into `T * B` states with n-step (or outcome) value targets.
+
+    With `td_steps >= T` and `discount == 1` the value target of every step whose episode ends
+    within the trajectory is the game's outcome for the player to move. `drop_last` masks out the
+    last steps (their targets bootstrap after fewer than n steps).
+    """
+    chex.assert_rank([trajectory.reward, trajectory.discount, trajectory.search_value], 2)
+    t, b = trajectory.reward.shape
+    d = ply_discount(trajectory.discount.astype(jnp.float32), discount, two_player)
+    z = n_step_values(trajectory.reward.astype(jnp.float32), d,
+                      trajectory.search_value.astype(jnp.float32), td_steps)
+    mask = (jnp.arange(t) < t - drop_last).astype(jnp.float32)[:, None] * jnp.ones((t, b))
+
+    def flat(x):
+        return x.reshape((t * b,) + x.shape[2:])
+
+    return AlphaZeroBatch(
+        observation=jax.tree.map(flat, trajectory.observation),
+        policy_target=flat(trajectory.search_policy.astype(jnp.float32)),
+        value_target=flat(z),
+        mask=flat(mask),
+        importance_weight=jnp.ones((t * b,), jnp.float32),
+    )

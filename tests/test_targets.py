@@ -1,0 +1,139 @@
+"""Targets on small hand-worked trajectories: n-step bootstrapping, episode ends, two players."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from muzero import (
+    Trajectory,
+    alphazero_batch,
+    muzero_batch,
+    n_step_values,
+    ply_discount,
+    sequence_priorities,
+)
+
+A = 3
+
+
+def column(values):
+    """A [T] list as a [T, 1] float32 array (one environment)."""
+    return jnp.asarray(values, jnp.float32)[:, None]
+
+
+def trajectory(reward, discount, value, obs_steps=None):
+    """A [T, 1] trajectory; search_policy[t] is one-hot on action t % A."""
+    t = len(reward)
+    policy = jax.nn.one_hot(jnp.arange(t) % A, A)[:, None, :]
+    return Trajectory(
+        observation=jnp.arange(obs_steps or t, dtype=jnp.float32)[:, None, None],
+        action=(jnp.arange(t, dtype=jnp.int32) % A)[:, None],
+        reward=column(reward),
+        discount=column(discount),
+        search_policy=policy,
+        search_value=column(value),
+        legal_mask=jnp.ones((t, 1, A), bool),
+        to_play=jnp.zeros((t, 1), jnp.int32),
+        behaviour_logits=jnp.zeros((t, 1, A)),
+        policy_version=jnp.zeros((t, 1), jnp.int32),
+    )
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_n_step_bootstraps_from_the_value_n_steps_ahead(jit):
+    fn = jax.jit(n_step_values, static_argnums=3) if jit else n_step_values
+    z = fn(column([1, 2, 3, 4, 5]), column([0.5] * 5), column([10, 20, 30, 40, 50]), 2)
+    # z_0 = 1 + .5*2 + .25*30; near the end the sum stops at the last state and bootstraps there.
+    np.testing.assert_allclose(z[:, 0], [9.5, 13.5, 17.5, 29.0, 50.0])
+
+
+def test_n_step_stops_at_the_episode_end():
+    z = n_step_values(column([1, 2, 3, 4, 5]), column([1, 0, 1, 1, 1]),
+                      column([10, 20, 30, 40, 50]), 3)
+    # Steps 0 and 1 end with the episode (no bootstrap); step 2 starts the next episode.
+    np.testing.assert_allclose(z[:, 0], [3.0, 2.0, 57.0, 54.0, 50.0])
+
+
+def test_two_player_signs_are_from_the_view_of_the_player_to_move():
+    # Players alternate; the player who moved at t = 2 (the same as at t = 0) wins with reward 1.
+    d = ply_discount(column([1, 1, 0]), 1.0, two_player=True)
+    z = n_step_values(column([0, 0, 1]), d, column([0, 0, 0]), 10)
+    np.testing.assert_allclose(z[:, 0], [1.0, -1.0, 1.0])
+    # The bootstrap value is negated once per ply: v_2 belongs to t = 0's player, v_1 does not.
+    d = ply_discount(column([1, 1, 1]), 1.0, two_player=True)
+    values = column([0.0, 0.3, 0.7])
+    np.testing.assert_allclose(n_step_values(column([0, 0, 0]), d, values, 2)[0, 0], 0.7)
+    np.testing.assert_allclose(n_step_values(column([0, 0, 0]), d, values, 1)[0, 0], -0.3)
+
+
+def test_window_with_episode_end_gives_absorbing_targets():
+    # K = 2, n = 2: the episode ends after step 1, so unroll step 2 is past its end.
+    window = trajectory([1, 2, 3, 4, 5], [1, 0, 1, 1, 1], [10, 20, 30, 40, 50])
+    batch = muzero_batch(window, jnp.ones((1,)), unroll_steps=2, td_steps=2, discount=1.0,
+                         two_player=False)
+    np.testing.assert_allclose(batch.value_target[0], [3.0, 2.0, 0.0])
+    np.testing.assert_allclose(batch.reward_target[0], [0.0, 1.0, 2.0])
+    np.testing.assert_allclose(batch.policy_mask[0], [1.0, 1.0, 0.0])
+    np.testing.assert_allclose(batch.policy_target[0], [[1, 0, 0], [0, 1, 0], [1 / 3] * 3],
+                               rtol=1e-6)
+    np.testing.assert_array_equal(batch.action[0], [0, 1])
+    assert batch.observation.shape == (1, 1)
+
+
+def test_window_ending_at_its_first_step():
+    window = trajectory([1, 2, 3, 4, 5], [0, 1, 1, 1, 1], [10, 20, 30, 40, 50])
+    batch = muzero_batch(window, jnp.ones((1,)), unroll_steps=2, td_steps=2, discount=1.0,
+                         two_player=False)
+    np.testing.assert_allclose(batch.value_target[0], [1.0, 0.0, 0.0])
+    np.testing.assert_allclose(batch.reward_target[0], [0.0, 1.0, 0.0])
+    np.testing.assert_allclose(batch.policy_mask[0], [1.0, 0.0, 0.0])
+
+
+def test_window_bootstraps_with_discount():
+    window = trajectory([1, 2, 3, 4], [1, 1, 1, 1], [10, 20, 30, 40], obs_steps=1)
+    batch = muzero_batch(window, jnp.full((1,), 0.5), unroll_steps=1, td_steps=2,
+                         discount=0.9, two_player=False)
+    np.testing.assert_allclose(batch.value_target[0],
+                               [1 + 0.9 * 2 + 0.81 * 30, 2 + 0.9 * 3 + 0.81 * 40], rtol=1e-6)
+    np.testing.assert_allclose(batch.importance_weight, [0.5])
+    # Every leaf of the batch has the batch on axis 0.
+    assert all(x.shape[0] == 1 for x in jax.tree.leaves(batch))
+
+
+def test_two_player_window_signs():
+    # Ply 2's mover (the player at step 0) wins; the episode then ends.
+    window = trajectory([0, 0, 1, 0], [1, 1, 0, 1], [0, 0, 0, 0])
+    batch = muzero_batch(window, jnp.ones((1,)), unroll_steps=2, td_steps=1, discount=1.0,
+                         two_player=True)
+    # n = 1: z_0 = r_0 - v_1 = 0, z_1 = r_1 - v_2 = 0, z_2 = r_2 = 1 (terminal).
+    np.testing.assert_allclose(batch.value_target[0], [0.0, 0.0, 1.0])
+    np.testing.assert_allclose(batch.reward_target[0], [0.0, 0.0, 0.0])
+    long = trajectory([0, 0, 1, 0, 0, 0, 0], [1, 1, 0, 1, 1, 1, 1], [0] * 7)
+    batch = muzero_batch(long, jnp.ones((1,)), unroll_steps=2, td_steps=4, discount=1.0,
+                         two_player=True)
+    np.testing.assert_allclose(batch.value_target[0], [1.0, -1.0, 1.0])
+
+
+def test_window_of_the_wrong_length_is_a_clear_error():
+    window = trajectory([0] * 5, [1] * 5, [0] * 5)
+    with pytest.raises(ValueError, match="unroll_steps \\+ td_steps \\+ 1 = 6"):
+        muzero_batch(window, jnp.ones((1,)), unroll_steps=3, td_steps=2, discount=1.0,
+                     two_player=False)
+
+
+def test_priorities_are_distance_of_search_value_to_target():
+    traj = trajectory([1, 0, 0], [1, 1, 0], [0.5, 0.0, 2.0])
+    priorities = sequence_priorities(traj, td_steps=1, discount=1.0, two_player=False)
+    # z = [1 + 0, 0 + 2, 0 (the episode ends with reward 0)] against search values [0.5, 0, 2].
+    np.testing.assert_allclose(priorities[:, 0], [0.5, 2.0, 2.0])
+
+
+def test_alphazero_targets_are_outcomes_for_the_player_to_move():
+    traj = trajectory([0, 0, -1, 0, 1], [1, 1, 0, 1, 1], [0, 0, 0, 0, 0.5])
+    batch = alphazero_batch(traj, td_steps=100, discount=1.0, two_player=True, drop_last=1)
+    # The first game: the mover at ply 2 loses (-1); the second bootstraps from v_4 = 0.5.
+    np.testing.assert_allclose(batch.value_target, [-1.0, 1.0, -1.0, -0.5, 0.5])
+    np.testing.assert_allclose(batch.mask, [1, 1, 1, 1, 0])
+    assert batch.policy_target.shape == (5, A)
+    assert batch.observation.shape == (5, 1)
