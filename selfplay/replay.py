@@ -151,7 +151,11 @@ class SequenceReplay:
             return self._num_starts
 
     def add(
-        self, trajectory: Any, stream: Hashable | None = None, timeout: float | None = None
+        self,
+        trajectory: Any,
+        stream: Hashable | None = None,
+        timeout: float | None = None,
+        priorities: np.ndarray | None = None,
     ) -> bool:
         """Stores a time-major trajectory with leaves [T, B, ...].
 
@@ -162,6 +166,9 @@ class SequenceReplay:
             name): its previous last L - 1 steps are prepended so windows cross the push border.
             None stores the push on its own (windows only inside it).
           timeout: seconds to wait for the rate limiter (None waits for ever).
+          priorities: optional [T, B] initial priorities of the windows starting at each new
+            step (e.g. |search value - n-step return| from the actor); by default the largest
+            priority seen so far, so new data is sampled soon.
 
         Returns:
           True when stored; False when the rate limiter did not allow it within `timeout` or was
@@ -177,6 +184,12 @@ class SequenceReplay:
                 raise ValueError(
                     f"trajectory leaves disagree on [T, B]: {x.shape[:2]} vs {(steps, envs)}"
                 )
+        if priorities is None:
+            priorities = np.full((steps, envs), np.nan)  # NaN: the max priority when written
+        else:
+            priorities = np.asarray(priorities, np.float64)
+            if priorities.shape != (steps, envs) or np.any(~np.isfinite(priorities)):
+                raise ValueError(f"priorities must be finite with shape {(steps, envs)}")
         if stream is None and steps < self.sequence_length:
             raise ValueError(
                 f"a push of {steps} steps without a stream holds no window of "
@@ -190,18 +203,25 @@ class SequenceReplay:
             if self._treedef is None:
                 self._allocate(leaves, treedef)
             self._check_structure(leaves, treedef)
+            leaves.append(priorities)  # travels with the steps through the stream's tail
             tail = self._tails.get(stream) if stream is not None else None
             if tail is not None and tail[0].shape[1] != envs:
                 raise ValueError(
                     f"stream {stream!r} pushed {envs} environments after {tail[0].shape[1]}"
                 )
+            seg_len = steps + (0 if tail is None else tail[0].shape[0])
+            if seg_len * envs > self.capacity:
+                raise UsageError(
+                    f"one push of {envs} sequences of {seg_len} steps exceeds the replay "
+                    f"capacity {self.capacity}: raise the capacity"
+                )
             if tail is not None:
                 leaves = [np.concatenate([t, x]) for t, x in zip(tail, leaves, strict=True)]
             if stream is not None:
                 # Copies: the actor may reuse its trajectory buffer after the push.
-                keep = min(self.sequence_length - 1, leaves[0].shape[0])
-                self._tails[stream] = [x[x.shape[0] - keep :].copy() for x in leaves]
-            self._write(leaves)
+                keep = min(self.sequence_length - 1, seg_len)
+                self._tails[stream] = [x[seg_len - keep :].copy() for x in leaves]
+            self._write(leaves[:-1], leaves[-1])
             self._cond.notify_all()
         return True
 
@@ -219,14 +239,9 @@ class SequenceReplay:
         self._treedef = treedef
         self._storage = [np.zeros((self.capacity, *x.shape[2:]), x.dtype) for x in leaves]
 
-    def _write(self, leaves: list[np.ndarray]) -> None:
+    def _write(self, leaves: list[np.ndarray], priorities: np.ndarray) -> None:
         seg_len, envs = leaves[0].shape[:2]  # segment = stream tail + new steps
         count = seg_len * envs
-        if count > self.capacity:
-            raise UsageError(
-                f"one push of {envs} sequences of {seg_len} steps exceeds the replay capacity "
-                f"{self.capacity}: raise the capacity"
-            )
         slots = (self._next_uid + np.arange(count)) % self.capacity  # [B * S]
         for store, x in zip(self._storage, leaves, strict=True):
             # [S, B, ...] -> [B, S, ...] so that each environment's sequence is contiguous.
@@ -236,7 +251,12 @@ class SequenceReplay:
         self._is_start[slots] = is_start
         self._uid[slots] = self._next_uid + np.arange(count)
         self._next_uid += count
-        self._priorities.set(slots, np.where(is_start, self._max_priority**self.alpha, 0.0))
+        priorities = np.swapaxes(priorities, 0, 1).reshape(count)  # [B * S]
+        given = ~np.isnan(priorities)
+        priorities = np.maximum(np.where(given, priorities, self._max_priority), self.min_priority)
+        if np.any(given & is_start):
+            self._max_priority = max(self._max_priority, float(priorities[given & is_start].max()))
+        self._priorities.set(slots, np.where(is_start, priorities**self.alpha, 0.0))
 
     def sample(
         self, batch_size: int, timeout: float | None = None, beta: float | None = None

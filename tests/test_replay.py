@@ -180,3 +180,16 @@ def test_fifo_queue_order_backpressure_and_close():
     waiter.join(5.0)
     assert got == [None] and not waiter.is_alive()
     assert not queue.put("d", timeout=0.01)
+
+
+def test_initial_priorities_follow_their_steps_across_pushes():
+    replay = SequenceReplay(capacity=100, sequence_length=2, alpha=1.0, beta=0.0)
+    replay.add(_trajectory(2, 1, start=0), stream="a", priorities=np.array([[1.0], [1000.0]]))
+    replay.add(_trajectory(2, 1, start=2), stream="a", priorities=np.array([[1.0], [1.0]]))
+    assert replay.num_windows == 3  # starts at t = 0, 1, 2
+    starts = replay.sample(1000, timeout=1.0).batch["code"][0]
+    # t = 1 was pushed first, but starts its window only once t = 2 arrives.
+    assert np.mean(starts == 1) > 0.99
+    np.testing.assert_allclose(replay.sample(8, timeout=1.0).weights, 1.0)  # beta = 0
+    with pytest.raises(ValueError, match="priorities must be finite"):
+        replay.add(_trajectory(2, 1), stream="a", priorities=np.ones((2, 2)))
