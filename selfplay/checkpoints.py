@@ -215,6 +215,19 @@ class Checkpointer:
                 f"other saved steps: {others}"
             ) from e
 
+    def _saved_tree(self, step: int) -> Any:
+        """The saved state's structure with each leaf's shape and dtype, read from metadata."""
+        try:
+            saved = self._manager.item_metadata(step).state
+        except Exception as e:
+            raise UsageError(
+                f"checkpoint {self.directory / str(step)} has unreadable metadata "
+                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+            ) from e
+        if saved is None:
+            raise UsageError(f"checkpoint {self.directory / str(step)} has no saved state")
+        return getattr(saved, "tree", saved)
+
     def restore_config(self, step: int | None = None) -> dict[str, Any]:
         """The config dict saved with `step` (default: the newest)."""
         step = self._step_or_latest(step)
@@ -260,8 +273,7 @@ class Checkpointer:
         if target is None:
             return self._restore_items(step, state=ocp.args.PyTreeRestore()).state
         abstract = _abstract(target)
-        saved = self._manager.item_metadata(step).state
-        saved_tree = getattr(saved, "tree", saved)
+        saved_tree = self._saved_tree(step)
         diffs = _tree_differences(saved_tree, abstract)
         if diffs:
             raise UsageError(
@@ -283,8 +295,7 @@ class Checkpointer:
         """Only the top-level `field` of the saved state (e.g. "params"), as nested dicts of
         numpy arrays, without reading the rest (optimizer state, keys) from disk."""
         step = self._step_or_latest(step)
-        saved = self._manager.item_metadata(step).state
-        saved_tree = getattr(saved, "tree", saved)
+        saved_tree = self._saved_tree(step)
         if not isinstance(saved_tree, Mapping) or field not in saved_tree:
             raise UsageError(f"checkpoint {self.directory / str(step)} has no top-level {field!r}")
         item = {

@@ -177,3 +177,16 @@ def test_round_trip_of_a_real_optax_state_with_empty_nodes(tmp_path):
     restored = Checkpointer(tmp_path).restore(target=jax.eval_shape(lambda: fresh))
     assert jax.tree.structure(restored) == jax.tree.structure(fresh)
     _assert_trees_equal(restored, state)
+
+
+def test_a_checkpoint_with_corrupt_state_metadata_gives_a_usage_error(tmp_path):
+    ckpt = Checkpointer(tmp_path)
+    ckpt.save(1, _state(), CONFIG)
+    ckpt.close()
+    for path in (tmp_path / "1" / "state").rglob("*"):
+        if path.is_file():
+            path.write_text("garbage")
+    with pytest.raises(UsageError, match="checkpoint .*1"):
+        Checkpointer(tmp_path).restore(target=_state())
+    with pytest.raises(UsageError, match="checkpoint .*1"):
+        restore_params(tmp_path)
