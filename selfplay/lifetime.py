@@ -151,7 +151,9 @@ class ThreadGroup:
         failures = self.failures
         if failures:
             first = failures[0]
-            first.exception.add_note(f"(raised in thread {first.thread_name!r})")
+            note = f"(raised in thread {first.thread_name!r})"
+            if note not in getattr(first.exception, "__notes__", []):
+                first.exception.add_note(note)
             raise first.exception
 
     def __enter__(self) -> ThreadGroup:

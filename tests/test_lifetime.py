@@ -133,3 +133,39 @@ def test_parameter_server_wakes_a_waiting_actor():
     server.publish("new", 3)
     t.join(5.0)
     assert got[0].params == "new" and got[0].version == 3
+
+
+# The pieces together: a learner that fails stops actors blocked on backpressure.
+
+
+def test_a_learner_failure_stops_actors_waiting_on_the_rate_limiter():
+    import numpy as np
+
+    from selfplay.replay import RateLimiter, SequenceReplay
+
+    limiter = RateLimiter(min_size_to_sample=8, samples_per_insert=1.0, error_buffer=8)
+    replay = SequenceReplay(capacity=64, sequence_length=2, rate_limiter=limiter)
+    stop = StopSignal()
+    pushes = []
+
+    def actor(name):
+        steps = {"x": np.zeros((2, 2), np.float32)}
+        while not stop.is_set():
+            if replay.add(steps, stream=name, timeout=0.05):  # blocks: nobody samples
+                pushes.append(name)
+
+    def learner():
+        while not stop.is_set() and replay.num_windows < 4:
+            stop.wait(0.01)
+        raise FloatingPointError("loss is nan")
+
+    start = time.monotonic()
+    with pytest.raises(FloatingPointError, match="nan"):
+        with ThreadGroup(stop, join_timeout=5.0) as threads:
+            for i in range(2):
+                threads.start(f"actor-{i}", actor, f"actor-{i}")
+            threads.start("learner", learner)
+            threads.wait(timeout=10.0)
+    assert time.monotonic() - start < 5.0
+    assert threads.alive() == []
+    assert limiter.inserts <= 8 + 8  # backpressure held the actors
