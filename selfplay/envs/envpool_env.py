@@ -17,8 +17,10 @@ Semantics mapped onto `TimeStep` (see base.py):
 - `truncated` is envpool's time limit (`max_episode_steps`).
 - Async mode (`batch_size < num_envs`): `send(actions, env_id)` then `recv()`, which returns the
   first `batch_size` envs to finish, in any order, named by `TimeStep.env_id`. Send back actions for
-  every env of a `recv` before the next `recv`; `num_envs >= 2 * batch_size - 1` is required so that
-  envs held back for their reset call can never leave envpool with too few envs to fill a batch.
+  every env of a `recv` before the next `recv`. After `reset`, an env's first observation may
+  come in any later `recv` (reward 0, not done): it is the first row with that env id.
+  `num_envs >= 2 * batch_size - 1` is required so that envs held back for their reset call can
+  never leave envpool with too few envs in flight to fill a batch.
 """
 
 from __future__ import annotations

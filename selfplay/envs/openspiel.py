@@ -47,23 +47,24 @@ def load_openspiel_game(game_string: str) -> pyspiel.Game:
         first = str(e).strip().splitlines()[0]
         raise UsageError(f"OpenSpiel cannot load {game_string!r}: {first}") from None
     gtype = game.get_type()
-    why = None
+    why = []
     if gtype.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
-        why = "it has simultaneous moves"
-    elif gtype.chance_mode != pyspiel.GameType.ChanceMode.DETERMINISTIC:
-        why = "it has chance nodes (dice, cards)"
-    elif gtype.information != pyspiel.GameType.Information.PERFECT_INFORMATION:
-        why = "it has imperfect information"
-    elif game.num_players() > 2:
-        why = f"it has {game.num_players()} players"
+        why.append("simultaneous moves")
+    if gtype.chance_mode != pyspiel.GameType.ChanceMode.DETERMINISTIC:
+        why.append("chance nodes (dice, cards)")
+    if gtype.information != pyspiel.GameType.Information.PERFECT_INFORMATION:
+        why.append("imperfect information")
+    if game.num_players() > 2:
+        why.append(f"{game.num_players()} players")
     elif game.num_players() == 2 and gtype.utility != pyspiel.GameType.Utility.ZERO_SUM:
-        why = f"it is not zero-sum ({gtype.utility.name.lower()})"
-    elif not gtype.provides_observation_tensor:
-        why = "it provides no observation tensor"
-    if why is not None:
+        why.append(f"{gtype.utility.name.lower()} utility, not zero-sum")
+    if not gtype.provides_observation_tensor:
+        why.append("no observation tensor")
+    if why:
         raise UsageError(
-            f"OpenSpiel game {game_string!r} is not supported: {why}; supported are sequential, "
-            "deterministic, perfect-information games with one player or two zero-sum players"
+            f"OpenSpiel game {game_string!r} is not supported: it has {' and '.join(why)}; "
+            "supported are sequential, deterministic, perfect-information games with one player "
+            "or two zero-sum players"
         )
     return game
 
