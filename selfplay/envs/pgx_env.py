@@ -100,6 +100,7 @@ def _rows(x: jax.Array, index: jax.Array) -> jax.Array:
     return jnp.take_along_axis(x, index[:, None], axis=1)[:, 0]
 
 
+@functools.cache  # one function per game, so that jit compiles it once
 def pgx_exact_step(env_id: str) -> Callable[[Any, jax.Array], ExactStep]:
     """Returns `step(state, action) -> ExactStep` over batched pgx States, pure and jittable.
 
