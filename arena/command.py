@@ -65,8 +65,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"game {count[0]}: {record.players[0]} vs {record.players[1]}: "
                   f"{record.result} in {len(record.actions)} moves", file=sys.stderr)
 
-    records = run_tournament(game, specs, args.games, out, format=args.format, seed=args.seed,
-                             max_concurrent=args.concurrent, on_game=progress)
+    try:
+        records = run_tournament(game, specs, args.games, out, format=args.format,
+                                 seed=args.seed, max_concurrent=args.concurrent, on_game=progress)
+    except KeyboardInterrupt:
+        print(f"stopped: {count[0]} new game(s) saved in {out / 'games.jsonl'}; run the same "
+              "command again to continue", file=sys.stderr)
+        raise
     ratings = fit_ratings(records, players=[s for s in specs],
                           anchor=args.anchor or default_anchor(specs))
     results = results_dict(ratings, records, game=str(game), format=args.format, seed=args.seed)

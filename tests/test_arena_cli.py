@@ -63,3 +63,20 @@ def test_a_different_player_list_in_an_existing_folder_is_refused(tmp_path, caps
                  "--out", out]) == 2
     err = capsys.readouterr().err
     assert "players" in err and "--out" in err and err.count("\n") == 1
+
+
+def test_ctrl_c_exits_130_and_says_how_to_continue(tmp_path, capsys, monkeypatch):
+    from arena import players
+    from arena.players import register_player
+    from tests.fakes import CountdownInterrupt, InterruptingPlayer
+
+    monkeypatch.setattr(players, "_REGISTRY", dict(players._REGISTRY))
+    countdown = CountdownInterrupt(after=12)
+    register_player("flaky", lambda spec, game, seed: InterruptingPlayer(spec.text, countdown),
+                    "flaky: test")
+    argv = ["arena", "--game", "tic_tac_toe", "--players", "flaky,random", "--games", "6",
+            "--out", str(tmp_path / "t")]
+    assert main(argv) == 130
+    assert "run the same command again to continue" in capsys.readouterr().err
+    assert main(argv) == 0
+    assert json.loads((tmp_path / "t" / "results.json").read_text())["games"] == 6
