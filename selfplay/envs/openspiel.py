@@ -14,6 +14,7 @@ env is `OpenSpielEnv.states` (read it, clone it; do not apply actions to it).
 from __future__ import annotations
 
 import difflib
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -133,19 +134,23 @@ class OpenSpielEnv(SyncSendRecv):
 
         The same encoding `step` returns, for any states of this game (the arena, exact search).
         """
+        # Python lists and one numpy call per field: this loop is the env cost of self-play.
         n = len(states)
+        players = [state.current_player() for state in states]
+        if n and min(players) < 0:
+            i = int(np.argmin(players))
+            raise ValueError(f"state {i} has no player to move (terminal or chance): {states[i]}")
         flat = np.empty((n, int(np.prod(self._raw_shape))), np.float32)
-        mask = np.zeros((n, self._num_actions), bool)
-        to_play = np.empty(n, np.int32)
         observer = self._observer
-        for i, state in enumerate(states):
-            player = state.current_player()
-            if player < 0:
-                raise ValueError(f"state {i} has no player to move (terminal or chance): {state}")
-            to_play[i] = player
+        for i, (state, player) in enumerate(zip(states, players, strict=True)):
             observer.set_from(state, player)
             flat[i] = observer.tensor
-            mask[i, state.legal_actions()] = True
+        legal = [state.legal_actions() for state in states]
+        counts = [len(actions) for actions in legal]
+        mask = np.zeros((n, self._num_actions), bool)
+        cols = np.fromiter(itertools.chain.from_iterable(legal), np.int64, sum(counts))
+        mask[np.repeat(np.arange(n), counts), cols] = True
+        to_play = np.array(players, np.int32)
         return self._encode(flat, to_play), mask, to_play
 
     def _encode(self, flat: np.ndarray, to_play: np.ndarray) -> np.ndarray:
@@ -168,7 +173,7 @@ class OpenSpielEnv(SyncSendRecv):
         self._reset_stats()
         self._pending = None
         obs, mask, to_play = self.observe(self._states)
-        self._mask = mask
+        self._mask, self._to_play = mask, to_play.tolist()
         b = self.num_envs
         return TimeStep(
             observation=obs,
@@ -196,31 +201,30 @@ class OpenSpielEnv(SyncSendRecv):
                 f"illegal actions {actions[bad].tolist()} in envs {bad.tolist()} "
                 f"of {self.spec.name}"
             )
-        reward = np.zeros(b, np.float32)
-        done = np.zeros(b, bool)
-        truncated = np.zeros(b, bool)
-        ep_return = np.zeros(b, np.float32)
-        ep_length = np.zeros(b, np.int32)
-        self._lengths += 1
-        max_steps = self._max_steps
-        for i, (state, action) in enumerate(zip(self._states, actions.tolist(), strict=True)):
-            mover = state.current_player()
+        states = self._states
+        mover_rewards, player0_rewards, terminal = [], [], []
+        for state, action, mover in zip(states, actions.tolist(), self._to_play, strict=True):
             state.apply_action(action)
             rewards = state.rewards()
-            reward[i] = rewards[mover]
-            self._returns0[i] += rewards[0]
-            if state.is_terminal():
-                done[i] = True
-            elif max_steps is not None and self._lengths[i] >= max_steps:
-                done[i] = truncated[i] = True
-            if done[i]:
-                ep_return[i] = self._returns0[i]
-                ep_length[i] = self._lengths[i]
-                self._returns0[i] = 0.0
-                self._lengths[i] = 0
-                self._states[i] = self.game.new_initial_state()
-        obs, mask, to_play = self.observe(self._states)
-        self._mask = mask
+            mover_rewards.append(rewards[mover])
+            player0_rewards.append(rewards[0])
+            terminal.append(state.is_terminal())
+        reward = np.array(mover_rewards, np.float32)
+        self._returns0 += np.array(player0_rewards, np.float32)
+        self._lengths += 1
+        terminal = np.array(terminal, bool)
+        truncated = np.zeros(b, bool)
+        if self._max_steps is not None:
+            truncated = ~terminal & (self._lengths >= self._max_steps)
+        done = terminal | truncated
+        ep_return = np.where(done, self._returns0, 0.0).astype(np.float32)
+        ep_length = np.where(done, self._lengths, 0).astype(np.int32)
+        self._returns0[done] = 0.0
+        self._lengths[done] = 0
+        for i in np.flatnonzero(done).tolist():
+            states[i] = self.game.new_initial_state()
+        obs, mask, to_play = self.observe(states)
+        self._mask, self._to_play = mask, to_play.tolist()
         return TimeStep(
             observation=obs,
             reward=reward,
