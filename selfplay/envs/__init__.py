@@ -2,9 +2,30 @@
 
 `make_env("openspiel:connect_four", num_envs=64, seed=0)` returns a `BatchedEnv`; see
 `selfplay/envs/base.py` for the conventions (same-step auto-reset, points of view, layouts).
-The family modules (`openspiel`, `pgx_env`, `envpool_env`) are imported on use.
+The family modules (`openspiel`, `pgx_env`, `envpool_env`) are imported on first use of one of
+their names, so that a run on one family never loads the libraries of the others.
 """
+
+import importlib
 
 from selfplay.envs.base import FAMILIES, BatchedEnv, EnvSpec, TimeStep, make_env
 
-__all__ = ["FAMILIES", "BatchedEnv", "EnvSpec", "TimeStep", "make_env"]
+_LAZY = {
+    "OpenSpielEnv": "selfplay.envs.openspiel",
+    "load_openspiel_game": "selfplay.envs.openspiel",
+    "PgxEnv": "selfplay.envs.pgx_env",
+    "PgxEnvState": "selfplay.envs.pgx_env",
+    "PgxFunctions": "selfplay.envs.pgx_env",
+    "ExactStep": "selfplay.envs.pgx_env",
+    "pgx_exact_step": "selfplay.envs.pgx_env",
+    "pgx_functions": "selfplay.envs.pgx_env",
+    "EnvPoolEnv": "selfplay.envs.envpool_env",
+}
+
+__all__ = ["FAMILIES", "BatchedEnv", "EnvSpec", "TimeStep", "make_env", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'selfplay.envs' has no attribute {name!r}")
