@@ -97,7 +97,7 @@ def bench(name: str, args, probe: dict | None) -> dict:
     loss_fn = make_muzero_loss(networks, LossConfig(unroll_steps=args.unroll_steps))
     optimizer = make_optimizer(OptimizerConfig(learning_rate=1e-4, max_grad_norm=5.0,
                                                weight_decay=1e-4))
-    params = networks.init(jax.random.key(0))
+    params = jax.jit(networks.init)(jax.random.key(0))
     num_params = sum(x.size for x in jax.tree.leaves(params))
     state = replicate(init_train_state(params, optimizer, jax.random.key(1)), devices)
     batch = synthetic_batch(np.random.default_rng(0), args.batch_size, args.unroll_steps,

@@ -32,6 +32,14 @@ def _optimizer():
     )
 
 
+def _init_state(params, optimizer):
+    from muzero.learner import init_train_state
+
+    # Jitted: eagerly, the optimizer's init compiles one small program per leaf.
+    init = jax.jit(init_train_state, static_argnums=1)
+    return init(params, optimizer, jax.random.key(1))
+
+
 def _flat(tree) -> dict[str, np.ndarray]:
     return {
         jax.tree_util.keystr(path): np.asarray(x)
@@ -39,15 +47,15 @@ def _flat(tree) -> dict[str, np.ndarray]:
     }
 
 
-def _reference(params, batches):
+def _reference(params, batches, loss_fn=None):
     """The plain single-device update on each global batch in turn."""
     import _regression
 
-    from muzero.learner import init_train_state, make_update
+    from muzero.learner import make_update
 
     optimizer = _optimizer()
-    update = jax.jit(make_update(_regression.loss_fn, optimizer))
-    state = init_train_state(params, optimizer, jax.random.key(1))
+    update = jax.jit(make_update(loss_fn or _regression.loss_fn, optimizer))
+    state = _init_state(params, optimizer)
     for batch in batches:
         state, metrics = update(state, batch)
     return state.params, metrics
@@ -57,7 +65,6 @@ def replicate_main(out: str) -> None:
     import _regression
 
     from muzero.distributed import make_replicated_update, replicate, shard_batch, unreplicate
-    from muzero.learner import init_train_state
 
     devices = jax.devices()
     assert len(devices) == 4, devices
@@ -71,7 +78,7 @@ def replicate_main(out: str) -> None:
         update = make_replicated_update(
             _regression.loss_fn, optimizer, devices, batch_axis=batch_axis
         )
-        state = replicate(init_train_state(params, optimizer, jax.random.key(1)), devices)
+        state = replicate(_init_state(params, optimizer), devices)
         for batch in batches:
             state, metrics = update(state, shard_batch(batch, devices, batch_axis))
         tag = f"axis{batch_axis}"
@@ -88,7 +95,50 @@ def replicate_main(out: str) -> None:
             results[f"{tag}/metric/replicated/{name}"] = np.asarray(metrics[name])
             results[f"{tag}/metric/single/{name}"] = np.asarray(ref_metrics[name])
         results[f"{tag}/step"] = np.asarray(unreplicate(state.step))
+    results.update(_muzero_results())
     np.savez(out, **results)
+
+
+def _muzero_results() -> dict[str, np.ndarray]:
+    """The same comparison through the real MuZero loss on a tiny MLP model (K = 2)."""
+    from muzero.distributed import make_replicated_update, replicate, shard_batch, unreplicate
+    from muzero.losses import LossConfig, make_muzero_loss
+    from muzero.networks import NetworkConfig, make_muzero_networks
+    from muzero.types import MuZeroBatch
+
+    devices = jax.devices()
+    k, n, num_actions = 2, 8, 3
+    config = NetworkConfig(mlp_sizes=(16,), latent_size=8, head_hidden=8, value_support=3,
+                           reward_support=3)
+    networks = make_muzero_networks(config, (6,), num_actions)
+    loss_fn = make_muzero_loss(networks, LossConfig(unroll_steps=k))
+    rng = np.random.default_rng(0)
+    batches = []
+    for _ in range(STEPS):
+        policy = rng.random((n, k + 1, num_actions)).astype(np.float32)
+        batches.append(MuZeroBatch(
+            observation=rng.random((n, 6), dtype=np.float32),
+            action=rng.integers(0, num_actions, (n, k), dtype=np.int32),
+            value_target=rng.uniform(-2, 2, (n, k + 1)).astype(np.float32),
+            reward_target=rng.uniform(-1, 1, (n, k + 1)).astype(np.float32),
+            policy_target=policy / policy.sum(-1, keepdims=True),
+            policy_mask=(rng.random((n, k + 1)) < 0.8).astype(np.float32),
+            importance_weight=rng.uniform(0.5, 1.0, (n,)).astype(np.float32),
+        ))
+    params = jax.jit(networks.init)(jax.random.key(0))  # eager init compiles op by op
+    ref_params, ref_metrics = _reference(params, batches, loss_fn)
+    optimizer = _optimizer()
+    update = make_replicated_update(loss_fn, optimizer, devices)
+    state = replicate(_init_state(params, optimizer), devices)
+    for batch in batches:
+        state, metrics = update(state, shard_batch(batch, devices))
+    results = {f"muzero/replicated/{k}": v for k, v in _flat(unreplicate(state.params)).items()}
+    results.update({f"muzero/single/{k}": v for k, v in _flat(ref_params).items()})
+    results.update({f"muzero/initial/{k}": v for k, v in _flat(params).items()})
+    for name in ref_metrics:
+        results[f"muzero/metric/replicated/{name}"] = np.asarray(metrics[name])
+        results[f"muzero/metric/single/{name}"] = np.asarray(ref_metrics[name])
+    return results
 
 
 def process_main(port: str, process_id: str, num_processes: str, out: str) -> None:
@@ -109,14 +159,13 @@ def process_main(port: str, process_id: str, num_processes: str, out: str) -> No
         shard_batch,
         unreplicate,
     )
-    from muzero.learner import init_train_state
 
     devices = global_devices()
     assert len(devices) == num_processes * jax.local_device_count(), devices
     params = _regression.init_params(jax.random.key(0))
     optimizer = _optimizer()
     update = make_replicated_update(_regression.loss_fn, optimizer, devices)
-    state = replicate(init_train_state(params, optimizer, jax.random.key(1)), devices)
+    state = replicate(_init_state(params, optimizer), devices)
     global_batches = []
     for step in range(STEPS):
         # Each process feeds different data: only a cross-process pmean keeps params equal.

@@ -59,3 +59,20 @@ def test_parameters_stay_identical_on_every_device(results, tag):
     copies = [results[f"{tag}/device{i}/w1"] for i in range(4)]
     for copy in copies[1:]:
         np.testing.assert_array_equal(copy, copies[0])
+
+
+def test_replicated_muzero_loss_equals_single_device(results):
+    names = [k.split("/", 2)[2] for k in results if k.startswith("muzero/single/")]
+    assert names
+    for name in names:
+        np.testing.assert_allclose(
+            results[f"muzero/replicated/{name}"], results[f"muzero/single/{name}"],
+            rtol=1e-5, atol=1e-6, err_msg=name,
+        )
+        assert not np.allclose(results[f"muzero/single/{name}"], results[f"muzero/initial/{name}"])
+    metrics = [k.rsplit("/", 1)[1] for k in results if k.startswith("muzero/metric/single/")]
+    assert {"loss", "value_loss", "reward_loss", "policy_loss", "grad_norm"} <= set(metrics)
+    for metric in metrics:
+        replicated = results[f"muzero/metric/replicated/{metric}"]
+        single = results[f"muzero/metric/single/{metric}"]
+        np.testing.assert_allclose(replicated, single, rtol=1e-5, atol=1e-6, err_msg=metric)
