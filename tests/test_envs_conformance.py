@@ -85,6 +85,7 @@ def _each_transition(r: Rollout):
 
 def test_shapes_and_dtypes_match_the_spec(rollout):
     spec, b, a = rollout.env.spec, rollout.env.batch_size, rollout.env.spec.num_actions
+    assert isinstance(rollout.env, BatchedEnv)
     for ts in [rollout.first, *rollout.steps]:
         assert ts.observation.shape == (b, *spec.observation_shape)
         assert ts.observation.dtype == np.dtype(spec.observation_dtype)
