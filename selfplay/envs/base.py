@@ -50,8 +50,8 @@ class TimeStep(NamedTuple):
     truncated: Any  # [B] bool, ended by a time limit, not a terminal state (bootstrap allowed)
     legal_mask: Any  # [B, A] bool, legal actions in the new state (all True for one-player envs)
     to_play: Any  # [B] int32, player to move in the new state (0 in one-player envs)
-    episode_return: Any  # [B] float32, undiscounted return of the ended episode (player 0's view),
-    #   valid where episode_end, 0 elsewhere
+    episode_return: Any  # [B] float32, undiscounted return of the ended episode (player 0's view;
+    #   Atari: the unclipped game score), valid where episode_end, 0 elsewhere
     episode_length: Any  # [B] int32, agent steps in the ended episode, valid where episode_end
     episode_end: Any  # [B] bool, a whole episode ended: episode_return/length are valid here
     env_id: Any  # [B] int32, which env each row is (0..num_envs-1; arange unless envpool async)

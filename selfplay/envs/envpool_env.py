@@ -82,7 +82,7 @@ class EnvPoolEnv(SyncSendRecv):
                 f"envpool task {task_id!r} has a {type(spec.action_space).__name__} action "
                 "space; only discrete actions are supported"
             )
-        config = dict(zip(spec._config_keys, spec._config_values, strict=True))
+        config = spec.config._asdict()
         raw_shape = tuple(int(d) for d in spec.observation_space.shape)
         self._image = len(raw_shape) == 3  # Atari: [stack, H, W]
         obs_shape = (raw_shape[1], raw_shape[2], raw_shape[0]) if self._image else raw_shape
