@@ -1,3 +1,91 @@
 """The learning side: networks, value transforms, targets, losses and the replicated update."""
 
-__all__: list[str] = []
+from muzero.losses import (
+    LossConfig,
+    make_alphazero_loss,
+    make_muzero_loss,
+    policy_cross_entropy,
+    scale_gradient,
+)
+from muzero.networks import (
+    ActorCriticNetworks,
+    AlphaZeroNetworks,
+    MuZeroNetworks,
+    NetworkConfig,
+    make_actor_critic_networks,
+    make_alphazero_networks,
+    make_muzero_networks,
+    make_recurrent_fn,
+    make_root_fn,
+    scale_latent,
+)
+from muzero.targets import (
+    alphazero_batch,
+    muzero_batch,
+    n_step_values,
+    ply_discount,
+    sequence_priorities,
+    value_priorities,
+)
+from muzero.transforms import (
+    ValueTransform,
+    categorical_transform,
+    h_inverse,
+    h_transform,
+    logits_to_scalar,
+    scalar_to_two_hot,
+    scalar_transform,
+    two_hot_to_scalar,
+)
+from muzero.types import AlphaZeroBatch, MuZeroBatch, Trajectory, VTraceBatch
+from muzero.vtrace import (
+    VTraceOutput,
+    make_vtrace_loss,
+    vtrace,
+    vtrace_td_error_and_advantage,
+)
+
+__all__ = [
+    # networks
+    "NetworkConfig",
+    "MuZeroNetworks",
+    "AlphaZeroNetworks",
+    "ActorCriticNetworks",
+    "make_muzero_networks",
+    "make_alphazero_networks",
+    "make_actor_critic_networks",
+    "make_root_fn",
+    "make_recurrent_fn",
+    "scale_latent",
+    # transforms
+    "ValueTransform",
+    "categorical_transform",
+    "scalar_transform",
+    "h_transform",
+    "h_inverse",
+    "scalar_to_two_hot",
+    "two_hot_to_scalar",
+    "logits_to_scalar",
+    # pytrees
+    "Trajectory",
+    "MuZeroBatch",
+    "AlphaZeroBatch",
+    "VTraceBatch",
+    # targets
+    "ply_discount",
+    "n_step_values",
+    "muzero_batch",
+    "alphazero_batch",
+    "value_priorities",
+    "sequence_priorities",
+    # losses
+    "LossConfig",
+    "make_muzero_loss",
+    "make_alphazero_loss",
+    "make_vtrace_loss",
+    "policy_cross_entropy",
+    "scale_gradient",
+    "VTraceOutput",
+    "vtrace",
+    "vtrace_td_error_and_advantage",
+]

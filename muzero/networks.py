@@ -1,0 +1,476 @@
+"""Networks as pure functions over one params pytree: MuZero, AlphaZero and actor-critic.
+
+Each builder returns a NamedTuple of callables, `init(key) -> params` and `fn(params, ...)`, so
+search, losses and actors share the same functions and never see flax. Observations are batched
+and channels-last: `[B, H, W, C]` images or board planes (a resnet torso), `[B, H, W]` planes (a
+channel axis is added), or `[B, D]` vectors (an MLP torso). uint8 observations (Atari frames) are
+scaled by 1/255 inside the network.
+"""
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, NamedTuple
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import mctx
+
+from muzero.transforms import ValueTransform, categorical_transform, scalar_transform
+
+__all__ = [
+    "NetworkConfig",
+    "MuZeroNetworks",
+    "AlphaZeroNetworks",
+    "ActorCriticNetworks",
+    "make_muzero_networks",
+    "make_alphazero_networks",
+    "make_actor_critic_networks",
+    "make_root_fn",
+    "make_recurrent_fn",
+    "scale_latent",
+]
+
+Params = Any
+_TORSOS = ("auto", "resnet", "mlp", "impala")
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkConfig:
+    """Sizes of the networks. The defaults are small; `atari_muzero()` has the paper's sizes."""
+
+    torso: Literal["auto", "resnet", "mlp", "impala"] = "auto"  # auto: resnet for planes, mlp else.
+    channels: int = 32  # Channels of the resnet's residual blocks (and of a conv latent).
+    representation_blocks: int = 2  # Residual blocks of h (and of AlphaZero's/actor-critic torso).
+    dynamics_blocks: int = 2  # Residual blocks of the dynamics g.
+    prediction_blocks: int = 1  # Residual blocks of the prediction f before its heads.
+    downsample: bool = False  # Atari stem (MuZero appendix): strided convs + pools, 84x84 -> 6x6.
+    head_channels: int = 4  # Channels of the 1x1 conv that starts each head of a conv latent.
+    head_hidden: int = 32  # Width of the hidden dense layer of each policy/value/reward head.
+    mlp_sizes: tuple[int, ...] = (64, 64)  # Hidden widths of the MLP torso (vector observations).
+    latent_size: int = 64  # Width of an MLP latent state.
+    impala_channels: tuple[int, ...] = (16, 32, 32)  # Channels of the IMPALA torso's 3 stacks.
+    impala_dense: int = 256  # Width of the dense layer after the IMPALA torso.
+    value_support: int = 10  # Categorical value support [-S, S] of h(value); 0: one scalar output.
+    reward_support: int = 10  # Categorical reward support [-S, S] of h(reward); 0: scalar.
+    transform_eps: float = 1e-3  # The eps of h(x) = sign(x)(sqrt(|x|+1)-1) + eps x.
+
+    def __post_init__(self):
+        def check(ok: bool, field: str, expected: str):
+            if not ok:
+                raise ValueError(
+                    f"NetworkConfig.{field} must be {expected}, got {getattr(self, field)!r}")
+
+        def positive_ints(xs) -> bool:
+            return isinstance(xs, tuple) and all(_is_int(x) and x > 0 for x in xs)
+
+        check(self.torso in _TORSOS, "torso", f"one of {_TORSOS}")
+        for name in ("channels", "head_channels", "head_hidden", "latent_size", "impala_dense"):
+            check(_is_int(getattr(self, name)) and getattr(self, name) > 0, name,
+                  "an integer > 0")
+        for name in ("representation_blocks", "dynamics_blocks", "prediction_blocks",
+                     "value_support", "reward_support"):
+            check(_is_int(getattr(self, name)) and getattr(self, name) >= 0, name,
+                  "an integer >= 0")
+        check(isinstance(self.downsample, bool), "downsample", "a bool")
+        check(positive_ints(self.mlp_sizes), "mlp_sizes", "a tuple of integers > 0")
+        check(positive_ints(self.impala_channels) and len(self.impala_channels) > 0,
+              "impala_channels", "a non-empty tuple of integers > 0")
+        check(isinstance(self.transform_eps, float | int) and self.transform_eps > 0,
+              "transform_eps", "> 0")
+
+    @classmethod
+    def atari_muzero(cls, **overrides) -> "NetworkConfig":
+        """MuZero's Atari network: 84x84 frames downsampled to 6x6, 16 blocks of 256 channels.
+
+        The paper's support of 601 bins (S = 300) for values and rewards.
+        """
+        sizes = dict(torso="resnet", channels=256, representation_blocks=16, dynamics_blocks=16,
+                     prediction_blocks=0, downsample=True, head_channels=2, head_hidden=256,
+                     value_support=300, reward_support=300)
+        return cls(**{**sizes, **overrides})
+
+    @classmethod
+    def atari_impala(cls, **overrides) -> "NetworkConfig":
+        """The IMPALA "deep" ResNet torso (16/32/32 channels, dense 256) for V-trace on Atari."""
+        return cls(**{"torso": "impala", **overrides})
+
+    def value_transform(self) -> ValueTransform:
+        """The transform of the value head: categorical over `value_support`, or scalar."""
+        return _transform(self.value_support, self.transform_eps)
+
+    def reward_transform(self) -> ValueTransform:
+        """The transform of the reward head: categorical over `reward_support`, or scalar."""
+        return _transform(self.reward_support, self.transform_eps)
+
+
+class MuZeroNetworks(NamedTuple):
+    """MuZero's learned model as pure functions over one params pytree.
+
+    Attributes:
+      init: `init(key) -> params`.
+      represent: `represent(params, obs [B, ...]) -> latent [B, ...]`, scaled to [0, 1].
+      dynamics: `dynamics(params, latent [B, ...], action [B]) -> (reward_logits [B, R],
+        next_latent [B, ...])`; the reward is the one received for taking `action`.
+      predict: `predict(params, latent [B, ...]) -> (policy_logits [B, A], value_logits [B, V])`.
+      value_transform: decodes and trains `value_logits` (V = its num_bins).
+      reward_transform: decodes and trains `reward_logits` (R = its num_bins).
+    """
+
+    init: Callable[[chex.PRNGKey], Params]
+    represent: Callable[[Params, chex.Array], chex.Array]
+    dynamics: Callable[[Params, chex.Array, chex.Array], tuple[chex.Array, chex.Array]]
+    predict: Callable[[Params, chex.Array], tuple[chex.Array, chex.Array]]
+    value_transform: ValueTransform
+    reward_transform: ValueTransform
+
+
+class AlphaZeroNetworks(NamedTuple):
+    """AlphaZero's policy-value network on real observations.
+
+    Attributes:
+      init: `init(key) -> params`.
+      predict: `predict(params, obs [B, ...]) -> (policy_logits [B, A], value_logits [B, V])`.
+      value_transform: decodes and trains `value_logits` (V = 1 for a scalar value).
+    """
+
+    init: Callable[[chex.PRNGKey], Params]
+    predict: Callable[[Params, chex.Array], tuple[chex.Array, chex.Array]]
+    value_transform: ValueTransform
+
+
+class ActorCriticNetworks(NamedTuple):
+    """The V-trace agent's network.
+
+    Attributes:
+      init: `init(key) -> params`.
+      apply: `apply(params, obs [B, ...]) -> (policy_logits [B, A], value [B])`.
+    """
+
+    init: Callable[[chex.PRNGKey], Params]
+    apply: Callable[[Params, chex.Array], tuple[chex.Array, chex.Array]]
+
+
+def scale_latent(latent: chex.Array) -> chex.Array:
+    """Min-max scale each example of `latent [B, ...]` to [0, 1] (the MuZero paper's choice).
+
+    It keeps the latent in the range of the one-hot action input of the dynamics.
+    """
+    axes = tuple(range(1, latent.ndim))
+    low = jnp.min(latent, axis=axes, keepdims=True)
+    high = jnp.max(latent, axis=axes, keepdims=True)
+    return (latent - low) / jnp.maximum(high - low, 1e-5)
+
+
+def make_muzero_networks(config: NetworkConfig, observation_shape: Sequence[int],
+                         num_actions: int) -> MuZeroNetworks:
+    """MuZero's representation, dynamics and prediction for observations of one example's shape.
+
+    Args:
+      config: sizes; `torso` "auto" picks the resnet for [H, W, C] or [H, W] observations and the
+        MLP for [D]; "impala" is not a MuZero torso.
+      observation_shape: the shape of one observation, without the batch axis.
+      num_actions: A, the number of actions (policy logits and dynamics' action input).
+    """
+    torso = _choose_torso(config, observation_shape, allow_impala=False)
+    value_transform, reward_transform = config.value_transform(), config.reward_transform()
+    module = _MuZeroModule(config, torso, num_actions, value_transform.num_bins,
+                           reward_transform.num_bins)
+    obs_shape = tuple(observation_shape)
+
+    def init(key):
+        obs = jnp.zeros((1,) + obs_shape, jnp.float32)
+        return module.init(key, obs, jnp.zeros((1,), jnp.int32))
+
+    def represent(params, obs):
+        _check_obs(obs, obs_shape)
+        return module.apply(params, obs, method=_MuZeroModule.represent)
+
+    def dynamics(params, latent, action):
+        chex.assert_rank(action, 1)
+        chex.assert_equal_shape_prefix([latent, action], 1)
+        return module.apply(params, latent, action, method=_MuZeroModule.dynamics)
+
+    def predict(params, latent):
+        return module.apply(params, latent, method=_MuZeroModule.predict)
+
+    return MuZeroNetworks(init, represent, dynamics, predict, value_transform, reward_transform)
+
+
+def make_alphazero_networks(config: NetworkConfig, observation_shape: Sequence[int],
+                            num_actions: int) -> AlphaZeroNetworks:
+    """AlphaZero's policy-value network: the representation torso, then the prediction heads."""
+    torso = _choose_torso(config, observation_shape, allow_impala=True)
+    value_transform = config.value_transform()
+    module = _PolicyValueModule(config, torso, num_actions, value_transform.num_bins)
+    obs_shape = tuple(observation_shape)
+
+    def init(key):
+        return module.init(key, jnp.zeros((1,) + obs_shape, jnp.float32))
+
+    def predict(params, obs):
+        _check_obs(obs, obs_shape)
+        return module.apply(params, obs)
+
+    return AlphaZeroNetworks(init, predict, value_transform)
+
+
+def make_actor_critic_networks(config: NetworkConfig, observation_shape: Sequence[int],
+                               num_actions: int) -> ActorCriticNetworks:
+    """The V-trace network: a torso, then linear policy logits and a scalar value."""
+    torso = _choose_torso(config, observation_shape, allow_impala=True)
+    module = _PolicyValueModule(config, torso, num_actions, 1)
+    obs_shape = tuple(observation_shape)
+
+    def init(key):
+        return module.init(key, jnp.zeros((1,) + obs_shape, jnp.float32))
+
+    def apply(params, obs):
+        _check_obs(obs, obs_shape)
+        policy_logits, value = module.apply(params, obs)
+        return policy_logits, value[:, 0]
+
+    return ActorCriticNetworks(init, apply)
+
+
+def make_root_fn(networks: MuZeroNetworks) -> Callable[[Params, chex.Array], mctx.RootFnOutput]:
+    """`root_fn(params, observation [B, ...]) -> mctx.RootFnOutput` for MuZero's search."""
+
+    def root_fn(params, observation):
+        latent = networks.represent(params, observation)
+        policy_logits, value_logits = networks.predict(params, latent)
+        return mctx.RootFnOutput(prior_logits=policy_logits,
+                                 value=networks.value_transform.decode_logits(value_logits),
+                                 embedding=latent)
+
+    return root_fn
+
+
+def make_recurrent_fn(networks: MuZeroNetworks, *, discount: float = 1.0,
+                      two_player: bool = False) -> mctx.RecurrentFn:
+    """mctx's `recurrent_fn(params, rng_key, action [B], embedding [B, ...])` on the learned model.
+
+    The discount is a constant: `discount` in one-player games, `-discount` between the plies of
+    an alternating two-player game (a value is for the player to move). The learned model has no
+    terminal states: past an episode's end it predicts the absorbing values it was trained on.
+    """
+    step_discount = -discount if two_player else discount
+
+    def recurrent_fn(params, rng_key, action, embedding):
+        del rng_key
+        reward_logits, next_embedding = networks.dynamics(params, embedding, action)
+        policy_logits, value_logits = networks.predict(params, next_embedding)
+        reward = networks.reward_transform.decode_logits(reward_logits)
+        output = mctx.RecurrentFnOutput(
+            reward=reward,
+            discount=jnp.full_like(reward, step_discount),
+            prior_logits=policy_logits,
+            value=networks.value_transform.decode_logits(value_logits))
+        return output, next_embedding
+
+    return recurrent_fn
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _transform(support: int, eps: float) -> ValueTransform:
+    return categorical_transform(support, eps) if support > 0 else scalar_transform()
+
+
+def _choose_torso(config: NetworkConfig, observation_shape: Sequence[int],
+                  allow_impala: bool) -> str:
+    rank = len(tuple(observation_shape))
+    if rank not in (1, 2, 3):
+        raise ValueError(f"observations must have shape [D], [H, W] or [H, W, C] per example, "
+                         f"got {tuple(observation_shape)}")
+    if config.torso == "auto":
+        return "mlp" if rank == 1 else "resnet"
+    if config.torso == "impala" and not allow_impala:
+        raise ValueError("NetworkConfig.torso 'impala' serves actor-critic and AlphaZero "
+                         "networks, not MuZero's model: use 'resnet' or 'auto'")
+    if (config.torso == "mlp") != (rank == 1):
+        raise ValueError(f"NetworkConfig.torso {config.torso!r} does not fit observations of "
+                         f"shape {tuple(observation_shape)}")
+    return config.torso
+
+
+def _check_obs(obs: chex.Array, obs_shape: tuple[int, ...]):
+    if tuple(obs.shape[1:]) != obs_shape:
+        raise ValueError(f"expected observations of shape [B, {', '.join(map(str, obs_shape))}], "
+                         f"got {tuple(obs.shape)}")
+
+
+def _preprocess(obs: chex.Array, torso: str) -> chex.Array:
+    # Atari frames arrive as uint8 to keep transfers small; scale on the device.
+    x = obs.astype(jnp.float32) / 255.0 if obs.dtype == jnp.uint8 else obs.astype(jnp.float32)
+    if torso != "mlp" and x.ndim == 3:
+        x = x[..., None]
+    return x
+
+
+class _ResBlock(nn.Module):
+    """Pre-activation residual block; LayerNorm, not BatchNorm, keeps the functions stateless."""
+
+    channels: int
+
+    @nn.compact
+    def __call__(self, x):
+        y = nn.Conv(self.channels, (3, 3))(nn.relu(nn.LayerNorm()(x)))
+        y = nn.Conv(self.channels, (3, 3))(nn.relu(nn.LayerNorm()(y)))
+        return x + y
+
+
+class _AtariDownsample(nn.Module):
+    """MuZero appendix: 84x84 -> 42 (conv) -> 21 (conv) -> 11 (avg pool) -> 6 (avg pool)."""
+
+    channels: int
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.Conv(self.channels // 2, (3, 3), strides=(2, 2))(x)
+        for _ in range(2):
+            x = _ResBlock(self.channels // 2)(x)
+        x = nn.Conv(self.channels, (3, 3), strides=(2, 2))(x)
+        for _ in range(3):
+            x = _ResBlock(self.channels)(x)
+        x = nn.avg_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+        for _ in range(3):
+            x = _ResBlock(self.channels)(x)
+        return nn.avg_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+
+
+class _ImpalaTorso(nn.Module):
+    """IMPALA's deep ResNet: per stack conv, max pool /2, two residual blocks; then dense."""
+
+    channels: tuple[int, ...]
+    dense: int
+
+    @nn.compact
+    def __call__(self, x):
+        for c in self.channels:
+            x = nn.Conv(c, (3, 3))(x)
+            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+            for _ in range(2):
+                y = nn.Conv(c, (3, 3))(nn.relu(x))
+                x = x + nn.Conv(c, (3, 3))(nn.relu(y))
+        x = nn.relu(x).reshape((x.shape[0], -1))
+        return nn.relu(nn.Dense(self.dense)(x))
+
+
+class _MLP(nn.Module):
+    sizes: tuple[int, ...]
+
+    @nn.compact
+    def __call__(self, x):
+        for size in self.sizes:
+            x = nn.relu(nn.LayerNorm()(nn.Dense(size)(x)))
+        return x
+
+
+class _Head(nn.Module):
+    """A hidden dense layer, then `outputs` linear outputs; conv inputs are first reduced 1x1."""
+
+    outputs: int
+    head_channels: int
+    hidden: int
+
+    @nn.compact
+    def __call__(self, x):
+        if x.ndim == 4:
+            x = nn.relu(nn.Conv(self.head_channels, (1, 1))(x))
+        x = x.reshape((x.shape[0], -1))
+        x = nn.relu(nn.Dense(self.hidden)(x))
+        return nn.Dense(self.outputs)(x)
+
+
+class _Trunk(nn.Module):
+    """The observation torso: resnet (optionally with the Atari stem) or MLP; unscaled output."""
+
+    config: NetworkConfig
+    torso: str
+
+    @nn.compact
+    def __call__(self, obs):
+        cfg = self.config
+        x = _preprocess(obs, self.torso)
+        if self.torso == "mlp":
+            return nn.Dense(cfg.latent_size)(_MLP(cfg.mlp_sizes)(x.reshape((x.shape[0], -1))))
+        if self.torso == "impala":
+            return _ImpalaTorso(cfg.impala_channels, cfg.impala_dense)(x)
+        x = (_AtariDownsample(cfg.channels) if cfg.downsample
+             else nn.Conv(cfg.channels, (3, 3)))(x)
+        for _ in range(cfg.representation_blocks):
+            x = _ResBlock(cfg.channels)(x)
+        return x
+
+
+class _MuZeroModule(nn.Module):
+    config: NetworkConfig
+    torso: str
+    num_actions: int
+    value_bins: int
+    reward_bins: int
+
+    def setup(self):
+        cfg = self.config
+        self.trunk = _Trunk(cfg, self.torso)
+        if self.torso == "mlp":
+            self.dynamics_in = nn.Dense(cfg.latent_size)
+            self.dynamics_mlp = _MLP(cfg.mlp_sizes)
+            self.dynamics_out = nn.Dense(cfg.latent_size)
+        else:
+            self.dynamics_in = nn.Conv(cfg.channels, (3, 3))
+            self.dynamics_blocks = [_ResBlock(cfg.channels) for _ in range(cfg.dynamics_blocks)]
+            self.prediction_blocks = [_ResBlock(cfg.channels)
+                                      for _ in range(cfg.prediction_blocks)]
+        self.reward_head = _Head(self.reward_bins, cfg.head_channels, cfg.head_hidden)
+        self.policy_head = _Head(self.num_actions, cfg.head_channels, cfg.head_hidden)
+        self.value_head = _Head(self.value_bins, cfg.head_channels, cfg.head_hidden)
+
+    def __call__(self, obs, action):
+        latent = self.represent(obs)
+        _, next_latent = self.dynamics(latent, action)
+        return self.predict(next_latent)
+
+    def represent(self, obs):
+        return scale_latent(self.trunk(obs))
+
+    def dynamics(self, latent, action):
+        one_hot = jax.nn.one_hot(action, self.num_actions, dtype=latent.dtype)  # [B, A]
+        if self.torso == "mlp":
+            x = self.dynamics_out(self.dynamics_mlp(
+                self.dynamics_in(jnp.concatenate([latent, one_hot], axis=-1))))
+        else:
+            # The action enters as A constant planes, one of them all ones.
+            planes = jnp.broadcast_to(one_hot[:, None, None, :],
+                                      latent.shape[:3] + (self.num_actions,))
+            x = self.dynamics_in(jnp.concatenate([latent, planes], axis=-1))
+            for block in self.dynamics_blocks:
+                x = block(x)
+        return self.reward_head(x), scale_latent(x)
+
+    def predict(self, latent):
+        x = latent
+        if self.torso != "mlp":
+            for block in self.prediction_blocks:
+                x = block(x)
+        return self.policy_head(x), self.value_head(x)
+
+
+class _PolicyValueModule(nn.Module):
+    config: NetworkConfig
+    torso: str
+    num_actions: int
+    value_bins: int
+
+    @nn.compact
+    def __call__(self, obs):
+        cfg = self.config
+        x = _Trunk(cfg, self.torso)(obs)
+        if self.torso == "impala":
+            return nn.Dense(self.num_actions)(x), nn.Dense(self.value_bins)(x)
+        return (_Head(self.num_actions, cfg.head_channels, cfg.head_hidden)(x),
+                _Head(self.value_bins, cfg.head_channels, cfg.head_hidden)(x))

@@ -1,0 +1,156 @@
+"""Networks: shapes for each torso, the scaled latent, mctx's root/recurrent fns, config checks."""
+
+import jax
+import jax.numpy as jnp
+import mctx
+import numpy as np
+import pytest
+
+from muzero import (
+    NetworkConfig,
+    make_actor_critic_networks,
+    make_alphazero_networks,
+    make_muzero_networks,
+    make_recurrent_fn,
+    make_root_fn,
+)
+
+TINY = NetworkConfig(channels=8, representation_blocks=1, dynamics_blocks=1, prediction_blocks=1,
+                     head_channels=2, head_hidden=16, mlp_sizes=(16,), latent_size=16,
+                     value_support=5, reward_support=3)
+ATARI_TINY = NetworkConfig(channels=8, representation_blocks=0, dynamics_blocks=1,
+                           prediction_blocks=0, downsample=True, head_hidden=16)
+B, A = 3, 4
+# Threefry's random bits take seconds to compile on a busy 2-core CPU; rbg keys compile fast.
+KEY = jax.random.key(0, impl="rbg")
+
+
+def observations(shape, dtype=jnp.float32, seed=0):
+    x = jax.random.uniform(jax.random.key(seed), (B,) + shape, minval=0, maxval=255)
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("config, obs_shape, dtype, latent_shape", [
+    (TINY, (6, 7, 3), jnp.float32, (6, 7, 8)),  # board planes (connect four)
+    (TINY, (3, 3), jnp.float32, (3, 3, 8)),  # planes without a channel axis
+    (ATARI_TINY, (84, 84, 4), jnp.uint8, (6, 6, 8)),  # stacked Atari frames, downsampled
+    (TINY, (5,), jnp.float32, (16,)),  # a vector: the MLP torso
+])
+def test_muzero_shapes_and_latent_range(config, obs_shape, dtype, latent_shape):
+    nets = make_muzero_networks(config, obs_shape, A)
+
+    @jax.jit  # one compiled call: eager flax dispatches op by op, slow on a busy CPU
+    def run(obs):
+        params = nets.init(KEY)
+        latent = nets.represent(params, obs)
+        reward_logits, next_latent = nets.dynamics(params, latent, jnp.array([0, 1, 3]))
+        _, other_latent = nets.dynamics(params, latent, jnp.array([2, 2, 2]))
+        as_float = nets.represent(params, obs.astype(jnp.float32) / 255.0)
+        return (latent, reward_logits, next_latent, nets.predict(params, next_latent),
+                other_latent, as_float)
+
+    obs = observations(obs_shape, dtype)
+    latent, reward_logits, next_latent, (policy_logits, value_logits), other, as_float = run(obs)
+    assert latent.shape == (B,) + latent_shape
+    assert reward_logits.shape == (B, config.reward_transform().num_bins)
+    assert next_latent.shape == latent.shape
+    assert policy_logits.shape == (B, A)
+    assert value_logits.shape == (B, config.value_transform().num_bins)
+    for x in (latent, next_latent):
+        flat = np.asarray(x).reshape(B, -1)
+        # Min-max scaled per example: each example spans exactly [0, 1].
+        np.testing.assert_allclose(flat.min(axis=1), 0.0, atol=1e-6)
+        np.testing.assert_allclose(flat.max(axis=1), 1.0, atol=1e-5)
+    assert not np.allclose(next_latent, other)  # the action matters
+    if dtype == jnp.uint8:  # frames are scaled by 1/255 inside the network
+        np.testing.assert_allclose(latent, as_float, atol=1e-5)
+
+
+def test_root_and_recurrent_fn_run_inside_mctx():
+    nets = make_muzero_networks(TINY, (6, 7, 3), A)
+    root_fn = make_root_fn(nets)
+    recurrent_fn = make_recurrent_fn(nets, two_player=True)
+    one_player_fn = make_recurrent_fn(nets, discount=0.99)
+    obs = observations((6, 7, 3))
+
+    @jax.jit
+    def run(obs):
+        params = nets.init(KEY)
+        root = root_fn(params, obs)
+        action = jnp.zeros((B,), jnp.int32)
+        step = recurrent_fn(params, jax.random.key(1, impl="rbg"), action, root.embedding)
+        one_player = one_player_fn(params, jax.random.key(1, impl="rbg"), action, root.embedding)[0]
+        policy = mctx.muzero_policy(params, jax.random.key(2, impl="rbg"), root, recurrent_fn,
+                                    num_simulations=4)
+        return root, step, one_player, policy
+
+    root, (output, embedding), one_player, policy = run(obs)
+    assert root.value.shape == (B,) and root.prior_logits.shape == (B, A)
+    np.testing.assert_array_equal(output.discount, -np.ones(B))
+    assert output.reward.shape == (B,) and embedding.shape == root.embedding.shape
+    np.testing.assert_allclose(one_player.discount, 0.99)
+    assert policy.action.shape == (B,)
+    np.testing.assert_allclose(policy.action_weights.sum(-1), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("obs_shape, dtype", [((6, 7, 3), jnp.float32), ((5,), jnp.float32)])
+def test_alphazero_shapes(obs_shape, dtype):
+    categorical = make_alphazero_networks(TINY, obs_shape, A)
+    scalar = make_alphazero_networks(
+        NetworkConfig(channels=8, representation_blocks=1, value_support=0), obs_shape, A)
+
+    @jax.jit
+    def run(obs):
+        return [nets.predict(nets.init(KEY), obs) for nets in (categorical, scalar)]
+
+    (policy_logits, value_logits), (_, value) = run(observations(obs_shape, dtype))
+    assert policy_logits.shape == (B, A) and value_logits.shape == (B, 11)
+    assert value.shape == (B, 1) and scalar.value_transform.decode_logits(value).shape == (B,)
+
+
+@pytest.mark.parametrize("config, obs_shape, dtype", [
+    (NetworkConfig(torso="impala", impala_channels=(4, 8, 8), impala_dense=16), (84, 84, 4),
+     jnp.uint8),
+    (TINY, (6, 7, 3), jnp.float32),
+    (TINY, (5,), jnp.float32),
+])
+def test_actor_critic_shapes(config, obs_shape, dtype):
+    nets = make_actor_critic_networks(config, obs_shape, A)
+    policy_logits, value = jax.jit(lambda obs: nets.apply(nets.init(KEY), obs))(
+        observations(obs_shape, dtype))
+    assert policy_logits.shape == (B, A) and value.shape == (B,)
+
+
+def test_paper_sizes_are_available():
+    config = NetworkConfig.atari_muzero()
+    assert (config.channels, config.representation_blocks, config.value_support) == (256, 16, 300)
+    nets = make_muzero_networks(config, (84, 84, 4), 18)
+    params = jax.eval_shape(nets.init, jax.random.key(0))  # shapes only: no compute
+    latent = jax.eval_shape(nets.represent, params,
+                            jax.ShapeDtypeStruct((2, 84, 84, 4), jnp.uint8))
+    assert latent.shape == (2, 6, 6, 256)
+    impala = NetworkConfig.atari_impala()
+    assert impala.impala_channels == (16, 32, 32) and impala.impala_dense == 256
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"torso": "transformer"}, "torso"),
+    ({"channels": 0}, "channels"),
+    ({"mlp_sizes": (16, -1)}, "mlp_sizes"),
+    ({"value_support": -1}, "value_support"),
+    ({"transform_eps": 0.0}, "transform_eps"),
+])
+def test_bad_config_names_the_field(overrides, field):
+    with pytest.raises(ValueError, match=f"NetworkConfig.{field}"):
+        NetworkConfig(**overrides)
+
+
+def test_observation_shape_mismatch_is_a_clear_error():
+    nets = make_muzero_networks(TINY, (6, 7, 3), A)
+    params = jax.eval_shape(nets.init, KEY)
+    with pytest.raises(ValueError, match="expected observations of shape"):
+        nets.represent(params, jnp.zeros((B, 7, 6, 3)))
+    with pytest.raises(ValueError, match="torso"):
+        make_muzero_networks(NetworkConfig(torso="mlp"), (6, 7, 3), A)
+    with pytest.raises(ValueError, match="impala"):
+        make_muzero_networks(NetworkConfig(torso="impala"), (84, 84, 4), A)
