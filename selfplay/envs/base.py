@@ -46,9 +46,10 @@ class TimeStep(NamedTuple):
 
     observation: Any  # [B, *obs_shape] spec.observation_dtype, the new state, player to move's view
     reward: Any  # [B] float32, reward of the transition just taken, for the player who acted
-    done: Any  # [B] bool, that transition ended the episode (terminated or truncated)
+    done: Any  # [B] bool, that transition ended the episode (terminated, truncated, or with
+    #   Atari's episodic_life a lost life)
     truncated: Any  # [B] bool, ended by a time limit, not a terminal state (bootstrap allowed)
-    legal_mask: Any  # [B, A] bool, legal actions in the new state (all True for one-player envs)
+    legal_mask: Any  # [B, A] bool, legal actions in the new state (all True for envpool)
     to_play: Any  # [B] int32, player to move in the new state (0 in one-player envs)
     episode_return: Any  # [B] float32, undiscounted return of the ended episode (player 0's view;
     #   Atari: the unclipped game score), valid where episode_end, 0 elsewhere
