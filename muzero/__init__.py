@@ -1,5 +1,21 @@
 """The learning side: networks, value transforms, targets, losses and the replicated update."""
 
+from muzero.config import OptimizerConfig
+from muzero.distributed import (
+    global_devices,
+    make_mesh,
+    make_replicated_update,
+    replicate,
+    shard_batch,
+    unreplicate,
+)
+from muzero.learner import (
+    TrainState,
+    init_train_state,
+    make_optimizer,
+    make_schedule,
+    make_update,
+)
 from muzero.losses import (
     LossConfig,
     make_alphazero_loss,
@@ -88,4 +104,17 @@ __all__ = [
     "VTraceOutput",
     "vtrace",
     "vtrace_td_error_and_advantage",
+    # learner
+    "OptimizerConfig",
+    "TrainState",
+    "make_optimizer",
+    "make_schedule",
+    "init_train_state",
+    "make_update",
+    "make_replicated_update",
+    "make_mesh",
+    "global_devices",
+    "replicate",
+    "unreplicate",
+    "shard_batch",
 ]
