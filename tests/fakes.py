@@ -1,5 +1,159 @@
 """The one shared module of fakes for unit tests. Product code never imports it."""
 
+# --- search: random models over a latent vector ------------------------------------------------
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import mctx  # noqa: E402
+
+
+def random_model(key, batch_size: int, num_actions: int, latent_size: int = 8):
+    """A random deterministic learned model: (params, root, recurrent_fn).
+
+    The latent moves by an action-dependent linear map; prior logits, value, reward and discount
+    are linear read-outs. Rows of the batch never interact.
+    """
+    keys = jax.random.split(key, 7)
+    params = {
+        "transition": jax.random.normal(keys[0], (num_actions, latent_size, latent_size)) * 0.5,
+        "policy": jax.random.normal(keys[1], (latent_size, num_actions)),
+        "value": jax.random.normal(keys[2], (latent_size,)),
+        "reward": jax.random.normal(keys[3], (latent_size,)),
+    }
+    latent = jax.random.normal(keys[4], (batch_size, latent_size))
+
+    def predict(params, latent):
+        return latent @ params["policy"], jnp.tanh(latent @ params["value"])
+
+    def recurrent_fn(params, rng_key, action, latent):
+        del rng_key
+        next_latent = jnp.tanh(jnp.einsum("bi,bij->bj", latent, params["transition"][action]))
+        prior_logits, value = predict(params, next_latent)
+        output = mctx.RecurrentFnOutput(
+            reward=jnp.tanh(next_latent @ params["reward"]),
+            discount=jnp.full((latent.shape[0],), 0.95),
+            prior_logits=prior_logits,
+            value=value,
+        )
+        return output, next_latent
+
+    prior_logits, value = predict(params, latent)
+    root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=latent)
+    return params, root, recurrent_fn
+
+
+# --- tic-tac-toe: the real rules (pgx) as an exact model, and an exact minimax solver ----------
+
+import functools  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+_LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+
+
+def pgx_step_fn(env):
+    """search.StepFn over a pgx env: (state, action) -> (next, mover's reward, terminal, legal)."""
+    step = jax.vmap(env.step)
+
+    def step_fn(state, action):
+        mover = state.current_player
+        next_state = step(state, action)
+        reward = jnp.take_along_axis(next_state.rewards, mover[:, None], axis=1)[:, 0]
+        return next_state, reward, next_state.terminated, next_state.legal_action_mask
+
+    return step_fn
+
+
+def relative_board_index(observation):
+    """[B, 3, 3, 2] pgx tic-tac-toe observation -> [B] base-3 index (1 mine, 2 theirs)."""
+    cells = observation.reshape(observation.shape[0], 9, 2).astype(jnp.int32)
+    codes = cells[..., 0] + 2 * cells[..., 1]  # [B, 9]
+    return jnp.sum(codes * (3 ** jnp.arange(9)), axis=-1)
+
+
+def _winner(board):
+    for a, b, c in _LINES:
+        if board[a] != 0 and board[a] == board[b] == board[c]:
+            return board[a]
+    return 0
+
+
+@functools.cache
+def negamax(board: tuple) -> int:
+    """Value for the player to move on a relative board (1 mine, 2 theirs, 0 empty)."""
+    if _winner(board) == 2:
+        return -1
+    if all(board):
+        return 0
+    values = []
+    for move in range(9):
+        if board[move] == 0:
+            child = list(board)
+            child[move] = 1
+            # The opponent moves next: swap to their view.
+            values.append(-negamax(tuple({1: 2, 2: 1, 0: 0}[c] for c in child)))
+    return max(values)
+
+
+def optimal_moves(board: tuple) -> set:
+    """The moves that keep the negamax value of a relative board."""
+    best, moves = None, set()
+    for move in range(9):
+        if board[move] == 0:
+            child = list(board)
+            child[move] = 1
+            value = -negamax(tuple({1: 2, 2: 1, 0: 0}[c] for c in child))
+            if best is None or value > best:
+                best, moves = value, {move}
+            elif value == best:
+                moves.add(move)
+    return moves
+
+
+def minimax_value_table() -> np.ndarray:
+    """[3**9] float32: negamax value of every relative board, for the player to move."""
+    table = np.zeros(3**9, dtype=np.float32)
+    for index in range(3**9):
+        board = tuple((index // 3**i) % 3 for i in range(9))
+        if abs(sum(c == 1 for c in board) - sum(c == 2 for c in board)) <= 1:
+            table[index] = negamax(board)
+    return table
+
+
+def reachable_positions() -> list:
+    """Every non-terminal tic-tac-toe position as (relative board, moves played from empty)."""
+    seen, out = set(), []
+
+    def visit(board, moves):
+        relative_key = board
+        if _winner(board) or all(board) or relative_key in seen:
+            return
+        seen.add(relative_key)
+        out.append((board, moves))
+        for move in range(9):
+            if board[move] == 0:
+                child = list(board)
+                child[move] = 1
+                visit(tuple({1: 2, 2: 1, 0: 0}[c] for c in child), moves + (move,))
+
+    visit((0,) * 9, ())
+    return out
+
+
+def immediate_wins(board: tuple, player: int = 1) -> list:
+    """Moves that complete a line for `player` (1: to move, 2: the opponent) on a relative board."""
+    return [m for m in range(9) if board[m] == 0
+            and _winner(tuple(player if i == m else c for i, c in enumerate(board))) == player]
+
+
+def relative_board(moves) -> tuple:
+    """The relative board (1 mine, 2 theirs) after playing `moves` from the empty board."""
+    board = [0] * 9
+    for ply, move in enumerate(moves):
+        board[move] = 1 if ply % 2 == 0 else 2
+    to_move = 1 if len(moves) % 2 == 0 else 2
+    return tuple(0 if c == 0 else (1 if c == to_move else 2) for c in board)
+
 
 # --- arena: players that interrupt or batch, and a one-player env with known episodes ----------
 

@@ -1,0 +1,99 @@
+"""`SearchConfig`: every setting of a search in one frozen, validated object."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+ALGORITHMS = ("muzero", "gumbel_muzero")
+QTRANSFORMS = ("by_parent_and_siblings", "by_min_max", "completed_by_mix_value")
+_DEFAULT_QTRANSFORM = {
+    "muzero": "by_parent_and_siblings",
+    "gumbel_muzero": "completed_by_mix_value",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchConfig:
+    """Settings of one batched Monte-Carlo tree search (see `search.run`)."""
+
+    # "muzero": PUCT at every node (MuZero/AlphaZero); "gumbel_muzero": Gumbel MuZero.
+    algorithm: str = "muzero"
+    # Simulations per search; each adds (at most) one node to the tree.
+    num_simulations: int = 32
+    # Deepest a simulation may go, in edges from the root; None means num_simulations.
+    max_depth: int | None = None
+    # PUCT constant c1 (MuZero paper, Appendix B).
+    pb_c_init: float = 1.25
+    # PUCT constant c2.
+    pb_c_base: float = 19652.0
+    # Concentration of the Dirichlet noise mixed into the root prior (muzero only).
+    dirichlet_alpha: float = 0.3
+    # Share of Dirichlet noise in the root prior; 0 turns exploration noise off (muzero only).
+    dirichlet_fraction: float = 0.25
+    # Acting temperature over visit counts (muzero only); 0 is greedy.
+    temperature: float = 1.0
+    # Actions sampled at the root by Gumbel's sequential halving (gumbel_muzero only).
+    max_num_considered_actions: int = 16
+    # Scale of the Gumbel noise; 0 for deterministic evaluation (gumbel_muzero only).
+    gumbel_scale: float = 1.0
+    # How Q-values are normalised for selection; None picks the algorithm's default.
+    qtransform: str | None = None
+    # by_min_max: the lowest value the model can produce (-1 for a two-player game's outcome).
+    qtransform_min_value: float = -1.0
+    # by_min_max: the highest value the model can produce.
+    qtransform_max_value: float = 1.0
+    # completed_by_mix_value: scale of the completed Q-values (Gumbel paper's c_scale).
+    qtransform_value_scale: float = 0.1
+    # completed_by_mix_value: offset added to the largest visit count (Gumbel paper's c_visit).
+    qtransform_maxvisit_init: float = 50.0
+
+    def __post_init__(self):
+        _check(self.algorithm in ALGORITHMS, self, "algorithm", f"must be one of {ALGORITHMS}")
+        _check_int(self, "num_simulations", minimum=1)
+        if self.max_depth is not None:
+            _check_int(self, "max_depth", minimum=1)
+        _check_int(self, "max_num_considered_actions", minimum=1)
+        for name in ("pb_c_init", "pb_c_base", "dirichlet_alpha", "qtransform_value_scale",
+                     "qtransform_maxvisit_init"):
+            _check_number(self, name, minimum=0.0, strict=name in ("pb_c_base", "dirichlet_alpha"))
+        _check_number(self, "dirichlet_fraction", minimum=0.0)
+        _check(self.dirichlet_fraction <= 1.0, self, "dirichlet_fraction", "must be in [0, 1]")
+        _check_number(self, "temperature", minimum=0.0)
+        _check_number(self, "gumbel_scale", minimum=0.0)
+        _check_number(self, "qtransform_min_value")
+        _check_number(self, "qtransform_max_value")
+        _check(self.qtransform_max_value > self.qtransform_min_value, self, "qtransform_max_value",
+               "must be greater than qtransform_min_value")
+        _check(self.qtransform is None or self.qtransform in QTRANSFORMS, self, "qtransform",
+               f"must be None or one of {QTRANSFORMS}")
+
+    @property
+    def qtransform_name(self) -> str:
+        """The q-transform in use: the configured one or the algorithm's default."""
+        return self.qtransform or _DEFAULT_QTRANSFORM[self.algorithm]
+
+    def replace(self, **changes) -> SearchConfig:
+        """A new config with `changes` applied (and validated)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _check(ok: bool, config: SearchConfig, field: str, message: str) -> None:
+    if not ok:
+        raise ValueError(f"SearchConfig.{field} {message}, got {getattr(config, field)!r}")
+
+
+def _check_int(config: SearchConfig, field: str, minimum: int) -> None:
+    value = getattr(config, field)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"SearchConfig.{field} must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_number(config: SearchConfig, field: str, minimum: float | None = None,
+                  strict: bool = False) -> None:
+    value = getattr(config, field)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"SearchConfig.{field} must be a finite number, got {value!r}")
+    if minimum is not None and (value <= minimum if strict else value < minimum):
+        bound = ">" if strict else ">="
+        raise ValueError(f"SearchConfig.{field} must be {bound} {minimum}, got {value!r}")

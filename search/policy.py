@@ -1,0 +1,320 @@
+"""`search.run`: one batched MCTS, the same as mctx's policies, plus interior masks and reuse.
+
+Two things are added on top of `mctx.muzero_policy` / `mctx.gumbel_muzero_policy`:
+
+* **Illegal actions inside the tree.** mctx masks illegal actions only at the root
+  (`invalid_actions`). Here an action is also never selected at an interior node when the model
+  marked it illegal by giving it a prior logit of -inf or `jnp.finfo(dtype).min` (what
+  `mask_invalid_logits` writes). In mctx a zero prior usually keeps PUCT away, but not always:
+  when Q-values fall outside the q-transform's range (`by_min_max` with values below
+  `min_value`), a visited legal child scores below zero and the illegal child's tie-break noise
+  wins. The explicit mask makes it a guarantee for every q-transform.
+* **Continuing from a tree.** `run(..., tree=t)` keeps `t`'s nodes and statistics (typically from
+  `reuse_subtree`) and adds `num_simulations` more. mctx's `search` always starts from an empty
+  tree, so the loop below is mctx's own loop with a per-row starting node count.
+
+With no tree and no interior marks, `run` consumes the key exactly as mctx does and returns the same
+`action` and `action_weights` (tested against mctx).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import mctx
+from mctx._src import search as mctx_search  # simulate/expand/backward: mctx pinned in pyproject
+from mctx._src import seq_halving
+
+from search.config import SearchConfig
+
+
+class SearchOutput(NamedTuple):
+    """The result of `search.run` for a batch of B roots over A actions."""
+
+    action: chex.Array  # [B] int32, the action to play
+    action_weights: chex.Array  # [B, A], the policy target: visit distribution (muzero) or
+    #                             Gumbel's improved policy softmax(prior + completed Q)
+    visit_counts: chex.Array  # [B, A], visits of each root child
+    root_value: chex.Array  # [B], the search's value of the root, for the player to move
+    q_values: chex.Array  # [B, A], reward + discount * child value (0 for unvisited children)
+    tree: mctx.Tree  # the whole tree: pass to `reuse_subtree` to continue from a child
+
+
+def mask_invalid_logits(logits: chex.Array, invalid_actions: chex.Array | None) -> chex.Array:
+    """Gives invalid actions the smallest finite logit, which the search treats as illegal.
+
+    Args:
+      logits: [B, A] prior logits.
+      invalid_actions: [B, A], nonzero/True where an action is illegal; None masks nothing.
+    Returns:
+      [B, A] logits, max-shifted to 0, with `finfo.min` at invalid actions. A finite value keeps
+      the softmax defined when every action is invalid (a terminal state).
+    """
+    if invalid_actions is None:
+        return logits
+    chex.assert_equal_shape([logits, invalid_actions])
+    logits = logits - jnp.max(logits, axis=-1, keepdims=True)
+    return jnp.where(invalid_actions, jnp.finfo(logits.dtype).min, logits)
+
+
+def _illegal_by_prior(prior_logits: chex.Array) -> chex.Array:
+    # Half of finfo.min leaves room for the max-shift in mask_invalid_logits; -inf is below it.
+    return prior_logits <= jnp.finfo(prior_logits.dtype).min / 2
+
+
+def _node_invalid_actions(tree: mctx.Tree, node_index, depth) -> chex.Array:
+    """[A] bool: root mask at depth 0 (as mctx), the model's illegal marks below it."""
+    interior = _illegal_by_prior(tree.children_prior_logits[node_index])
+    return jnp.where(depth == 0, tree.root_invalid_actions.astype(bool), interior)
+
+
+def _puct_selection(rng_key, tree, node_index, depth, *, pb_c_init, pb_c_base, qtransform):
+    """mctx.muzero_action_selection, with illegal interior actions masked out."""
+    visit_counts = tree.children_visits[node_index]  # [A]
+    node_visit = tree.node_visits[node_index]  # []
+    pb_c = pb_c_init + jnp.log((node_visit + pb_c_base + 1.0) / pb_c_base)
+    prior_probs = jax.nn.softmax(tree.children_prior_logits[node_index])
+    policy_score = jnp.sqrt(node_visit) * pb_c * prior_probs / (visit_counts + 1)
+    value_score = qtransform(tree, node_index)
+    node_noise_score = 1e-7 * jax.random.uniform(rng_key, (tree.num_actions,))
+    to_argmax = value_score + policy_score + node_noise_score
+    return mctx_masked_argmax(to_argmax, _node_invalid_actions(tree, node_index, depth))
+
+
+def _gumbel_interior_selection(rng_key, tree, node_index, depth, *, qtransform):
+    """mctx.gumbel_muzero_interior_action_selection, with illegal interior actions masked out."""
+    del rng_key
+    visit_counts = tree.children_visits[node_index]
+    prior_logits = tree.children_prior_logits[node_index]
+    probs = jax.nn.softmax(prior_logits + qtransform(tree, node_index))
+    to_argmax = probs - visit_counts / (1 + jnp.sum(visit_counts, keepdims=True, axis=-1))
+    return mctx_masked_argmax(to_argmax, _node_invalid_actions(tree, node_index, depth))
+
+
+def mctx_masked_argmax(to_argmax: chex.Array, invalid_actions: chex.Array) -> chex.Array:
+    return jnp.argmax(jnp.where(invalid_actions, -jnp.inf, to_argmax), axis=-1).astype(jnp.int32)
+
+
+def _make_qtransform(config: SearchConfig):
+    name = config.qtransform_name
+    if name == "by_parent_and_siblings":
+        return mctx.qtransform_by_parent_and_siblings
+    if name == "by_min_max":
+        return functools.partial(mctx.qtransform_by_min_max, min_value=config.qtransform_min_value,
+                                 max_value=config.qtransform_max_value)
+    return functools.partial(mctx.qtransform_completed_by_mix_value,
+                             value_scale=config.qtransform_value_scale,
+                             maxvisit_init=config.qtransform_maxvisit_init)
+
+
+def _dirichlet_noisy_logits(rng_key, prior_logits, config: SearchConfig) -> chex.Array:
+    """mctx.muzero_policy's root noise: mix softmax(prior) with Dirichlet(alpha) noise."""
+    batch_size, num_actions = prior_logits.shape
+    noise = jax.random.dirichlet(rng_key, alpha=jnp.full([num_actions], config.dirichlet_alpha),
+                                 shape=(batch_size,))
+    fraction = config.dirichlet_fraction
+    probs = (1 - fraction) * jax.nn.softmax(prior_logits) + fraction * noise
+    return jnp.log(jnp.maximum(probs, jnp.finfo(probs.dtype).tiny))
+
+
+def run(
+    params: Any,
+    rng_key: chex.PRNGKey,
+    root: mctx.RootFnOutput,
+    recurrent_fn: mctx.RecurrentFn,
+    config: SearchConfig,
+    *,
+    invalid_actions: chex.Array | None = None,
+    tree: mctx.Tree | None = None,
+) -> SearchOutput:
+    """Runs one batched search from `root` (or continues `tree`) and picks an action per row.
+
+    Args:
+      params: passed to `recurrent_fn` unchanged (network parameters, or anything).
+      rng_key: consumed.
+      root: `mctx.RootFnOutput(prior_logits [B, A], value [B], embedding [B, ...])` for the
+        current states, value from the view of the player to move.
+      recurrent_fn: `(params, rng_key, action [B], embedding) -> (mctx.RecurrentFnOutput,
+        next_embedding)`. To mark actions illegal inside the tree, give them `finfo.min` prior
+        logits (`mask_invalid_logits`). For two-player zero-sum games use discount -1 between
+        plies and 0 after a terminal state (`make_exact_recurrent_fn` does this).
+      config: the search settings.
+      invalid_actions: [B, A] bool/0-1, True where illegal at the root; None: all legal.
+      tree: a tree to continue, from `reuse_subtree` (muzero algorithm only). Its root row must
+        describe the same state as `root`; a row with no nodes starts fresh from `root`.
+    Returns:
+      `SearchOutput`. With `tree=None`, `action` and `action_weights` equal those of
+      `mctx.muzero_policy` / `mctx.gumbel_muzero_policy` given the same key and settings.
+    """
+    chex.assert_rank(root.prior_logits, 2)
+    batch_size, num_actions = root.prior_logits.shape
+    chex.assert_shape(root.value, (batch_size,))
+    if invalid_actions is not None:
+        chex.assert_shape(invalid_actions, (batch_size, num_actions))
+    qtransform = _make_qtransform(config)
+    max_depth = config.max_depth or config.num_simulations
+    if config.algorithm == "gumbel_muzero":
+        if tree is not None:
+            raise ValueError(
+                "search.run: tree= (subtree reuse) needs algorithm='muzero'; Gumbel MuZero's "
+                "sequential halving schedules a fixed budget from an unvisited root")
+        return _gumbel_muzero(params, rng_key, root, recurrent_fn, config, qtransform,
+                              invalid_actions, max_depth)
+
+    # Key use mirrors mctx.muzero_policy so that the fresh search matches it exactly.
+    rng_key, dirichlet_key, search_key = jax.random.split(rng_key, 3)
+    noisy_logits = _dirichlet_noisy_logits(dirichlet_key, root.prior_logits, config)
+    root = root.replace(prior_logits=mask_invalid_logits(noisy_logits, invalid_actions))
+    selection_fn = functools.partial(_puct_selection, pb_c_init=config.pb_c_init,
+                                     pb_c_base=config.pb_c_base, qtransform=qtransform)
+    if invalid_actions is None:
+        invalid_actions = jnp.zeros_like(root.prior_logits)
+    if tree is None:
+        start = mctx_search.instantiate_tree_from_root(
+            root, config.num_simulations, root_invalid_actions=invalid_actions, extra_data=None)
+    else:
+        start = _prepare_continued_tree(tree, root, invalid_actions, config.num_simulations)
+    search_tree = _simulate_from(params, search_key, start, recurrent_fn, selection_fn,
+                                 config.num_simulations, max_depth)
+    summary = search_tree.summary()
+    action = select_action(rng_key, summary.visit_probs, config.temperature)
+    return SearchOutput(action=action, action_weights=summary.visit_probs,
+                        visit_counts=summary.visit_counts, root_value=summary.value,
+                        q_values=summary.qvalues, tree=search_tree)
+
+
+def _gumbel_muzero(params, rng_key, root, recurrent_fn, config, qtransform, invalid_actions,
+                   max_depth) -> SearchOutput:
+    """mctx.gumbel_muzero_policy, with the interior selection masking illegal actions."""
+    root = root.replace(prior_logits=mask_invalid_logits(root.prior_logits, invalid_actions))
+    rng_key, gumbel_key = jax.random.split(rng_key)
+    gumbel = config.gumbel_scale * jax.random.gumbel(
+        gumbel_key, shape=root.prior_logits.shape, dtype=root.prior_logits.dtype)
+    root_selection = functools.partial(
+        mctx.gumbel_muzero_root_action_selection, num_simulations=config.num_simulations,
+        max_num_considered_actions=config.max_num_considered_actions, qtransform=qtransform)
+    interior_selection = functools.partial(_gumbel_interior_selection, qtransform=qtransform)
+
+    def selection_fn(key, tree, node_index, depth):
+        return jax.lax.cond(depth == 0, lambda: root_selection(key, tree, node_index),
+                            lambda: interior_selection(key, tree, node_index, depth))
+
+    if invalid_actions is None:
+        invalid_actions = jnp.zeros_like(root.prior_logits)
+    start = mctx_search.instantiate_tree_from_root(
+        root, config.num_simulations, root_invalid_actions=invalid_actions,
+        extra_data=mctx.GumbelMuZeroExtraData(root_gumbel=gumbel))
+    search_tree = _simulate_from(params, rng_key, start, recurrent_fn, selection_fn,
+                                 config.num_simulations, max_depth)
+    summary = search_tree.summary()
+    # As mctx: act with the best of the most visited actions by gumbel + logits + completed q.
+    considered_visit = jnp.max(summary.visit_counts, axis=-1, keepdims=True)
+    completed_q = jax.vmap(qtransform, in_axes=[0, None])(search_tree, search_tree.ROOT_INDEX)
+    to_argmax = seq_halving.score_considered(considered_visit, gumbel, root.prior_logits,
+                                             completed_q, summary.visit_counts)
+    action = mctx_masked_argmax(to_argmax, invalid_actions.astype(bool))
+    action_weights = jax.nn.softmax(
+        mask_invalid_logits(root.prior_logits + completed_q, invalid_actions))
+    return SearchOutput(action=action, action_weights=action_weights,
+                        visit_counts=summary.visit_counts, root_value=summary.value,
+                        q_values=summary.qvalues, tree=search_tree)
+
+
+def _simulate_from(params, rng_key, tree, recurrent_fn, selection_fn, num_simulations,
+                   max_depth) -> mctx.Tree:
+    """mctx's simulation loop, started from a tree that may already hold nodes.
+
+    New nodes are written after the existing ones: node index `num_existing + sim` for each row.
+    With a fresh tree `num_existing` is 1, which is exactly mctx's `sim + 1`.
+    """
+    batch_size = tree.node_values.shape[0]
+    batch_range = jnp.arange(batch_size)
+    num_existing = jnp.sum(tree.node_visits > 0, axis=-1).astype(jnp.int32)  # [B]
+
+    def body(sim, loop_state):
+        rng_key, tree = loop_state
+        rng_key, simulate_key, expand_key = jax.random.split(rng_key, 3)
+        simulate_keys = jax.random.split(simulate_key, batch_size)
+        parent_index, action = mctx_search.simulate(simulate_keys, tree, selection_fn, max_depth)
+        next_node_index = tree.children_index[batch_range, parent_index, action]
+        next_node_index = jnp.where(next_node_index == mctx.Tree.UNVISITED,
+                                    num_existing + sim, next_node_index)
+        tree = mctx_search.expand(params, expand_key, tree, recurrent_fn, parent_index, action,
+                                  next_node_index)
+        tree = mctx_search.backward(tree, next_node_index)
+        return rng_key, tree
+
+    _, tree = jax.lax.fori_loop(0, num_simulations, body, (rng_key, tree))
+    return tree
+
+
+def _prepare_continued_tree(tree: mctx.Tree, root: mctx.RootFnOutput, invalid_actions,
+                            num_simulations: int) -> mctx.Tree:
+    """Makes room for `num_simulations` new nodes and refreshes the root from `root`.
+
+    A kept root keeps its visits, value and children statistics; its prior is replaced by the
+    (noised, masked) `root.prior_logits` and its embedding by `root.embedding`. A row whose tree
+    is empty gets a fresh root, as `instantiate_tree_from_root` would make it.
+    """
+    batch_size, capacity = tree.node_values.shape
+    chex.assert_shape(root.prior_logits, (batch_size, tree.num_actions))
+
+    def grow(x, fill):
+        pad = jnp.full((batch_size, num_simulations) + x.shape[2:], fill, dtype=x.dtype)
+        return jnp.concatenate([x, pad], axis=1)
+
+    tree = tree.replace(
+        node_visits=grow(tree.node_visits, 0),
+        raw_values=grow(tree.raw_values, 0),
+        node_values=grow(tree.node_values, 0),
+        parents=grow(tree.parents, mctx.Tree.NO_PARENT),
+        action_from_parent=grow(tree.action_from_parent, mctx.Tree.NO_PARENT),
+        children_index=grow(tree.children_index, mctx.Tree.UNVISITED),
+        children_prior_logits=grow(tree.children_prior_logits, 0),
+        children_values=grow(tree.children_values, 0),
+        children_visits=grow(tree.children_visits, 0),
+        children_rewards=grow(tree.children_rewards, 0),
+        children_discounts=grow(tree.children_discounts, 0),
+        embeddings=jax.tree.map(lambda x: grow(x, 0), tree.embeddings),
+        root_invalid_actions=invalid_actions,
+    )
+    has_root = tree.node_visits[:, 0] > 0  # [B]
+    root_value = jnp.where(has_root, tree.node_values[:, 0], root.value)
+    tree = tree.replace(
+        node_visits=tree.node_visits.at[:, 0].set(jnp.maximum(tree.node_visits[:, 0], 1)),
+        raw_values=tree.raw_values.at[:, 0].set(
+            jnp.where(has_root, tree.raw_values[:, 0], root.value)),
+        node_values=tree.node_values.at[:, 0].set(root_value),
+        children_prior_logits=tree.children_prior_logits.at[:, 0].set(root.prior_logits),
+        embeddings=jax.tree.map(lambda x, r: x.at[:, 0].set(r), tree.embeddings, root.embedding),
+    )
+    del capacity
+    return tree
+
+
+def select_action(rng_key: chex.PRNGKey, visit_probs: chex.Array, temperature: float,
+                  invalid_actions: chex.Array | None = None) -> chex.Array:
+    """Picks an action per row from visit counts (or their distribution).
+
+    Samples proportionally to `visits ** (1 / temperature)`; temperature 0 is greedy (the most
+    visited action; ties go to the lowest index). Uses the key exactly as mctx.muzero_policy does.
+
+    Args:
+      rng_key: consumed.
+      visit_probs: [B, A] visit counts or visit distribution.
+      temperature: >= 0; a Python float or a scalar array.
+      invalid_actions: [B, A], True where an action must never be picked.
+    Returns:
+      [B] int32 actions.
+    """
+    chex.assert_rank(visit_probs, 2)
+    logits = jnp.log(jnp.maximum(visit_probs, jnp.finfo(visit_probs.dtype).tiny))
+    logits = logits - jnp.max(logits, keepdims=True, axis=-1)
+    logits = logits / jnp.maximum(jnp.finfo(logits.dtype).tiny, temperature)
+    if invalid_actions is not None:
+        logits = jnp.where(invalid_actions, -jnp.inf, logits)
+    return jax.random.categorical(rng_key, logits).astype(jnp.int32)
