@@ -1,0 +1,192 @@
+"""The experiment's config: `search`'s and `muzero`'s own configs composed with the runtime's.
+
+Every dataclass here is frozen and validated on construction; a bad value raises `ValueError`
+naming `Section.field`. `configs.loading` turns those into `UsageError`s for the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from muzero import LossConfig, NetworkConfig, OptimizerConfig
+from search import SearchConfig
+
+MODES = ("muzero", "alphazero", "vtrace")
+
+
+def _fail(section: str, field: str, expected: str, value) -> None:
+    raise ValueError(f"{section}.{field} must be {expected}, got {value!r}")
+
+
+def _int_at_least(obj, field: str, minimum: int) -> None:
+    value = getattr(obj, field)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        _fail(type(obj).__name__, field, f"an integer >= {minimum}", value)
+
+
+def _number_at_least(obj, field: str, minimum: float, strict: bool = False) -> None:
+    value = getattr(obj, field)
+    ok = (not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+          and (value > minimum if strict else value >= minimum))
+    if not ok:
+        _fail(type(obj).__name__, field, f"a number {'>' if strict else '>='} {minimum}", value)
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+    """Which environment the actors play, and its options."""
+
+    # Environment by family and name: "openspiel:connect_four", "pgx:tic_tac_toe",
+    # "envpool:CartPole-v1", "envpool:Pong-v5".
+    name: str = "openspiel:tic_tac_toe"
+    # Options passed to the adapter (envpool: episodic_life, repeat_action_probability, ...).
+    options: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or ":" not in self.name:
+            _fail("EnvConfig", "name", "'family:game' (openspiel:, pgx:, envpool:)", self.name)
+        if not isinstance(self.options, dict):
+            _fail("EnvConfig", "options", "a mapping of option names to values", self.options)
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorConfig:
+    """The actor threads: how many, how many environments each, how long a segment."""
+
+    # Actor threads per actor device; each owns a batch of environments and runs the search.
+    threads_per_device: int = 2
+    # Environments stepped together by one actor thread (the search's batch size).
+    envs_per_thread: int = 32
+    # Steps per trajectory segment pushed to the replay (T of [T, B]).
+    unroll_length: int = 16
+    # Temperature of acting for the first `temperature_moves` moves of an episode (board games).
+    opening_temperature: float = 1.0
+    # Moves of an episode played with `opening_temperature`; after that the search's own.
+    temperature_moves: int = 0
+
+    def __post_init__(self):
+        _int_at_least(self, "threads_per_device", 1)
+        _int_at_least(self, "envs_per_thread", 1)
+        _int_at_least(self, "unroll_length", 2)
+        _number_at_least(self, "opening_temperature", 0.0)
+        _int_at_least(self, "temperature_moves", 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayConfig:
+    """The replay between actors and learner: its size and how fast data is reused."""
+
+    # Transitions held (MuZero/AlphaZero); the oldest are evicted first.
+    capacity: int = 100_000
+    # Transitions stored before the learner starts.
+    min_size: int = 1_000
+    # Samples learned from per transition produced; 0 lets both sides run freely.
+    samples_per_insert: float = 4.0
+    # Prioritized replay exponent alpha (0: uniform).
+    priority_alpha: float = 1.0
+    # Importance-weight exponent beta.
+    priority_beta: float = 1.0
+    # V-trace: trajectories the FIFO queue holds before actors block.
+    queue_size: int = 16
+
+    def __post_init__(self):
+        _int_at_least(self, "capacity", 1)
+        _int_at_least(self, "min_size", 1)
+        if self.min_size > self.capacity:
+            _fail("ReplayConfig", "min_size", f"<= capacity ({self.capacity})", self.min_size)
+        _number_at_least(self, "samples_per_insert", 0.0)
+        _number_at_least(self, "priority_alpha", 0.0)
+        _number_at_least(self, "priority_beta", 0.0)
+        _int_at_least(self, "queue_size", 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """The learner loop: batch, how long to train, how often to publish, save and log."""
+
+    # Global batch: windows (MuZero), states (AlphaZero) or trajectories (V-trace) per update.
+    batch_size: int = 128
+    # Stop after this many updates (0: no limit).
+    max_updates: int = 2_000
+    # Stop after this many seconds of training (0: no limit).
+    max_seconds: float = 0.0
+    # Stop after this many environment frames (0: no limit).
+    max_frames: int = 0
+    # Publish new parameters to the actors every this many updates.
+    publish_every: int = 1
+    # Save a checkpoint every this many updates (and at the end).
+    checkpoint_every: int = 500
+    # Checkpoints kept on disk (the newest).
+    keep_checkpoints: int = 3
+    # Seconds between metric lines (metrics.jsonl, TensorBoard, the progress line).
+    log_every_s: float = 5.0
+
+    def __post_init__(self):
+        _int_at_least(self, "batch_size", 1)
+        _int_at_least(self, "max_updates", 0)
+        _number_at_least(self, "max_seconds", 0.0)
+        _int_at_least(self, "max_frames", 0)
+        _int_at_least(self, "publish_every", 1)
+        _int_at_least(self, "checkpoint_every", 1)
+        _int_at_least(self, "keep_checkpoints", 1)
+        _number_at_least(self, "log_every_s", 0.0, strict=True)
+        if not (self.max_updates or self.max_seconds or self.max_frames):
+            _fail("LearnerConfig", "max_updates",
+                  "> 0 unless max_seconds or max_frames sets an end", self.max_updates)
+
+
+@dataclasses.dataclass(frozen=True)
+class DevicesConfig:
+    """Which local devices act and which learn (Sebulba's split)."""
+
+    # Local device indices for actor threads; empty: device 0.
+    actor_devices: tuple[int, ...] = ()
+    # Local device indices for the learner; empty: all but the actors' (all, with one device).
+    learner_devices: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        for field in ("actor_devices", "learner_devices"):
+            value = getattr(self, field)
+            if not isinstance(value, tuple) or not all(
+                    isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value):
+                _fail("DevicesConfig", field, "a tuple of device indices >= 0", value)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+    """A whole training run: `podracer train` builds everything from this."""
+
+    # Short name of the run's preset (for run directories and plots).
+    name: str = "tic_tac_toe_muzero"
+    # "muzero" (learned model), "alphazero" (exact simulator, pgx) or "vtrace" (no search).
+    mode: str = "muzero"
+    # Seed of everything random: parameters, environments, search, replay.
+    seed: int = 0
+    env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
+    search: SearchConfig = dataclasses.field(default_factory=SearchConfig)
+    network: NetworkConfig = dataclasses.field(default_factory=NetworkConfig)
+    loss: LossConfig = dataclasses.field(default_factory=LossConfig)
+    optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+    actors: ActorConfig = dataclasses.field(default_factory=ActorConfig)
+    replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
+    learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
+    devices: DevicesConfig = dataclasses.field(default_factory=DevicesConfig)
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            _fail("ExperimentConfig", "mode", f"one of {MODES}", self.mode)
+        if not isinstance(self.name, str) or not self.name:
+            _fail("ExperimentConfig", "name", "a non-empty string", self.name)
+        _int_at_least(self, "seed", 0)
+        family = self.env.name.split(":", 1)[0]
+        if self.mode == "alphazero" and family != "pgx":
+            _fail("ExperimentConfig", "mode",
+                  "'muzero' or 'vtrace' for a non-JAX environment (alphazero needs pgx:...)",
+                  self.mode)
+        if self.mode == "alphazero" and self.search.algorithm != "muzero":
+            _fail("SearchConfig", "algorithm", "'muzero' (PUCT) for alphazero mode",
+                  self.search.algorithm)
+
+    def replace(self, **changes) -> ExperimentConfig:
+        return dataclasses.replace(self, **changes)
