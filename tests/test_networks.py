@@ -26,8 +26,9 @@ KEY = jax.random.key(0, impl="rbg")
 
 
 def observations(shape, dtype=jnp.float32, seed=0):
-    x = jax.random.uniform(jax.random.key(seed), (B,) + shape, minval=0, maxval=255)
-    return x.astype(dtype)
+    # numpy data: eager jax.random would compile a threefry kernel per shape (seconds each).
+    x = np.random.default_rng(seed).uniform(0, 255, size=(B,) + shape)
+    return jnp.asarray(x.astype(dtype))
 
 
 @pytest.mark.parametrize("config, obs_shape, dtype, latent_shape", [
