@@ -20,6 +20,7 @@ from muzero.losses import (
     LossConfig,
     make_alphazero_loss,
     make_muzero_loss,
+    make_muzero_priority_fn,
     policy_cross_entropy,
     scale_gradient,
 )
@@ -98,6 +99,7 @@ __all__ = [
     "LossConfig",
     "make_muzero_loss",
     "make_alphazero_loss",
+    "make_muzero_priority_fn",
     "make_vtrace_loss",
     "policy_cross_entropy",
     "scale_gradient",

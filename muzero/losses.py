@@ -1,7 +1,16 @@
 """MuZero and AlphaZero losses, each built as `loss_fn(params, batch, key) -> (loss, metrics)`.
 
 The loss functions are pure and jittable; `metrics` maps names to scalars. Examples are weighted
-by the batch's importance weights (prioritized replay) and averaged over the batch.
+by the batch's importance weights (prioritized replay) and averaged over the batch. Typical use:
+
+    nets = make_muzero_networks(NetworkConfig(), observation_shape, num_actions)
+    config = LossConfig(unroll_steps=5, td_steps=10)
+    loss_fn = make_muzero_loss(nets, config)
+    window, indices, weights = replay.sample(...)  # leaves [config.window_length, N, ...]
+    batch = muzero_batch(window, weights, unroll_steps=5, td_steps=10, discount=0.997,
+                         two_player=False)
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, key)
+    replay.update_priorities(indices, make_muzero_priority_fn(nets)(params, batch))
 """
 
 import dataclasses
@@ -20,6 +29,7 @@ __all__ = [
     "LossFn",
     "make_muzero_loss",
     "make_alphazero_loss",
+    "make_muzero_priority_fn",
     "policy_cross_entropy",
     "scale_gradient",
 ]
@@ -142,6 +152,20 @@ def make_muzero_loss(networks: MuZeroNetworks, config: LossConfig) -> LossFn:
         return loss, metrics
 
     return loss_fn
+
+
+def make_muzero_priority_fn(
+        networks: MuZeroNetworks) -> Callable[[Any, MuZeroBatch], chex.Array]:
+    """`priority_fn(params, batch) -> [N]`: new replay priorities `|v(s_0) - z_0|` of the
+    sampled windows' start states, with `v` the current network's value (not the stale search
+    value stored with the trajectory)."""
+
+    def priority_fn(params, batch: MuZeroBatch):
+        _, value_logits = networks.predict(params, networks.represent(params, batch.observation))
+        value = networks.value_transform.decode_logits(value_logits)
+        return jnp.abs(value - batch.value_target[:, 0])
+
+    return priority_fn
 
 
 def make_alphazero_loss(networks: AlphaZeroNetworks, config: LossConfig) -> LossFn:

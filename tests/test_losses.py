@@ -15,6 +15,7 @@ from muzero import (
     make_alphazero_networks,
     make_muzero_loss,
     make_muzero_networks,
+    make_muzero_priority_fn,
     muzero_batch,
     scale_gradient,
 )
@@ -135,6 +136,13 @@ def test_importance_weights_and_policy_mask():
     scrambled = masked._replace(policy_target=masked.policy_target.at[:, 1:].set(
         jax.nn.one_hot(jnp.zeros((N, 2), jnp.int32), A)))
     np.testing.assert_allclose(loss(masked), loss(scrambled), rtol=1e-6)
+    # New priorities: the current value's distance to the first value target, per window.
+    root_value = nets.value_transform.decode_logits(
+        nets.predict(params, nets.represent(params, batch.observation))[1])
+    offset = jnp.linspace(-2.0, 2.0, N)
+    shifted = batch._replace(value_target=batch.value_target.at[:, 0].set(root_value + offset))
+    priorities = jax.jit(make_muzero_priority_fn(nets))(params, shifted)
+    np.testing.assert_allclose(priorities, jnp.abs(offset), rtol=1e-4, atol=1e-5)
 
 
 def test_wrong_unroll_length_is_rejected():
