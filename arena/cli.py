@@ -12,9 +12,10 @@ import sys
 
 from arena import command as arena_command
 from configs import UsageError
+from selfplay import command as train_command
 
 # Each module: add_parser(subparsers) registering `run` as the parser's default; run(args) -> int.
-_COMMANDS: tuple = (arena_command,)
+_COMMANDS: tuple = (train_command, arena_command)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -60,17 +60,14 @@ class ActorConfig:
     envs_per_thread: int = 32
     # Steps per trajectory segment pushed to the replay (T of [T, B]).
     unroll_length: int = 16
-    # Temperature of acting for the first `temperature_moves` moves of an episode (board games).
-    opening_temperature: float = 1.0
-    # Moves of an episode played with `opening_temperature`; after that the search's own.
-    temperature_moves: int = 0
+    # Act greedily (most visited action) from this move of an episode on; 0: never.
+    greedy_after_moves: int = 0
 
     def __post_init__(self):
         _int_at_least(self, "threads_per_device", 1)
         _int_at_least(self, "envs_per_thread", 1)
         _int_at_least(self, "unroll_length", 2)
-        _number_at_least(self, "opening_temperature", 0.0)
-        _int_at_least(self, "temperature_moves", 0)
+        _int_at_least(self, "greedy_after_moves", 0)
 
 
 @dataclasses.dataclass(frozen=True)

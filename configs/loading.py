@@ -200,4 +200,4 @@ def _parse_value(raw: str, hint, where: str):
         if origin is tuple:
             items = [x for x in raw.strip("()[]").split(",") if x.strip()]
             return [_parse_value(x, args[0] if args else str, where) for x in items]
-        raise UsageError(f"{where} must be JSON here (e.g. a list or mapping), got '{raw}'") from None
+        raise UsageError(f"{where} must be JSON here (a list or mapping), got {raw!r}") from None

@@ -39,7 +39,7 @@ def _board_game(name: str, mode: str, env: str, *, simulations: int, longest_gam
         optimizer=OptimizerConfig(learning_rate=learning_rate, max_grad_norm=5.0,
                                   weight_decay=1e-4),
         actors=ActorConfig(threads_per_device=2, envs_per_thread=envs, unroll_length=16,
-                           temperature_moves=longest_game // 3),
+                           greedy_after_moves=max(2, longest_game // 3)),
         replay=ReplayConfig(capacity=50_000, min_size=2_000, samples_per_insert=4.0,
                             priority_alpha=0.5, priority_beta=1.0),
         learner=LearnerConfig(batch_size=batch, max_updates=updates, checkpoint_every=250),

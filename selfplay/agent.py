@@ -1,0 +1,173 @@
+"""The pure parts of an agent for each mode: how actors act and what the learner learns from.
+
+`make_agent(config, spec)` returns an `Agent`: parameter init, the jitted `act` an actor thread
+calls on its device (search for MuZero and AlphaZero, sampling from the policy for V-trace), the
+loss, and `make_batch`, which turns replay samples into the loss's batch on the learner device.
+No threads, queues or files here: `selfplay.train` wires these into the Sebulba runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import mctx
+import numpy as np
+
+import muzero
+import search
+from configs import ExperimentConfig, UsageError
+from selfplay.envs import EnvSpec
+
+
+class ActOutput(NamedTuple):
+    """What an actor records for one step of B environments."""
+
+    action: chex.Array  # [B] int32
+    search_policy: chex.Array  # [B, A] policy target (visits / improved policy; V-trace: probs)
+    search_value: chex.Array  # [B] value of the state for the player to move
+    behaviour_logits: chex.Array  # [B, A] logits of the policy that acted (V-trace)
+
+
+class Agent(NamedTuple):
+    """Everything mode-specific, as pure functions."""
+
+    init: Callable[[chex.PRNGKey], Any]  # key -> params
+    # act(params, key, observation [B, ...], legal_mask [B, A], greedy [B], env_state) -> ActOutput
+    act: Callable[..., ActOutput]
+    loss_fn: muzero.learner.LossFn  # (params, batch, key) -> (loss, metrics)
+    # make_batch(sample leaves [L, N, ...], importance_weight [N]) -> (batch, priorities [N])
+    make_batch: Callable[[muzero.Trajectory, chex.Array], tuple[Any, chex.Array]]
+    window_length: int  # L: steps per replay window (V-trace: steps per trajectory, T + 1)
+    batch_axis: int  # the batch's axis for the replicated update
+    uses_env_state: bool  # act needs the pgx state (AlphaZero's exact model)
+
+
+def make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
+    """The agent of `config.mode` for an environment described by `spec`."""
+    two_player = spec.num_players == 2
+    if config.loss.two_player != two_player:
+        raise UsageError(f"loss.two_player is {config.loss.two_player} but {spec.name} is a "
+                         f"{spec.num_players}-player game; set loss.two_player={two_player}")
+    if config.mode == "muzero":
+        return _muzero_agent(config, spec, two_player)
+    if config.mode == "alphazero":
+        return _alphazero_agent(config, spec, two_player)
+    return _vtrace_agent(config, spec)
+
+
+def _select(key, out: search.SearchOutput, config: ExperimentConfig, legal_mask, greedy):
+    """The search's action, or the most visited one where `greedy` (late in a board game)."""
+    if config.search.algorithm == "gumbel_muzero":
+        return out.action  # Gumbel's own choice; with gumbel_scale 0 it is deterministic
+    temperature = jnp.where(greedy, 0.0, config.search.temperature)[:, None]  # [B, 1]
+    return search.select_action(key, out.visit_counts, temperature, ~legal_mask)
+
+
+def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> Agent:
+    networks = muzero.make_muzero_networks(config.network, spec.observation_shape,
+                                           spec.num_actions)
+    root_fn = muzero.make_root_fn(networks)
+    recurrent_fn = muzero.make_recurrent_fn(networks, discount=config.loss.discount,
+                                            two_player=two_player)
+    loss_fn = muzero.make_muzero_loss(networks, config.loss)
+
+    def act(params, key, observation, legal_mask, greedy, env_state=None):
+        del env_state
+        search_key, select_key = jax.random.split(key)
+        root = root_fn(params, observation)
+        out = search.run(params, search_key, root, recurrent_fn, config.search,
+                         invalid_actions=~legal_mask)
+        action = _select(select_key, out, config, legal_mask, greedy)
+        return ActOutput(action, out.action_weights, out.root_value, root.prior_logits)
+
+    def make_batch(window, importance_weight):
+        batch = muzero.muzero_batch(window, importance_weight,
+                                    unroll_steps=config.loss.unroll_steps,
+                                    td_steps=config.loss.td_steps, discount=config.loss.discount,
+                                    two_player=two_player)
+        priorities = muzero.value_priorities(window.search_value[0], batch.value_target[:, 0])
+        return batch, priorities
+
+    return Agent(init=networks.init, act=jax.jit(act), loss_fn=loss_fn,
+                 make_batch=jax.jit(make_batch), window_length=config.loss.window_length,
+                 batch_axis=0, uses_env_state=False)
+
+
+def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> Agent:
+    from selfplay.envs import pgx_exact_step
+
+    networks = muzero.make_alphazero_networks(config.network, spec.observation_shape,
+                                              spec.num_actions)
+    loss_fn = muzero.make_alphazero_loss(networks, config.loss)
+    exact_step = pgx_exact_step(spec.name.split(":", 1)[1])
+
+    def step_fn(state, action):  # search.StepFn over the real rules
+        result = exact_step(state, action)
+        return result.state, result.reward, result.terminal, result.legal_mask
+
+    def prediction_fn(params, state):
+        logits, value_logits = networks.predict(params, state.observation.astype(jnp.float32))
+        return logits, networks.value_transform.decode_logits(value_logits)
+
+    recurrent_fn = search.make_exact_recurrent_fn(step_fn, prediction_fn, two_player=two_player,
+                                                  discount=config.loss.discount)
+
+    def act(params, key, observation, legal_mask, greedy, env_state):
+        del observation
+        search_key, select_key = jax.random.split(key)
+        prior_logits, value = prediction_fn(params, env_state)
+        root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=env_state)
+        out = search.run(params, search_key, root, recurrent_fn, config.search,
+                         invalid_actions=~legal_mask)
+        action = _select(select_key, out, config, legal_mask, greedy)
+        return ActOutput(action, out.action_weights, out.root_value, prior_logits)
+
+    def make_batch(window, importance_weight):
+        # The first state of each window, with its n-step (to the game's end) value target.
+        d = muzero.ply_discount(window.discount.astype(jnp.float32), config.loss.discount,
+                                two_player)
+        z = muzero.n_step_values(window.reward.astype(jnp.float32), d,
+                                 window.search_value.astype(jnp.float32), config.loss.td_steps)
+        batch = muzero.AlphaZeroBatch(
+            observation=window.observation[0].astype(jnp.float32),
+            policy_target=window.search_policy[0].astype(jnp.float32),
+            value_target=z[0],
+            mask=jnp.ones_like(z[0]),
+            importance_weight=jnp.asarray(importance_weight, jnp.float32),
+        )
+        return batch, muzero.value_priorities(window.search_value[0], z[0])
+
+    return Agent(init=networks.init, act=jax.jit(act), loss_fn=loss_fn,
+                 make_batch=jax.jit(make_batch), window_length=config.loss.td_steps + 1,
+                 batch_axis=0, uses_env_state=True)
+
+
+def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
+    networks = muzero.make_actor_critic_networks(config.network, spec.observation_shape,
+                                                 spec.num_actions)
+    loss_fn = muzero.make_vtrace_loss(networks, config.loss)
+
+    def act(params, key, observation, legal_mask, greedy, env_state=None):
+        del env_state
+        logits, value = networks.apply(params, observation)
+        logits = jnp.where(legal_mask, logits, jnp.finfo(logits.dtype).min)
+        sampled = jax.random.categorical(key, logits).astype(jnp.int32)
+        action = jnp.where(greedy, jnp.argmax(logits, axis=-1).astype(jnp.int32), sampled)
+        return ActOutput(action, jax.nn.softmax(logits), value, logits)
+
+    def make_batch(trajectory, importance_weight):
+        del importance_weight
+        return muzero.VTraceBatch.from_trajectory(trajectory), None
+
+    return Agent(init=networks.init, act=jax.jit(act), loss_fn=loss_fn,
+                 make_batch=jax.jit(make_batch), window_length=config.actors.unroll_length + 1,
+                 batch_axis=1, uses_env_state=False)
+
+
+def concat_trajectories(items: list[muzero.Trajectory]) -> muzero.Trajectory:
+    """V-trace: several actors' [T, B_i] trajectories side by side as one [T, sum B_i]."""
+    return jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *items)

@@ -1,0 +1,393 @@
+"""The Sebulba runtime: actor threads search on the actor devices, a replicated learner learns.
+
+Data flow (one process per host):
+
+    actor thread x (threads_per_device x actor devices), each with its own batch of environments
+        params <- ParameterServer.latest(device)   (never waits for the learner)
+        act(params, obs) -> search on the device -> actions, search policy, search value
+        env.step(actions); append to a [T, B] Trajectory; push when T steps are collected
+    replay   MuZero/AlphaZero: prioritized windows (SequenceReplay + RateLimiter);
+             V-trace: a bounded FIFO of trajectories (FifoQueue)
+    learner (main thread) sample -> make_batch -> replicated update over the learner devices
+             -> update priorities -> publish params -> log -> checkpoint
+
+One `StopSignal` ends every loop: SIGINT/SIGTERM, the limits in `config.learner`, or an exception
+in any thread (the `ThreadGroup` records it, stops the others and re-raises it here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import threading
+import time
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+import muzero
+from configs import ExperimentConfig, UsageError, to_dict
+from selfplay.agent import Agent, concat_trajectories, make_agent
+from selfplay.checkpoints import Checkpointer, config_differences
+from selfplay.envs import make_env
+from selfplay.lifetime import StopSignal, ThreadGroup, handle_signals
+from selfplay.metrics import MetricsLogger, StageTimer, plot_learning_curves
+from selfplay.params import ParameterServer
+from selfplay.replay import FifoQueue, RateLimiter, SequenceReplay
+
+# Config keys a checkpoint must share with the run that resumes it: they fix the state's shapes.
+MUST_MATCH = ("mode", "env.name", "network", "optimizer.optimizer")
+_POLL_S = 0.5  # every blocking call wakes at least this often to check the stop signal
+
+
+class RunResult(NamedTuple):
+    """What `train` reports when it returns."""
+
+    run_dir: pathlib.Path
+    updates: int  # learner step at the end (counting a resumed run's earlier updates)
+    frames: int  # environment steps taken by this process's actors in this invocation
+    seconds: float
+    stopped_by: str  # "max_updates", "max_seconds", "max_frames" or the stop signal's reason
+    resumed_from: int | None  # the checkpoint step this invocation resumed from
+
+
+class ActorStats:
+    """Counters the actor threads add to and the learner reads; one lock, cheap updates."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.frames = 0
+        self.timer = StageTimer()
+        self._returns: list[float] = []
+        self._lengths: list[int] = []
+
+    def add(self, frames: int, returns: np.ndarray, lengths: np.ndarray) -> None:
+        with self._lock:
+            self.frames += frames
+            self._returns.extend(returns.tolist())
+            self._lengths.extend(lengths.tolist())
+
+    def drain_episodes(self) -> tuple[list[float], list[int]]:
+        with self._lock:
+            returns, lengths = self._returns, self._lengths
+            self._returns, self._lengths = [], []
+        return returns, lengths
+
+
+def split_devices(config: ExperimentConfig) -> tuple[list[jax.Device], list[jax.Device]]:
+    """Actor and learner devices among the local ones (Sebulba: actors on the first device)."""
+    local = jax.local_devices()
+
+    def pick(indices, field):
+        for i in indices:
+            if i >= len(local):
+                raise UsageError(f"devices.{field} names device {i} but this host has "
+                                 f"{len(local)} device(s)")
+        return [local[i] for i in indices]
+
+    actors = pick(config.devices.actor_devices, "actor_devices") or [local[0]]
+    learners = pick(config.devices.learner_devices, "learner_devices")
+    if not learners:
+        learners = [d for d in local if d not in actors] or list(local)
+    if config.learner.batch_size % len(learners):
+        raise UsageError(f"learner.batch_size {config.learner.batch_size} must divide evenly "
+                         f"over {len(learners)} learner devices")
+    return actors, learners
+
+
+def prepare_run_dir(run_dir: str | os.PathLike, config: ExperimentConfig) -> pathlib.Path:
+    """Creates (or reopens) the run directory and writes config.json atomically.
+
+    A directory that already holds a run with a different game, mode or network is refused, so a
+    mistyped --run-dir cannot overwrite someone's checkpoints.
+    """
+    run_dir = pathlib.Path(run_dir).absolute()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as error:
+        raise UsageError(f"cannot write to run directory {run_dir}: {error.strerror}") from None
+    config_path = run_dir / "config.json"
+    new = to_dict(config)
+    if config_path.exists():
+        try:
+            old = json.loads(config_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            raise UsageError(f"{config_path} exists but is not a readable config") from None
+        differences = config_differences(old, new, MUST_MATCH)
+        if differences:
+            raise UsageError(f"{run_dir} holds a different run ({'; '.join(differences)}); "
+                             f"use another --run-dir")
+    tmp = config_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(new, indent=2))
+    tmp.replace(config_path)
+    return run_dir
+
+
+def train(config: ExperimentConfig, run_dir: str | os.PathLike, *, progress: bool = True,
+          stop: StopSignal | None = None) -> RunResult:
+    """Trains `config` in `run_dir`, resuming from its newest checkpoint if there is one."""
+    run_dir = prepare_run_dir(run_dir, config)
+    actor_devices, learner_devices = split_devices(config)
+    probe_env = make_env(config.env.name, 1, seed=config.seed, **config.env.options)
+    spec = probe_env.spec
+    probe_env.close()
+    agent = make_agent(config, spec)
+
+    key = jax.random.PRNGKey(config.seed)
+    init_key, state_key, actor_key = jax.random.split(key, 3)
+    optimizer = muzero.make_optimizer(config.optimizer)
+    state = muzero.init_train_state(jax.jit(agent.init)(init_key), optimizer, state_key)
+    checkpointer = Checkpointer(run_dir / "checkpoints", config.learner.keep_checkpoints,
+                                must_match=MUST_MATCH)
+    config_dict = to_dict(config)
+    resumed_from = checkpointer.latest_step()
+    if resumed_from is not None:
+        state = checkpointer.restore(target=state, config=config_dict)
+    step = int(state.step)
+
+    server = ParameterServer(actor_devices)
+    server.publish(state.params, version=step)
+    stop = stop or StopSignal()
+    stats = ActorStats()
+    num_actor_threads = len(actor_devices) * config.actors.threads_per_device
+    if config.mode == "vtrace":
+        store = FifoQueue(config.replay.queue_size)
+    else:
+        store = _make_replay(config, agent, num_actor_threads)
+
+    # Donating the state's buffers would free the params the actors hold when both share a device.
+    donate = not set(actor_devices) & set(learner_devices)
+    update = muzero.make_replicated_update(agent.loss_fn, optimizer, learner_devices,
+                                           batch_axis=agent.batch_axis, donate=donate)
+    replicated = muzero.replicate(state, learner_devices)
+    logger = MetricsLogger(run_dir, progress=progress,
+                           total_steps=config.learner.max_updates or None)
+    learner = _Learner(config, agent, update, replicated, step, server, store, stats, stop,
+                       checkpointer, logger, learner_devices, config_dict)
+    stopped_by = "error"
+    try:
+        with handle_signals(stop), ThreadGroup(stop, join_timeout=30.0) as threads:
+            for d, device in enumerate(actor_devices):
+                for i in range(config.actors.threads_per_device):
+                    index = d * config.actors.threads_per_device + i
+                    threads.start(f"actor-{index}", _actor_loop, index, device, config, agent,
+                                  server, store, stats, stop,
+                                  jax.random.fold_in(actor_key, index))
+            stopped_by = learner.run(threads)
+            if stopped_by not in ("max_updates", "max_seconds", "max_frames"):
+                stopped_by = stop.reason or stopped_by
+            stop.set(stopped_by)
+            if isinstance(store, FifoQueue):
+                store.close()  # wake actors blocked on a full queue
+            elif store.rate_limiter is not None:
+                store.rate_limiter.close()
+        learner.save_checkpoint(final=True)
+    finally:
+        checkpointer.close()
+        logger.close()
+    try:
+        plot_learning_curves(run_dir)
+    except Exception as error:  # noqa: BLE001 - a plot must never fail a finished run
+        print(f"podracer: could not plot learning curves: {error}")
+    return RunResult(run_dir, learner.step, stats.frames, time.monotonic() - learner.start,
+                     stopped_by, resumed_from)
+
+
+def _make_replay(config: ExperimentConfig, agent: Agent, num_actor_threads: int):
+    per_push = config.actors.unroll_length * config.actors.envs_per_thread
+    spi = config.replay.samples_per_insert or None
+    error_buffer = None
+    if spi:
+        # Room for every actor's push and a learner batch, so neither side can starve the other.
+        error_buffer = max(per_push * spi, config.learner.batch_size) * (num_actor_threads + 1)
+    limiter = RateLimiter(config.replay.min_size, spi, error_buffer)
+    return SequenceReplay(config.replay.capacity, agent.window_length,
+                          alpha=config.replay.priority_alpha, beta=config.replay.priority_beta,
+                          rate_limiter=limiter, seed=config.seed)
+
+
+def _actor_loop(index: int, device: jax.Device, config: ExperimentConfig, agent: Agent,
+                server: ParameterServer, store, stats: ActorStats, stop: StopSignal,
+                key: jax.Array) -> None:
+    """One actor thread: its own environments, search on `device`, segments into the store."""
+    num_envs = config.actors.envs_per_thread
+    env = make_env(config.env.name, num_envs, seed=config.seed * 1000 + index,
+                   **config.env.options)
+    try:
+        timestep = env.reset(config.seed * 1000 + index)
+        key = jax.device_put(key, device)
+        moves = np.zeros(num_envs, np.int64)
+        greedy_after = config.actors.greedy_after_moves
+        segment: list[dict[str, np.ndarray]] = []
+        length = agent.window_length if config.mode == "vtrace" else config.actors.unroll_length
+        name = f"actor-{index}"
+        while not stop.is_set():
+            snapshot = server.latest(device)
+            key, act_key = jax.random.split(key)
+            greedy = (moves >= greedy_after) if greedy_after else np.zeros(num_envs, bool)
+            started = time.perf_counter()
+            env_state = env.state if agent.uses_env_state else None
+            out = agent.act(snapshot.params, act_key,
+                            jax.device_put(timestep.observation, device),
+                            jax.device_put(timestep.legal_mask, device),
+                            jax.device_put(greedy, device), env_state)
+            out = jax.device_get(out)  # the search ran on the device; this waits for it
+            searched = time.perf_counter()
+            next_timestep = env.step(out.action)
+            stepped = time.perf_counter()
+            stats.timer.add("search", searched - started)
+            stats.timer.add("env", stepped - searched)
+            done = np.asarray(next_timestep.done)
+            segment.append({
+                "observation": timestep.observation,
+                "action": out.action.astype(np.int32),
+                "reward": np.asarray(next_timestep.reward, np.float32),
+                "discount": np.where(done, 0.0, 1.0).astype(np.float32),
+                "search_policy": np.asarray(out.search_policy, np.float32),
+                "search_value": np.asarray(out.search_value, np.float32),
+                "legal_mask": np.asarray(timestep.legal_mask, bool),
+                "to_play": np.asarray(timestep.to_play, np.int32),
+                "behaviour_logits": np.asarray(out.behaviour_logits, np.float32),
+                "policy_version": np.full(num_envs, snapshot.version, np.int32),
+            })
+            ended = np.asarray(getattr(next_timestep, "episode_end", done), bool)
+            stats.add(num_envs, np.asarray(next_timestep.episode_return)[ended],
+                      np.asarray(next_timestep.episode_length)[ended])
+            moves = np.where(done, 0, moves + 1)
+            timestep = next_timestep
+            if len(segment) == length:
+                trajectory = muzero.Trajectory(**{
+                    field: np.stack([s[field] for s in segment]) for field in segment[0]})
+                _push(store, trajectory, name, stop)
+                stats.timer.add("queue", time.perf_counter() - stepped)
+                # V-trace trajectories overlap by one step: the last one bootstraps the previous.
+                segment = segment[-1:] if config.mode == "vtrace" else []
+    finally:
+        env.close()
+
+
+def _push(store, trajectory: muzero.Trajectory, stream: str, stop: StopSignal) -> None:
+    """Blocks (in short waits) until the store takes the trajectory or the run stops."""
+    while not stop.is_set():
+        if isinstance(store, FifoQueue):
+            if store.put(trajectory, timeout=_POLL_S) or store.closed:
+                return
+        elif store.add(trajectory, stream=stream, timeout=_POLL_S):
+            return
+
+
+class _Learner:
+    """The learner loop in the main thread, with its logging and checkpoints."""
+
+    def __init__(self, config, agent, update, state, step, server, store, stats, stop,
+                 checkpointer, logger, devices, config_dict):
+        self.config, self.agent, self.update, self.state = config, agent, update, state
+        self.step, self.server, self.store, self.stats = step, server, store, stats
+        self.stop, self.checkpointer, self.logger = stop, checkpointer, logger
+        self.devices, self.config_dict = devices, config_dict
+        self.timer = StageTimer()
+        self.start = time.monotonic()
+        self.first_step = step
+        self.last_saved = step
+        self.metrics: dict[str, Any] = {}
+        self.policy_lag: list[float] = []
+
+    def limit_reached(self) -> str | None:
+        learner = self.config.learner
+        if learner.max_updates and self.step >= learner.max_updates:
+            return "max_updates"
+        if learner.max_seconds and time.monotonic() - self.start >= learner.max_seconds:
+            return "max_seconds"
+        if learner.max_frames and self.stats.frames >= learner.max_frames:
+            return "max_frames"
+        return None
+
+    def run(self, threads: ThreadGroup) -> str:
+        last_log = time.monotonic()
+        frames_at_log, step_at_log = 0, self.step
+        while not self.stop.is_set():
+            reason = self.limit_reached()
+            if reason:
+                return reason
+            if not self.learn_once():
+                continue
+            now = time.monotonic()
+            if now - last_log >= self.config.learner.log_every_s:
+                self.log(now - last_log, self.stats.frames - frames_at_log,
+                         self.step - step_at_log)
+                last_log, frames_at_log, step_at_log = now, self.stats.frames, self.step
+            if self.step - self.last_saved >= self.config.learner.checkpoint_every:
+                self.save_checkpoint()
+        return self.stop.reason or "stopped"
+
+    def sample(self):
+        """A batch from the store, or None if none came within the poll interval."""
+        batch_size = self.config.learner.batch_size
+        if isinstance(self.store, FifoQueue):
+            items = []
+            while len(items) < batch_size and not self.stop.is_set():
+                item = self.store.get(timeout=_POLL_S)
+                if item is not None:
+                    items.append(item)
+            if len(items) < batch_size:
+                return None
+            return concat_trajectories(items), None, None
+        sample = self.store.sample(batch_size, timeout=_POLL_S)
+        if sample is None:
+            return None
+        return sample.batch, sample.weights, sample.indices
+
+    def learn_once(self) -> bool:
+        with self.timer.stage("queue"):
+            sampled = self.sample()
+        if sampled is None:
+            return False
+        window, weights, indices = sampled
+        with self.timer.stage("transfer"):
+            batch, priorities = self.agent.make_batch(window, weights)
+            batch = muzero.shard_batch(batch, self.devices, self.agent.batch_axis)
+        with self.timer.stage("update"):
+            self.state, metrics = self.update(self.state, batch)
+            self.step += 1
+            if indices is not None:
+                self.store.update_priorities(indices, np.asarray(priorities))
+            self.metrics = metrics
+        versions = np.asarray(window.policy_version)
+        self.policy_lag.append(float(self.step - 1 - versions.mean()))
+        if self.step % self.config.learner.publish_every == 0:
+            with self.timer.stage("publish"):
+                self.server.publish(muzero.unreplicate(self.state).params, version=self.step)
+        return True
+
+    def log(self, seconds: float, frames: int, updates: int) -> None:
+        returns, lengths = self.stats.drain_episodes()
+        values = {name: float(value) for name, value in jax.device_get(self.metrics).items()}
+        values.update({
+            "frames": self.stats.frames,
+            "frames_per_s": frames / seconds,
+            "updates_per_s": updates / seconds,
+            "policy_lag": float(np.mean(self.policy_lag)) if self.policy_lag else 0.0,
+        })
+        self.policy_lag = []
+        if returns:
+            values["episode_return"] = float(np.mean(returns))
+            values["episode_length"] = float(np.mean(lengths))
+            values["episodes"] = len(returns)
+        if not isinstance(self.store, FifoQueue):
+            values["replay_size"] = self.store.size
+        values.update(self.timer.summary("time/learner/", reset=True))
+        values.update(self.stats.timer.summary("time/actors/", reset=True))
+        self.logger.log(self.step, values)
+
+    def save_checkpoint(self, final: bool = False) -> None:
+        if self.step == self.last_saved and not final:
+            return
+        state = jax.device_get(muzero.unreplicate(self.state))
+        self.checkpointer.save(self.step, state, self.config_dict,
+                               metadata={"frames": self.stats.frames, "final": final})
+        self.last_saved = self.step
