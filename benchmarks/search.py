@@ -1,0 +1,322 @@
+"""Search benchmarks: `search.run` against raw mctx, and subtree reuse against none.
+
+    .venv/bin/python benchmarks/search.py                         # both algorithms, 256 x 50
+    .venv/bin/python benchmarks/search.py --algorithm muzero --batch-size 64 --rounds 5
+    .venv/bin/python benchmarks/search.py --algorithm none --reuse-games 200 --reuse-simulations 32
+
+**Throughput** (one JSON line per `--algorithm`): searches per second (batch rows searched per
+second) of `search.run` and of `mctx.muzero_policy` (or `search.run` with Gumbel MuZero and
+`mctx.gumbel_muzero_policy`) with the same settings, the same model and the same keys. The model is
+the real MuZero network from `muzero` at connect-four size ([6, 7, 3] planes, 7 actions, 32
+channels, 2 blocks, scalar value and reward heads) in the two-player convention; the roots are
+computed once outside the timing, so only the search is timed. Both functions are jitted and
+compiled before timing; every timed call ends in `jax.block_until_ready`. The two are measured in
+one process, interleaved over `--rounds` rounds (A B, then B A, ...) so that machine noise hits
+both alike, and each reports its median round. `ratio` is ours / mctx.
+
+**Reuse** (`--reuse-games N`, one JSON line): N connect-four games (pgx rules as the exact model,
+uniform prior, zero value) between two searches with the same `--reuse-simulations` per move; one
+keeps the subtree under each move played (its own and the opponent's) with `search.reuse_subtree`,
+the other starts each search from scratch. Each side moves first in half the games. The first
+`--opening-plies` moves of each side are sampled at temperature 1 from the visit counts (so the
+games differ), later moves are greedy; no Dirichlet noise. All games run in lock step in one
+jitted `lax.scan` over plies. Reports the reusing side's wins/draws/losses, its score
+(win 1, draw 1/2) and a 95% normal interval of the score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+# Run as `python benchmarks/search.py`, this folder is first on sys.path and this file's name would
+# hide the `search` package.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import mctx  # noqa: E402
+import pgx  # noqa: E402
+
+import search  # noqa: E402
+from muzero import (  # noqa: E402
+    NetworkConfig,
+    make_muzero_networks,
+    make_recurrent_fn,
+    make_root_fn,
+)
+
+OBSERVATION_SHAPE = (6, 7, 3)  # connect four: rows, columns, planes
+NUM_ACTIONS = 7
+NETWORK = NetworkConfig(channels=32, representation_blocks=2, dynamics_blocks=2,
+                        prediction_blocks=1, head_hidden=32, value_support=0, reward_support=0)
+
+
+# --- throughput: search.run vs mctx --------------------------------------------------------------
+
+def make_searches(algorithm: str, num_simulations: int):
+    """(ours, reference, params, recurrent_fn): two jitted `(key, root, invalid) -> action` fns."""
+    networks = make_muzero_networks(NETWORK, OBSERVATION_SHAPE, NUM_ACTIONS)
+    params = jax.jit(networks.init)(jax.random.PRNGKey(0))
+    recurrent_fn = make_recurrent_fn(networks, two_player=True)
+    config = search.SearchConfig(algorithm=algorithm, num_simulations=num_simulations)
+
+    def ours(key, root, invalid):
+        out = search.run(params, key, root, recurrent_fn, config, invalid_actions=invalid)
+        return out.action, out.action_weights
+
+    if algorithm == "muzero":
+        def reference(key, root, invalid):
+            out = mctx.muzero_policy(
+                params, key, root, recurrent_fn, num_simulations, invalid_actions=invalid,
+                dirichlet_fraction=config.dirichlet_fraction,
+                dirichlet_alpha=config.dirichlet_alpha, pb_c_init=config.pb_c_init,
+                pb_c_base=config.pb_c_base, temperature=config.temperature)
+            return out.action, out.action_weights
+    else:
+        def reference(key, root, invalid):
+            out = mctx.gumbel_muzero_policy(
+                params, key, root, recurrent_fn, num_simulations, invalid_actions=invalid,
+                max_num_considered_actions=config.max_num_considered_actions,
+                gumbel_scale=config.gumbel_scale)
+            return out.action, out.action_weights
+
+    return jax.jit(ours), jax.jit(reference), params, networks
+
+
+def connect_four_roots(networks, params, batch_size: int, seed: int = 0):
+    """Roots of random connect-four-like positions: (root, invalid [B, A] with full columns)."""
+    key_board, key_full = jax.random.split(jax.random.PRNGKey(seed))
+    cells = jax.random.randint(key_board, (batch_size, 6, 7), 0, 3)  # 0 empty, 1 mine, 2 theirs
+    planes = jnp.stack([cells == 1, cells == 2, jnp.ones_like(cells, bool)], axis=-1)
+    invalid = jax.random.bernoulli(key_full, 0.15, (batch_size, NUM_ACTIONS))
+    invalid = invalid.at[:, 3].set(False)  # never a row with no legal move
+    root = jax.jit(make_root_fn(networks))(params, planes.astype(jnp.float32))
+    return jax.block_until_ready(root), invalid
+
+
+def _timed(fn, keys, root, invalid) -> float:
+    start = time.perf_counter()
+    for key in keys:
+        # Block on each call: the figure is the latency of whole searches, as an actor sees them.
+        jax.block_until_ready(fn(key, root, invalid))
+    return time.perf_counter() - start
+
+
+def throughput(algorithm: str, batch_size: int, num_simulations: int, rounds: int,
+               min_seconds: float) -> dict:
+    ours, reference, params, networks = make_searches(algorithm, num_simulations)
+    root, invalid = connect_four_roots(networks, params, batch_size)
+    warm_key = jax.random.PRNGKey(1)
+    for fn in (ours, reference):  # compile and warm up, excluded from the timing
+        jax.block_until_ready(fn(warm_key, root, invalid))
+    one_call = min(_timed(ours, [warm_key], root, invalid),
+                   _timed(reference, [warm_key], root, invalid))
+    calls = max(1, math.ceil(min_seconds / max(one_call, 1e-9)))
+    rates = {"ours": [], "mctx": []}
+    for r in range(rounds):
+        keys = list(jax.random.split(jax.random.PRNGKey(100 + r), calls))
+        order = [("ours", ours), ("mctx", reference)]
+        for name, fn in order if r % 2 == 0 else order[::-1]:  # A B, B A, ...: cancels drift
+            rates[name].append(batch_size * calls / _timed(fn, keys, root, invalid))
+    ours_rate, mctx_rate = statistics.median(rates["ours"]), statistics.median(rates["mctx"])
+    return {
+        "benchmark": "search_throughput", "algorithm": algorithm,
+        "ours": round(ours_rate, 2), "mctx": round(mctx_rate, 2),
+        "ratio": round(ours_rate / mctx_rate, 4),
+        "batch_size": batch_size, "simulations": num_simulations, "rounds": rounds,
+        "calls_per_round": calls, "platform": jax.devices()[0].platform,
+        "model": "muzero resnet 32ch, 2+2+1 blocks, [6,7,3] -> 7 actions",
+    }
+
+
+# --- reuse vs no reuse on connect four ------------------------------------------------------------
+
+def _uniform_zero(params, state):
+    """prediction_fn: uniform prior, zero value (the exact rules do all the work)."""
+    del params
+    batch_size = state.current_player.shape[0]
+    return jnp.zeros((batch_size, NUM_ACTIONS)), jnp.zeros((batch_size,))
+
+
+def _pgx_step_fn(env):
+    """search.StepFn over pgx: (state, action) -> (next, mover's reward, terminal, legal)."""
+    step = jax.vmap(env.step)
+
+    def step_fn(state, action):
+        mover = state.current_player
+        next_state = step(state, action)
+        reward = jnp.take_along_axis(next_state.rewards, mover[:, None], axis=1)[:, 0]
+        return next_state, reward, next_state.terminated, next_state.legal_action_mask
+
+    return step_fn
+
+
+def make_reuse_match(num_games: int, num_simulations: int, max_nodes: int, opening_plies: int):
+    """A jitted `play(key) -> (reuse_return [G], mean kept root visits)` over `num_games` games.
+
+    Game g's reusing side moves first when g is even. All games advance in lock step, so at ply t
+    the reusing side is to move in the games of parity t % 2: each half of the batch keeps its
+    own (static-shape) slice, and a scan step plays two plies with the halves' roles swapped.
+    """
+    env = pgx.make("connect_four")
+    step_fn = _pgx_step_fn(env)
+    recurrent_fn = search.make_exact_recurrent_fn(step_fn, _uniform_zero)
+    config = search.SearchConfig(num_simulations=num_simulations, dirichlet_fraction=0.0,
+                                 temperature=0.0)
+    half = num_games // 2
+    max_plies = 6 * 7
+
+    def search_half(key, state, tree, temperature):
+        prior_logits, value = _uniform_zero((), state)
+        root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=state)
+        invalid = ~state.legal_action_mask
+        run_key, act_key = jax.random.split(key)
+        out = search.run((), run_key, root, recurrent_fn, config, invalid_actions=invalid,
+                         tree=tree)
+        action = search.select_action(act_key, out.visit_counts, temperature,
+                                      invalid_actions=invalid)
+        return out, action
+
+    def ply(key, temperature, mover_state, mover_tree, waiting_state, waiting_tree):
+        """The reusing side moves in `mover_*`, the fresh side in `waiting_*`.
+
+        Returns the new states, the reusing side's trees for both halves (each having followed
+        the move just played there) and the kept root visits where the reusing side searched.
+        """
+        key_reuse, key_fresh = jax.random.split(key)
+        kept_visits = mover_tree.node_visits[:, 0]
+        out, action = search_half(key_reuse, mover_state, mover_tree, temperature)
+        next_mover = jax.vmap(env.step)(mover_state, action)
+        mover_tree = search.reuse_subtree(out.tree, action, keep=~next_mover.terminated,
+                                          max_nodes=max_nodes)
+        _, fresh_action = search_half(key_fresh, waiting_state, None, temperature)
+        next_waiting = jax.vmap(env.step)(waiting_state, fresh_action)
+        # The reusing side's tree in these games follows the opponent's move too.
+        waiting_tree = search.reuse_subtree(waiting_tree, fresh_action,
+                                            keep=~next_waiting.terminated, max_nodes=max_nodes)
+        active = ~mover_state.terminated
+        return next_mover, mover_tree, next_waiting, waiting_tree, kept_visits, active
+
+    def empty_tree(state):
+        """An all-empty reusable tree of the loop's shape (every row starts fresh)."""
+        out, action = search_half(jax.random.PRNGKey(0), state, None, 0.0)
+        return search.reuse_subtree(out.tree, action, keep=jnp.zeros((half,), bool),
+                                    max_nodes=max_nodes)
+
+    @jax.jit
+    def play(key):
+        init_key, loop_key = jax.random.split(key)
+        state = jax.vmap(env.init)(jax.random.split(init_key, 2 * half))
+        reuse_first = jnp.arange(2 * half) % 2 == 0
+        reuse_id = jnp.where(reuse_first, state.current_player, 1 - state.current_player)
+        even = jax.tree.map(lambda x: x[0::2], state)  # reusing side moves on even plies
+        odd = jax.tree.map(lambda x: x[1::2], state)
+        tree_even, tree_odd = empty_tree(even), empty_tree(odd)
+        id_even, id_odd = reuse_id[0::2], reuse_id[1::2]
+
+        def reward_of(state, player_id):
+            return jnp.take_along_axis(state.rewards, player_id[:, None], axis=1)[:, 0]
+
+        def two_plies(carry, xs):
+            even, tree_even, odd, tree_odd, ret_even, ret_odd = carry
+            pair, key = xs
+            key_a, key_b = jax.random.split(key)
+            temperature = jnp.where(pair < opening_plies, 1.0, 0.0)  # one move per side per pair
+            even, tree_even, odd, tree_odd, kept_a, active_a = ply(
+                key_a, temperature, even, tree_even, odd, tree_odd)
+            ret_even += reward_of(even, id_even)
+            ret_odd += reward_of(odd, id_odd)
+            odd, tree_odd, even, tree_even, kept_b, active_b = ply(
+                key_b, temperature, odd, tree_odd, even, tree_even)
+            ret_even += reward_of(even, id_even)
+            ret_odd += reward_of(odd, id_odd)
+            kept = jnp.concatenate([kept_a * active_a, kept_b * active_b])
+            searched = jnp.concatenate([active_a, active_b])
+            return (even, tree_even, odd, tree_odd, ret_even, ret_odd), (kept, searched)
+
+        num_pairs = max_plies // 2
+        zeros = jnp.zeros((half,))
+        carry = (even, tree_even, odd, tree_odd, zeros, zeros)
+        xs = (jnp.arange(num_pairs), jax.random.split(loop_key, num_pairs))
+        (even, _, odd, _, ret_even, ret_odd), (kept, searched) = jax.lax.scan(
+            two_plies, carry, xs)
+        finished = jnp.all(even.terminated) & jnp.all(odd.terminated)
+        reuse_return = jnp.stack([ret_even, ret_odd], axis=1).reshape(-1)  # game order
+        mean_kept = jnp.sum(kept) / jnp.maximum(jnp.sum(searched), 1)
+        return reuse_return, mean_kept, finished
+
+    return play
+
+
+def reuse_match(num_games: int, num_simulations: int, max_nodes: int, opening_plies: int,
+                seed: int) -> dict:
+    if num_games < 2 or num_games % 2:
+        raise SystemExit(f"--reuse-games must be an even number >= 2, got {num_games}")
+    play = make_reuse_match(num_games, num_simulations, max_nodes, opening_plies)
+    start = time.perf_counter()
+    reuse_return, mean_kept, finished = jax.block_until_ready(play(jax.random.PRNGKey(seed)))
+    seconds = time.perf_counter() - start
+    if not bool(finished):
+        raise RuntimeError("a connect-four game did not end within 42 plies")
+    results = [float(r) for r in reuse_return]
+    wins = sum(r > 0 for r in results)
+    losses = sum(r < 0 for r in results)
+    draws = num_games - wins - losses
+    scores = [1.0 if r > 0 else 0.0 if r < 0 else 0.5 for r in results]
+    score = statistics.fmean(scores)
+    half_width = 1.96 * statistics.pstdev(scores) / math.sqrt(num_games)
+    return {
+        "benchmark": "search_reuse", "game": "connect_four", "games": num_games,
+        "simulations": num_simulations, "max_nodes": max_nodes, "opening_plies": opening_plies,
+        "reuse_wins": wins, "draws": draws, "reuse_losses": losses, "reuse_score": round(score, 4),
+        "score_95ci": [round(max(0.0, score - half_width), 4),
+                       round(min(1.0, score + half_width), 4)],
+        "mean_reused_root_visits": round(float(mean_kept), 2),
+        "seconds_with_compile": round(seconds, 1), "platform": jax.devices()[0].platform,
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--algorithm", choices=["muzero", "gumbel_muzero", "both", "none"],
+                        default="both", help="throughput lines to print (none: skip)")
+    parser.add_argument("--batch-size", type=int, default=256, help="roots per search")
+    parser.add_argument("--simulations", type=int, default=50, help="simulations per search")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds")
+    parser.add_argument("--min-seconds", type=float, default=0.5,
+                        help="at least this long per timed measurement (calls are repeated)")
+    parser.add_argument("--reuse-games", type=int, default=0,
+                        help="connect-four games of reuse vs no reuse (even; 0 skips)")
+    parser.add_argument("--reuse-simulations", type=int, default=32,
+                        help="simulations per move in the reuse match")
+    parser.add_argument("--reuse-max-nodes", type=int, default=None,
+                        help="slots of the kept tree (default 4 x reuse simulations)")
+    parser.add_argument("--opening-plies", type=int, default=4,
+                        help="moves per side sampled at temperature 1 before greedy play")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the reuse match")
+    args = parser.parse_args(argv)
+    for name in ("batch_size", "simulations", "rounds"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be >= 1")
+
+    algorithms = {"both": ["muzero", "gumbel_muzero"], "none": []}.get(
+        args.algorithm, [args.algorithm])
+    for algorithm in algorithms:
+        line = throughput(algorithm, args.batch_size, args.simulations, args.rounds,
+                          args.min_seconds)
+        print(json.dumps(line), flush=True)
+    if args.reuse_games:
+        max_nodes = args.reuse_max_nodes or 4 * args.reuse_simulations
+        print(json.dumps(reuse_match(args.reuse_games, args.reuse_simulations, max_nodes,
+                                     args.opening_plies, args.seed)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
