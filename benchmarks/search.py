@@ -15,9 +15,10 @@ one process, interleaved over `--rounds` rounds (A B, then B A, ...) so that mac
 both alike, and each reports its median round. `ratio` is ours / mctx.
 
 **Reuse** (`--reuse-games N`, one JSON line): N connect-four games (pgx rules as the exact model,
-uniform prior, zero value) between two searches with the same `--reuse-simulations` per move; one
-keeps the subtree under each move played (its own and the opponent's) with `search.reuse_subtree`,
-the other starts each search from scratch. Each side moves first in half the games. The first
+uniform prior, zero value; or `--reuse-evaluator rollout`: one random playout per leaf) between
+two searches with the same `--reuse-simulations` per move; one keeps the subtree under each move
+played (its own and the opponent's) with `search.reuse_subtree`, the other starts each search
+from scratch. Each side moves first in half the games. The first
 `--opening-plies` moves of each side are sampled at temperature 1 from the visit counts (so the
 games differ), later moves are greedy; no Dirichlet noise. All games run in lock step in one
 jitted `lax.scan` over plies. Reports the reusing side's wins/draws/losses, its score
@@ -158,7 +159,37 @@ def _pgx_step_fn(env):
     return step_fn
 
 
-def make_reuse_match(num_games: int, num_simulations: int, max_nodes: int, opening_plies: int):
+def _rollout_recurrent_fn(env, step_fn):
+    """The exact model whose leaf value is one uniformly random playout to the end of the game."""
+    exact = search.make_exact_recurrent_fn(step_fn, _uniform_zero)
+    vstep = jax.vmap(env.step)
+
+    def playout_value(rng_key, state):  # [B]: the playout's result for the player to move
+        player = state.current_player
+
+        def body(carry):
+            state, rng_key, value = carry
+            rng_key, action_key = jax.random.split(rng_key)
+            action = jax.random.categorical(
+                action_key, jnp.where(state.legal_action_mask, 0.0, -jnp.inf))
+            state = vstep(state, action)
+            return state, rng_key, value + jnp.take_along_axis(
+                state.rewards, player[:, None], axis=1)[:, 0]
+
+        carry = (state, rng_key, jnp.zeros(player.shape))
+        return jax.lax.while_loop(lambda c: ~jnp.all(c[0].terminated), body, carry)[2]
+
+    def recurrent_fn(params, rng_key, action, state):
+        output, next_state = exact(params, rng_key, action, state)
+        value = playout_value(rng_key, next_state)
+        # A terminal state (discount 0) keeps value 0: its outcome is already in the reward.
+        return output.replace(value=jnp.where(output.discount == 0, 0.0, value)), next_state
+
+    return recurrent_fn
+
+
+def make_reuse_match(num_games: int, num_simulations: int, max_nodes: int, opening_plies: int,
+                     evaluator: str = "zero"):
     """A jitted `play(key) -> (reuse_return [G], mean kept root visits)` over `num_games` games.
 
     Game g's reusing side moves first when g is even. All games advance in lock step, so at ply t
@@ -167,7 +198,10 @@ def make_reuse_match(num_games: int, num_simulations: int, max_nodes: int, openi
     """
     env = pgx.make("connect_four")
     step_fn = _pgx_step_fn(env)
-    recurrent_fn = search.make_exact_recurrent_fn(step_fn, _uniform_zero)
+    if evaluator == "rollout":
+        recurrent_fn = _rollout_recurrent_fn(env, step_fn)
+    else:
+        recurrent_fn = search.make_exact_recurrent_fn(step_fn, _uniform_zero)
     config = search.SearchConfig(num_simulations=num_simulations, dirichlet_fraction=0.0,
                                  temperature=0.0)
     half = num_games // 2
@@ -256,10 +290,10 @@ def make_reuse_match(num_games: int, num_simulations: int, max_nodes: int, openi
 
 
 def reuse_match(num_games: int, num_simulations: int, max_nodes: int, opening_plies: int,
-                seed: int) -> dict:
+                seed: int, evaluator: str = "zero") -> dict:
     if num_games < 2 or num_games % 2:
         raise SystemExit(f"--reuse-games must be an even number >= 2, got {num_games}")
-    play = make_reuse_match(num_games, num_simulations, max_nodes, opening_plies)
+    play = make_reuse_match(num_games, num_simulations, max_nodes, opening_plies, evaluator)
     start = time.perf_counter()
     reuse_return, mean_kept, finished = jax.block_until_ready(play(jax.random.PRNGKey(seed)))
     seconds = time.perf_counter() - start
@@ -275,6 +309,7 @@ def reuse_match(num_games: int, num_simulations: int, max_nodes: int, opening_pl
     return {
         "benchmark": "search_reuse", "game": "connect_four", "games": num_games,
         "simulations": num_simulations, "max_nodes": max_nodes, "opening_plies": opening_plies,
+        "evaluator": evaluator,
         "reuse_wins": wins, "draws": draws, "reuse_losses": losses, "reuse_score": round(score, 4),
         "score_95ci": [round(max(0.0, score - half_width), 4),
                        round(min(1.0, score + half_width), 4)],
@@ -300,6 +335,8 @@ def main(argv=None) -> None:
                         help="slots of the kept tree (default 4 x reuse simulations)")
     parser.add_argument("--opening-plies", type=int, default=4,
                         help="moves per side sampled at temperature 1 before greedy play")
+    parser.add_argument("--reuse-evaluator", choices=["zero", "rollout"], default="zero",
+                        help="leaf value in the reuse match: 0, or one random playout")
     parser.add_argument("--seed", type=int, default=0, help="seed of the reuse match")
     args = parser.parse_args(argv)
     for name in ("batch_size", "simulations", "rounds"):
@@ -315,7 +352,8 @@ def main(argv=None) -> None:
     if args.reuse_games:
         max_nodes = args.reuse_max_nodes or 4 * args.reuse_simulations
         print(json.dumps(reuse_match(args.reuse_games, args.reuse_simulations, max_nodes,
-                                     args.opening_plies, args.seed)), flush=True)
+                                     args.opening_plies, args.seed, args.reuse_evaluator)),
+              flush=True)
 
 
 if __name__ == "__main__":
