@@ -1,0 +1,259 @@
+"""Evaluating a trained run: its greedy agent, and an exhaustive perfect-play check for tic-tac-toe.
+
+    config, agent, params = load_agent("runs/ttt")        # greedy: no noise, temperature 0
+    report = perfect_play_report("runs/ttt")              # every opponent strategy, both seats
+    report["perfect"], report["losses_as_first"], report["losses_as_second"]
+
+`exhaustive_play(policy, ...)` is the game-tree walk on its own: the player under test answers
+each position with `policy(states)`, while every legal reply of the opponent is explored, so the
+games played cover every opponent strategy. Positions are expanded level by level (one ply at a
+time) and identical positions reached by different move orders are searched once, so the agent
+runs one batched search per ply over all positions of that ply.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pyspiel
+
+from configs import ExperimentConfig, UsageError, from_dict
+from selfplay.agent import Agent, make_agent
+from selfplay.checkpoints import restore_params
+from selfplay.envs import make_env
+
+__all__ = [
+    "exhaustive_play",
+    "greedy_config",
+    "load_agent",
+    "perfect_play_report",
+    "search_policy",
+]
+
+# A batched policy of the player under test: states -> one legal action per state.
+Policy = Callable[[Sequence[pyspiel.State]], Sequence[int]]
+
+_TIC_TAC_TOE = ("openspiel:tic_tac_toe", "pgx:tic_tac_toe")
+_MIN_BATCH = 64  # batches are padded to a power of two >= this, so jit compiles few shapes
+
+
+def greedy_config(config: ExperimentConfig, num_simulations: int | None = None
+                  ) -> ExperimentConfig:
+    """`config` with the search set for evaluation: no root noise, the most visited action.
+
+    `num_simulations` replaces the training search's budget when given.
+    """
+    changes: dict[str, Any] = {"dirichlet_fraction": 0.0, "temperature": 0.0, "gumbel_scale": 0.0}
+    if num_simulations is not None:
+        changes["num_simulations"] = num_simulations
+    return config.replace(search=config.search.replace(**changes))
+
+
+def load_agent(run_dir: str | os.PathLike, *, step: int | None = None,
+               num_simulations: int | None = None, greedy: bool = True
+               ) -> tuple[ExperimentConfig, Agent, Any]:
+    """The config, agent and parameters of a run's newest (or given) checkpoint.
+
+    Args:
+      run_dir: a run directory holding `config.json` and `checkpoints/`.
+      step: the checkpoint's step; None for the newest.
+      num_simulations: the search budget; None keeps the run's.
+      greedy: apply `greedy_config` (evaluation); False keeps the training search settings.
+    Raises:
+      UsageError: no config.json, no checkpoint, or parameters that do not fit the network.
+    """
+    run_dir = pathlib.Path(run_dir)
+    config_path = run_dir / "config.json"
+    if not config_path.is_file():
+        raise UsageError(f"{run_dir} is not a run directory: it has no config.json")
+    try:
+        config = from_dict(json.loads(config_path.read_text()))
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{config_path} is not valid JSON: {error}") from None
+    if greedy:
+        config = greedy_config(config, num_simulations)
+    elif num_simulations is not None:
+        config = config.replace(search=config.search.replace(num_simulations=num_simulations))
+    env = make_env(config.env.name, 1, seed=config.seed, **config.env.options)
+    spec = env.spec
+    env.close()
+    agent = make_agent(config, spec)
+    target = jax.eval_shape(agent.init, jax.random.PRNGKey(0))
+    params = restore_params(run_dir, step, target=target)
+    return config, agent, params
+
+
+def _padded(n: int) -> int:
+    return max(_MIN_BATCH, 1 << (n - 1).bit_length())
+
+
+def _pad_rows(x: np.ndarray, n: int) -> np.ndarray:
+    """Repeats the last row of x [N, ...] up to n rows (valid inputs, results discarded)."""
+    return np.concatenate([x, np.repeat(x[-1:], n - len(x), axis=0)]) if n > len(x) else x
+
+
+def _pgx_replay(env_id: str) -> Callable[[np.ndarray, np.ndarray], Any]:
+    """jit(moves [N, L], lengths [N]) -> batched pgx States after each row's first lengths moves.
+
+    pgx picks the first mover's player id at random; the observation is the mover's view, so
+    the id does not matter to the network or the search.
+    """
+    import pgx
+
+    game = pgx.make(env_id)
+
+    def replay(moves, lengths):
+        state = jax.vmap(game.init)(jax.random.split(jax.random.PRNGKey(0), moves.shape[0]))
+
+        def body(j, state):
+            stepped = jax.vmap(game.step)(state, moves[:, j])
+            keep = j < lengths  # [N]
+            return jax.tree.map(
+                lambda new, old: jnp.where(keep.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
+                stepped, state)
+
+        return jax.lax.fori_loop(0, moves.shape[1], body, state)
+
+    return jax.jit(replay)
+
+
+def _most_visited(visits: np.ndarray, prior_logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
+    """[B] the legal action with the most visits, ties broken by the prior, then the lowest index.
+
+    The search's own greedy choice breaks ties at random (with the key and the row), so the same
+    position could get different moves in different batches; this one depends on the position.
+    """
+    visits = visits / np.maximum(visits.sum(-1, keepdims=True), 1e-9)  # [B, A]
+    prior = np.exp(prior_logits - prior_logits.max(-1, keepdims=True))
+    prior = prior / prior.sum(-1, keepdims=True)
+    # A prior adds less than one visit in a thousand, so it only orders equal visit counts.
+    score = np.where(legal, visits + 1e-4 * prior, -np.inf)
+    return np.argmax(score, axis=-1).astype(np.int32)
+
+
+def search_policy(config: ExperimentConfig, agent: Agent, params: Any, *, seed: int = 0
+                  ) -> Policy:
+    """The agent's batched search as a `Policy` over OpenSpiel states of the run's game.
+
+    MuZero (OpenSpiel-trained) sees the adapter's observations; AlphaZero (pgx-trained) gets pgx
+    states rebuilt by replaying each state's moves (the same action ids). Batches are padded so
+    that the search compiles for a few batch sizes only.
+    """
+    family, game_name = config.env.name.split(":", 1)
+    key = jax.random.PRNGKey(seed)
+    if family == "openspiel":
+        from selfplay.envs.openspiel import OpenSpielEnv
+
+        observer = OpenSpielEnv(game_name, 1, **config.env.options)
+    elif family == "pgx":
+        replay = _pgx_replay(game_name)
+    else:
+        raise UsageError(f"search_policy plays board games (openspiel:, pgx:), not "
+                         f"{config.env.name}")
+
+    def policy(states: Sequence[pyspiel.State]) -> np.ndarray:
+        n = len(states)
+        size = _padded(n)
+        greedy = jnp.ones(size, bool)
+        if family == "openspiel":
+            obs, mask, _ = observer.observe(states)
+            mask = _pad_rows(mask, size)
+            out = agent.act(params, key, _pad_rows(obs, size), mask, greedy, None)
+        else:
+            histories = [state.history() for state in states]
+            length = max(1, max(len(h) for h in histories))
+            moves = np.zeros((size, length), np.int32)
+            lengths = np.zeros(size, np.int32)
+            for i, h in enumerate(histories + [histories[-1]] * (size - n)):
+                moves[i, :len(h)] = h
+                lengths[i] = len(h)
+            env_state = replay(moves, lengths)
+            mask = env_state.legal_action_mask
+            out = agent.act(params, key, env_state.observation.astype(jnp.float32), mask, greedy,
+                            env_state)
+        return _most_visited(*jax.device_get((out.search_policy, out.behaviour_logits, mask)))[:n]
+
+    return policy
+
+
+def exhaustive_play(policy: Policy, game: pyspiel.Game | str = "tic_tac_toe",
+                    players: Sequence[int] = (0, 1)) -> dict[str, Any]:
+    """Plays `policy` against every sequence of opponent moves, in each seat of `players`.
+
+    Returns per seat ("first" for player 0, "second" for player 1) the counts of games won,
+    drawn and lost by the policy (each distinct game counted once), and `positions`: the
+    distinct positions the policy was asked to move in, `policy_calls`: the batched calls.
+    """
+    if isinstance(game, str):
+        game = pyspiel.load_game(game)
+    if game.num_players() != 2:
+        raise UsageError(f"exhaustive_play needs a two-player game, got {game}")
+    report: dict[str, Any] = {"positions": 0, "policy_calls": 0}
+    for player in players:
+        seat = ("first", "second")[player]
+        counts = {"wins": 0, "draws": 0, "losses": 0}
+        # Distinct positions (by their serialized board and mover) -> (state, games reaching it).
+        frontier: dict[str, tuple[pyspiel.State, int]] = {"": (game.new_initial_state(), 1)}
+        while frontier:
+            movers = [(s, n) for s, n in frontier.values() if s.current_player() == player]
+            others = [(s, n) for s, n in frontier.values() if s.current_player() != player]
+            children: list[tuple[pyspiel.State, int]] = []
+            if movers:
+                actions = policy([s for s, _ in movers])
+                report["policy_calls"] += 1
+                report["positions"] += len(movers)
+                for (state, n), action in zip(movers, actions, strict=True):
+                    if int(action) not in state.legal_actions():
+                        raise ValueError(f"the policy played illegal move {action} in\n{state}")
+                    children.append((state.child(int(action)), n))
+            for state, n in others:  # the opponent: every legal reply
+                children.extend((state.child(a), n) for a in state.legal_actions())
+            frontier = {}
+            for state, n in children:
+                if state.is_terminal():
+                    outcome = state.returns()[player]
+                    counts["wins" if outcome > 0 else "losses" if outcome < 0 else "draws"] += n
+                    continue
+                key = f"{state.current_player()}:{state}"
+                old = frontier.get(key)
+                frontier[key] = (state, n + (old[1] if old else 0))
+        for name, value in counts.items():
+            report[f"{name}_as_{seat}"] = value
+    return report
+
+
+def perfect_play_report(run_dir: str | os.PathLike, *, step: int | None = None,
+                        num_simulations: int | None = None, seed: int = 0) -> dict[str, Any]:
+    """Checks a tic-tac-toe run's greedy agent against every opponent strategy, in both seats.
+
+    Returns a dict with `perfect` (no game lost as first or as second player), the counts
+    `losses_as_first`, `losses_as_second`, `wins_as_*`, `draws_as_*`, `positions` (distinct
+    positions searched), and the `step`, `mode`, `num_simulations` evaluated.
+    """
+    config, agent, params = load_agent(run_dir, step=step, num_simulations=num_simulations)
+    if config.env.name not in _TIC_TAC_TOE:
+        raise UsageError(f"perfect_play_report checks tic-tac-toe ({' or '.join(_TIC_TAC_TOE)}), "
+                         f"but {run_dir} trained on {config.env.name}")
+    if step is None:
+        from selfplay.checkpoints import Checkpointer
+
+        ckpt = Checkpointer(pathlib.Path(run_dir) / "checkpoints", None, read_only=True)
+        try:
+            step = ckpt.latest_step()
+        finally:
+            ckpt.close()
+    report = exhaustive_play(search_policy(config, agent, params, seed=seed), "tic_tac_toe")
+    return {
+        "perfect": report["losses_as_first"] == 0 and report["losses_as_second"] == 0,
+        **report,
+        "step": step,
+        "mode": config.mode,
+        "num_simulations": config.search.num_simulations,
+    }
