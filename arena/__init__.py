@@ -7,6 +7,7 @@
 """
 
 from arena.atari_scores import ATARI_SCORES, human_normalized_score
+from arena.ckpt_player import CheckpointPlayer
 from arena.evaluate import (
     NOOP_STARTS,
     STICKY_ACTIONS,
@@ -48,6 +49,7 @@ __all__ = [
     "NOOP_STARTS",
     "STICKY_ACTIONS",
     "BatchedPlayer",
+    "CheckpointPlayer",
     "Estimate",
     "EvalProtocol",
     "EvalResult",

@@ -1,0 +1,276 @@
+"""The `ckpt:RUN_DIR` player: a trained run's agent, searching every waiting game in one call.
+
+    ckpt:runs/c4                      the newest checkpoint, the run's simulations, greedy
+    ckpt:runs/c4,sims=200,step=5000   a given checkpoint and search budget
+    ckpt:runs/c4,temperature=0.5      sample moves from the visit counts at this temperature
+
+The run's `config.json` says which agent to build (`selfplay.make_agent`); the parameters come from
+`checkpoints/` (`selfplay.checkpoints.restore_params`). The search runs without root Dirichlet
+noise. MuZero and V-trace runs trained on OpenSpiel see the training adapter's observations
+(`OpenSpielEnv.observe`); AlphaZero runs trained on pgx (tic_tac_toe, connect_four, whose action
+ids equal OpenSpiel's) get pgx states rebuilt by replaying each game's moves, since their search
+steps the real rules. Loaded runs are cached, so the tournament's many `make_player` calls and a
+player against itself at another setting read the checkpoint once.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pyspiel
+
+from arena.players import BatchedPlayer, PlayerSpec, _float, _int, _no_settings, register_player
+from configs import ExperimentConfig, UsageError, from_dict
+from selfplay.agent import Agent, make_agent
+from selfplay.checkpoints import Checkpointer, restore_params
+from selfplay.envs import EnvSpec, make_env
+
+__all__ = ["CheckpointPlayer", "LoadedRun", "load_run"]
+
+# pgx games the arena can referee with OpenSpiel: pgx id -> OpenSpiel game, same action ids.
+PGX_TO_OPENSPIEL = {"tic_tac_toe": "tic_tac_toe()", "connect_four": "connect_four()"}
+
+
+class LoadedRun(NamedTuple):
+    """A run's config, environment spec and parameters at one checkpoint."""
+
+    run_dir: Path  # absolute
+    step: int  # the checkpoint's step
+    config: ExperimentConfig  # as trained (search settings untouched)
+    env_spec: EnvSpec  # of the environment it trained on
+    params: Any  # the network's parameters, with the network's structure
+
+
+def _checkpoint_step(run_dir: Path, step: int | None) -> int:
+    """The newest (or checked) complete checkpoint step of a run; UsageError if none."""
+    directory = run_dir / "checkpoints"
+    if not directory.is_dir():
+        raise UsageError(f"{run_dir} has no checkpoints/ folder: it is not a trained run "
+                         "(or training has not saved a checkpoint yet)")
+    checkpointer = Checkpointer(directory, max_to_keep=None, read_only=True)
+    try:
+        steps = checkpointer.all_steps()
+    finally:
+        checkpointer.close()
+    if not steps:
+        raise UsageError(f"no complete checkpoint in {directory}")
+    if step is None:
+        return steps[-1]
+    if step not in steps:
+        raise UsageError(f"no checkpoint for step {step} in {directory}; saved steps: {steps}")
+    return step
+
+
+def _read_config(run_dir: Path) -> ExperimentConfig:
+    if not run_dir.is_dir():
+        raise UsageError(f"no run directory at {run_dir}")
+    path = run_dir / "config.json"
+    if not path.is_file():
+        raise UsageError(f"{run_dir} is not a run directory: it has no config.json")
+    try:
+        return from_dict(json.loads(path.read_text()))
+    except (OSError, json.JSONDecodeError) as error:
+        raise UsageError(f"{path} is not a readable config: {error}") from None
+
+
+def load_run(run_dir: str | os.PathLike, step: int | None = None) -> LoadedRun:
+    """Loads a run's config and the parameters of its newest (or given) checkpoint.
+
+    Raises UsageError, one line, for a missing directory or config.json, no (such) checkpoint,
+    or an unreadable one or one whose parameters do not fit the config's network.
+    """
+    run_dir = Path(run_dir).absolute()
+    _read_config(run_dir)  # a missing or bad config.json is named before any checkpoint error
+    step = _checkpoint_step(run_dir, step)
+    return _load_cached(run_dir, step, _stamp(run_dir, step))
+
+
+def _stamp(run_dir: Path, step: int) -> tuple[int, int]:
+    """Part of the cache keys: a run rewritten in the same folder is loaded again."""
+    return ((run_dir / "config.json").stat().st_mtime_ns,
+            (run_dir / "checkpoints" / str(step)).stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_cached(run_dir: Path, step: int, stamp: tuple[int, int]) -> LoadedRun:
+    del stamp
+    config = _read_config(run_dir)
+    env = make_env(config.env.name, 1, seed=config.seed, **config.env.options)
+    spec = env.spec
+    env.close()
+    agent = make_agent(config, spec)
+    target = jax.eval_shape(agent.init, jax.random.PRNGKey(0))
+    params = restore_params(run_dir, step, target=target)
+    return LoadedRun(run_dir, step, config, spec, params)
+
+
+def _check_game(config: ExperimentConfig, game: pyspiel.Game, text: str) -> None:
+    """UsageError unless the run trained on the arena's game (by OpenSpiel's canonical name)."""
+    family, _, name = config.env.name.partition(":")
+    if family == "openspiel":
+        trained = str(pyspiel.load_game(name))
+    elif family == "pgx":
+        if name not in PGX_TO_OPENSPIEL:
+            raise UsageError(f"player {text!r}: the run trained on pgx:{name}, which the arena "
+                             f"cannot referee; pgx runs can play {', '.join(PGX_TO_OPENSPIEL)}")
+        trained = PGX_TO_OPENSPIEL[name]
+    else:
+        raise UsageError(f"player {text!r}: the run trained on {config.env.name}, not a "
+                         "two-player board game (evaluate one-player agents with evaluate_policy)")
+    if trained != str(game):
+        raise UsageError(f"player {text!r}: the checkpoint was trained on {config.env.name} "
+                         f"but the arena plays {game}")
+
+
+def _act_config(config: ExperimentConfig, simulations: int | None,
+                temperature: float) -> ExperimentConfig:
+    """The run's config with the arena's search: no root noise, the given budget and temperature."""
+    changes: dict[str, Any] = {"dirichlet_fraction": 0.0, "temperature": temperature}
+    if temperature == 0.0:
+        changes["gumbel_scale"] = 0.0  # Gumbel MuZero's own choice becomes deterministic
+    if simulations is not None:
+        changes["num_simulations"] = simulations
+    return config.replace(search=config.search.replace(**changes))
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
+    """x [N, ...] -> [rows, ...], repeating the first row (valid input; its results are dropped)."""
+    if rows == len(x):
+        return x
+    return np.concatenate([x, np.repeat(x[:1], rows - len(x), axis=0)])
+
+
+@functools.cache  # one jitted replay per game, so every player of that game shares its compiles
+def pgx_replay(env_id: str, max_length: int) -> Callable[[np.ndarray, np.ndarray], Any]:
+    """jit(moves [N, max_length] int32, lengths [N] int32) -> batched pgx State after the moves.
+
+    Row i is the game after its first `lengths[i]` moves. pgx draws which player id moves first;
+    observations are the mover's view, so the draw does not change what the agent sees.
+    """
+    from selfplay.envs.pgx_env import make_pgx_game
+
+    game = make_pgx_game(env_id)
+
+    def replay(moves, lengths):
+        state = jax.vmap(game.init)(jax.random.split(jax.random.PRNGKey(0), moves.shape[0]))
+
+        def play(t, state):
+            stepped = jax.vmap(game.step)(state, moves[:, t])
+            keep = t < lengths  # [N]
+            return jax.tree.map(
+                lambda new, old: jnp.where(keep.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
+                stepped, state)
+
+        # A fixed number of iterations: one compiled shape per batch size, whatever the lengths.
+        return jax.lax.fori_loop(0, max_length, play, state)
+
+    return jax.jit(replay)
+
+
+class CheckpointPlayer(BatchedPlayer):
+    """A trained agent's search over OpenSpiel states; all waiting games in one `agent.act`.
+
+    Batches are padded to the next power of two, at least `min_batch`, so that jit compiles a few
+    shapes only (one for up to `min_batch` games; a benchmark of one game at a time passes 1).
+    `act_calls` and `states_searched` count the searches run and the real states they covered.
+    `agent`, when given, must be `make_agent` of the run's config with this search (`ckpt` specs
+    pass a cached one, so that players of one spec share its compiled search).
+    """
+
+    def __init__(self, spec: str, run: LoadedRun, game: pyspiel.Game, seed: int,
+                 simulations: int | None = None, temperature: float = 0.0,
+                 agent: Agent | None = None, min_batch: int = 8):
+        super().__init__(spec)
+        if min_batch < 1:
+            raise ValueError(f"min_batch must be >= 1, got {min_batch}")
+        self.min_batch = min_batch
+        _check_game(run.config, game, spec)
+        self.run = run
+        self.config = _act_config(run.config, simulations, temperature)
+        self.agent = agent if agent is not None else make_agent(self.config, run.env_spec)
+        self._greedy = temperature == 0.0
+        self._key = jax.random.PRNGKey(seed % 2**32)
+        self._num_actions = run.env_spec.num_actions
+        self.act_calls = 0
+        self.states_searched = 0
+        family, _, name = run.config.env.name.partition(":")
+        if self.agent.uses_env_state:
+            self._replay = pgx_replay(name, game.max_game_length())
+            self._max_length = game.max_game_length()
+        else:
+            from selfplay.envs.openspiel import OpenSpielEnv
+
+            self._observer = OpenSpielEnv(name, 1, **run.config.env.options)
+
+    def step_many(self, states: Sequence[pyspiel.State]) -> list[int]:
+        count = len(states)
+        if count == 0:
+            return []
+        rows = _next_power_of_two(max(count, self.min_batch))
+        self._key, key = jax.random.split(self._key)
+        greedy = np.full(rows, self._greedy)
+        if self.agent.uses_env_state:
+            moves = np.zeros((rows, self._max_length), np.int32)
+            lengths = np.zeros(rows, np.int32)
+            for i, state in enumerate(states):
+                history = state.history()
+                moves[i, :len(history)] = history
+                lengths[i] = len(history)
+            env_state = self._replay(moves, lengths)
+            out = self.agent.act(self.run.params, key,
+                                 env_state.observation.astype(jnp.float32),
+                                 env_state.legal_action_mask, greedy, env_state)
+        else:
+            observation, legal_mask, _ = self._observer.observe(states)
+            out = self.agent.act(self.run.params, key, _pad_rows(observation, rows),
+                                 _pad_rows(legal_mask, rows), greedy, None)
+        self.act_calls += 1
+        self.states_searched += count
+        actions = np.asarray(out.action)[:count].tolist()
+        for state, action in zip(states, actions, strict=True):
+            if action not in state.legal_actions():
+                raise RuntimeError(f"{self.spec!r} chose illegal action {action} in:\n{state}")
+        return [int(a) for a in actions]
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_agent(run_dir: Path, step: int, stamp: tuple[int, int], simulations: int | None,
+                  temperature: float) -> Agent:
+    run = _load_cached(run_dir, step, stamp)
+    return make_agent(_act_config(run.config, simulations, temperature), run.env_spec)
+
+
+def _make_ckpt(spec: PlayerSpec, game: pyspiel.Game, seed: int) -> CheckpointPlayer:
+    _no_settings(spec, ("sims", "temperature", "step"), arg=True)
+    if not spec.arg:
+        raise UsageError(f"player {spec.text!r}: give the run directory, e.g. ckpt:runs/c4")
+    sims = spec.options.get("sims")
+    step = spec.options.get("step")
+    simulations = None if sims is None else _int(spec, "sims", sims, 1)
+    temperature = _float(spec, "temperature", spec.options.get("temperature", "0"))
+    config = _read_config(Path(spec.arg).absolute())
+    # Checked before the checkpoint is read: a wrong game is named even without checkpoints.
+    _check_game(config, game, spec.text)
+    if sims is not None and config.mode == "vtrace":
+        raise UsageError(f"player {spec.text!r}: sims does not apply to a V-trace run (no search)")
+    run = load_run(spec.arg, None if step is None else _int(spec, "step", step, 0))
+    agent = _cached_agent(run.run_dir, run.step, _stamp(run.run_dir, run.step), simulations,
+                          temperature)
+    return CheckpointPlayer(spec.text, run, game, seed, simulations, temperature, agent)
+
+
+register_player("ckpt", _make_ckpt,
+                "ckpt:RUN_DIR[,sims=N][,temperature=0][,step=S]: a trained run's agent (newest "
+                "checkpoint, the run's simulations, no noise, greedy at temperature 0)")
