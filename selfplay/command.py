@@ -46,6 +46,7 @@ def run(args) -> int:
     run_dir = args.run_dir or f"runs/{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     from selfplay.train import train  # heavy imports only once the input is known to be good
 
+    _enable_compilation_cache()
     print(f"podracer train: {config.name} ({config.mode} on {config.env.name}) -> {run_dir}",
           flush=True)
     try:
@@ -63,3 +64,17 @@ def run(args) -> int:
           f"  run directory: {result.run_dir}\n"
           f"  learning curves: {result.run_dir / 'learning_curves.png'}", flush=True)
     return 0 if result.stopped_by in ("max_updates", "max_seconds", "max_frames") else 130
+
+
+def _enable_compilation_cache() -> None:
+    """Reuse compiled searches and updates across runs (a restart compiles nothing new)."""
+    import os
+    import pathlib
+
+    import jax
+
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR") or jax.config.jax_compilation_cache_dir:
+        return
+    cache = pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache"))
+    jax.config.update("jax_compilation_cache_dir", str(cache / "podracer" / "jax"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)

@@ -247,3 +247,29 @@ class FakeEpisodeEnv:
 
     def close(self):
         self.closed = True
+
+
+# --- self-play runtime: an environment that fails -----------------------------------------------
+
+
+class FailingEnv:
+    """Wraps a real BatchedEnv and raises from `step` after `fail_after` steps."""
+
+    def __init__(self, env, fail_after: int, message: str = "environment exploded"):
+        self._env, self._left, self._message = env, fail_after, message
+        self.spec, self.num_envs = env.spec, env.num_envs
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+    def reset(self, seed):
+        return self._env.reset(seed)
+
+    def step(self, actions):
+        self._left -= 1
+        if self._left < 0:
+            raise RuntimeError(self._message)
+        return self._env.step(actions)
+
+    def close(self):
+        self._env.close()

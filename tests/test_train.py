@@ -1,0 +1,147 @@
+"""The Sebulba runtime and `podracer train`: smoke runs of each mode, resume, stop, bad input."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import configs
+from arena import cli
+from selfplay import train as train_module
+from tests import fakes
+
+TINY = [
+    "learner.batch_size=16", "replay.min_size=64", "replay.capacity=4000",
+    "actors.threads_per_device=2", "actors.envs_per_thread=4", "actors.unroll_length=8",
+    "search.num_simulations=4", "network.channels=8", "network.head_hidden=8",
+    "learner.log_every_s=0.5", "learner.checkpoint_every=2",
+]
+
+
+def _tiny(preset: str, *extra: str) -> configs.ExperimentConfig:
+    overrides = list(TINY) + list(extra)
+    if preset == "cartpole_vtrace":
+        overrides = ["learner.batch_size=2", "actors.envs_per_thread=4",
+                     "actors.unroll_length=8", "network.mlp_sizes=[16,16]",
+                     "learner.log_every_s=0.5", "learner.checkpoint_every=2", *extra]
+    return configs.load_config(preset, overrides)
+
+
+@pytest.mark.parametrize("preset", ["tic_tac_toe_muzero", "tic_tac_toe_alphazero",
+                                    "cartpole_vtrace"])
+def test_smoke_run_of_each_mode(preset, tmp_path):
+    config = _tiny(preset, "learner.max_updates=4")
+    result = train_module.train(config, tmp_path / "run", progress=False)
+    assert result.stopped_by == "max_updates"
+    assert result.updates == 4
+    assert result.frames > 0
+    run = tmp_path / "run"
+    assert json.loads((run / "config.json").read_text())["name"] == preset
+    assert (run / "checkpoints" / "4").is_dir()
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert records and all(r["step"] <= 4 for r in records)
+    assert any("loss" in r for r in records)
+    assert (run / "learning_curves.png").is_file()
+
+
+def test_a_failing_actor_thread_stops_the_run_with_its_message(tmp_path, monkeypatch):
+    real_make_env = train_module.make_env
+    calls = []
+
+    def make_failing_env(name, num_envs, seed=0, **options):
+        env = real_make_env(name, num_envs, seed=seed, **options)
+        calls.append(name)
+        # The first env is the spec probe; the actors' envs fail after a few steps.
+        return env if len(calls) == 1 else fakes.FailingEnv(env, fail_after=3)
+
+    monkeypatch.setattr(train_module, "make_env", make_failing_env)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="environment exploded"):
+        train_module.train(_tiny("tic_tac_toe_muzero", "learner.max_updates=1000"),
+                           tmp_path / "run", progress=False)
+    assert time.monotonic() - started < 120  # stopped, never hung
+
+
+def _podracer(*args, **kwargs):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "arena.cli", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def _wait_for_checkpoint(run: pathlib.Path, process, timeout=240.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        steps = [p for p in (run / "checkpoints").glob("*") if p.name.isdigit()]
+        if steps:
+            return
+        if process.poll() is not None:
+            raise AssertionError(f"training exited early: {process.communicate()}")
+        time.sleep(0.5)
+    raise AssertionError("no checkpoint appeared")
+
+
+def test_killed_run_resumes_and_sigint_stops_with_a_final_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    args = ["train", "--run-dir", str(run), "--quiet", *TINY, "learner.max_updates=100000"]
+    process = _podracer(*args)
+    _wait_for_checkpoint(run, process)
+    process.kill()  # no chance to clean up: as a crash
+    process.communicate(timeout=60)
+
+    logged_before = len((run / "metrics.jsonl").read_text().splitlines())
+    process = _podracer(*args)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None:
+        # Two new metric lines: the resumed run is past start-up and learning.
+        if len((run / "metrics.jsonl").read_text().splitlines()) >= logged_before + 2:
+            break
+        time.sleep(0.5)
+    before = {int(p.name) for p in (run / "checkpoints").glob("*") if p.name.isdigit()}
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "resumed from update" in stdout
+    after = {int(p.name) for p in (run / "checkpoints").glob("*") if p.name.isdigit()}
+    assert max(after) >= max(before)  # the final checkpoint at the stopped step
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--config", "no_such_preset"], "unknown preset 'no_such_preset'"),
+    (["search.no_such_field=3"], "unknown config field 'search.no_such_field'"),
+    (["search.num_simulations=many"], "search.num_simulations must be an integer"),
+    (["search.num_simulations=0"], "SearchConfig.num_simulations must be an integer >= 1"),
+    (["env.name=openspiel:no_such_game"], "no_such_game"),
+    (["learner.max_updates"], "is not key.path=value"),
+])
+def test_bad_input_gets_one_line_and_exit_code_2(args, message, tmp_path, capsys):
+    code = cli.main(["train", "--run-dir", str(tmp_path / "run"), *args])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert message in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+    assert "Traceback" not in captured.err
+
+
+def test_unwritable_run_directory(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    code = cli.main(["train", "--run-dir", str(blocker / "run")])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "cannot write to run directory" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+
+
+def test_help_lists_presets_and_fields(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for name in configs.presets.names():
+        assert name in out
+    assert "search.num_simulations" in out and "learner.max_updates" in out
