@@ -1,14 +1,17 @@
 """Arena throughput: games per second of a player against itself, batched vs one game at a time.
 
     .venv/bin/python benchmarks/arena.py --game tic_tac_toe --games 64 --simulations 16
+    .venv/bin/python benchmarks/arena.py --run-dir runs/c4 --games 32   # a trained checkpoint
 
-The batched player is a stand-in for the checkpoint agent: one jitted mctx search (Gumbel MuZero)
-over a uniform model (zero prior logits masked to the legal moves, zero values) for all the games
-waiting for it, so it measures what batching buys on the host-device path without a trained
-network. TODO(ckpt): add the `ckpt:RUN_DIR` agent here once training checkpoints exist.
-"One at a time" plays the games in sequence, one search per move; "batched" plays them all in
-lock step, one search per ply for every game. `--also SPEC` adds an OpenSpiel bot (e.g. mcts:50)
-against itself, one game at a time, for scale. Prints one JSON line.
+Two batched players, each against itself:
+- a uniform search: one jitted mctx search (Gumbel MuZero) over a uniform model (zero prior
+  logits masked to the legal moves, zero values), what batching buys without a network;
+- the checkpoint agent (`ckpt:RUN_DIR`, greedy, the run's simulations unless `--ckpt-sims`) of
+  `--run-dir`, on the run's own game; without `--run-dir` a tiny tic-tac-toe MuZero run (3
+  updates) is trained in a temporary folder first; `--run-dir ''` skips it.
+"One at a time" plays the games in sequence, one search per move (batch 1); "batched" plays them
+all in lock step, one search per ply for every game. `--also SPEC` adds an OpenSpiel bot (e.g.
+mcts:50) against itself, one game at a time, for scale. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 
 # Run as `python benchmarks/arena.py`, this folder is first on sys.path and this file's name would
@@ -30,8 +34,14 @@ import mctx  # noqa: E402
 import numpy as np  # noqa: E402
 import pyspiel  # noqa: E402
 
+from arena.ckpt_player import PGX_TO_OPENSPIEL, CheckpointPlayer  # noqa: E402
 from arena.matches import load_game, play_games, player_seed  # noqa: E402
 from arena.players import BatchedPlayer, make_player  # noqa: E402
+
+# The tiny run trained when no --run-dir is given: enough to have a real checkpoint, not to play.
+TINY_RUN = ("tic_tac_toe_muzero", [
+    "learner.max_updates=3", "replay.min_size=64", "actors.envs_per_thread=4",
+    "actors.threads_per_device=1", "learner.batch_size=16", "learner.checkpoint_every=3"])
 
 
 class UniformSearchPlayer(BatchedPlayer):
@@ -89,6 +99,43 @@ def _self_play(game, player, num_games: int, concurrent: int, seed: int) -> floa
     return num_games / seconds
 
 
+def _warm_up(player, game, largest: int) -> None:
+    """Compiles every padded batch size up to `largest` games, outside the timings."""
+    size = 1
+    while size < 2 * largest:
+        player.step_many([game.new_initial_state() for _ in range(size)])
+        size *= 2
+
+
+def _ckpt_game(run_dir: str) -> pyspiel.Game:
+    """The OpenSpiel game a run trained on (pgx runs: the game with the same action ids)."""
+    config = json.loads(open(os.path.join(run_dir, "config.json")).read())
+    family, _, name = config["env"]["name"].partition(":")
+    return load_game(PGX_TO_OPENSPIEL.get(name, name) if family == "pgx" else name)
+
+
+def _ckpt_results(run_dir: str, games: int, simulations: int | None, seed: int) -> dict:
+    """Games/s of the ckpt agent against itself: one game at a time (batch 1) and batched."""
+    game = _ckpt_game(run_dir)
+    spec = f"ckpt:{run_dir}" + (f",sims={simulations}" if simulations else "")
+    batched = make_player(spec, game, seed)
+    single = CheckpointPlayer(spec, batched.run, game, seed, simulations, agent=batched.agent,
+                              min_batch=1)
+    _warm_up(batched, game, games)
+    _warm_up(single, game, 1)
+    one = _self_play(game, single, games, 1, seed)
+    many = _self_play(game, batched, games, games, seed)
+    return {
+        "ckpt_game": str(game),
+        "ckpt_mode": batched.run.config.mode,
+        "ckpt_step": batched.run.step,
+        "ckpt_simulations": batched.config.search.num_simulations,
+        "ckpt_one_at_a_time_games_per_s": one,
+        "ckpt_batched_games_per_s": many,
+        "ckpt_batched_speedup": many / one,
+    }
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--game", default="tic_tac_toe")
@@ -96,14 +143,15 @@ def main(argv=None) -> dict:
     parser.add_argument("--simulations", type=int, default=16, help="search simulations per move")
     parser.add_argument("--also", default="mcts:50", help="an unbatched spec to time too, or ''")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--run-dir", default=None,
+                        help="a trained run for the ckpt agent (default: train a tiny one; '' "
+                             "skips the ckpt agent)")
+    parser.add_argument("--ckpt-sims", type=int, default=None,
+                        help="the ckpt agent's simulations (default: the run's)")
     args = parser.parse_args(argv)
     game = load_game(args.game)
     player = UniformSearchPlayer("uniform_search", game, args.seed, args.simulations)
-    # Compile every padded batch size once, outside the timings.
-    size = 1
-    while size < 2 * args.games:
-        player.step_many([game.new_initial_state() for _ in range(size)])
-        size *= 2
+    _warm_up(player, game, args.games)
     result = {
         "benchmark": "arena",
         "game": str(game),
@@ -123,7 +171,17 @@ def main(argv=None) -> dict:
         for k in range(count):
             play_games(game, [[bot, other]], [args.seed + k], lambda *a: done.append(a))
         result[f"{args.also}_one_at_a_time_games_per_s"] = count / (time.perf_counter() - start)
-    result["todo"] = "ckpt:RUN_DIR agent (batched MuZero/AlphaZero search) once checkpoints exist"
+    if args.run_dir is None:
+        import configs
+        from selfplay.train import train
+
+        run_dir = os.path.join(tempfile.mkdtemp(prefix="arena-bench-"), "tiny")
+        train(configs.load_config(TINY_RUN[0], TINY_RUN[1]), run_dir, progress=False)
+        result["ckpt_run"] = f"tiny {TINY_RUN[0]} (3 updates)"
+        result.update(_ckpt_results(run_dir, args.games, args.ckpt_sims, args.seed))
+    elif args.run_dir:
+        result["ckpt_run"] = args.run_dir
+        result.update(_ckpt_results(args.run_dir, args.games, args.ckpt_sims, args.seed))
     print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in result.items()}))
     return result
 
