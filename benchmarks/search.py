@@ -131,6 +131,9 @@ def throughput(algorithm: str, batch_size: int, num_simulations: int, rounds: in
         "benchmark": "search_throughput", "algorithm": algorithm,
         "ours": round(ours_rate, 2), "mctx": round(mctx_rate, 2),
         "ratio": round(ours_rate / mctx_rate, 4),
+        # Per round (the two measured back to back): how much of the ratio is noise.
+        "ratio_per_round": [round(a / b, 3) for a, b in zip(rates["ours"], rates["mctx"],
+                                                             strict=True)],
         "batch_size": batch_size, "simulations": num_simulations, "rounds": rounds,
         "calls_per_round": calls, "platform": jax.devices()[0].platform,
         "model": "muzero resnet 32ch, 2+2+1 blocks, [6,7,3] -> 7 actions",
