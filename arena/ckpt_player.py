@@ -3,10 +3,12 @@
     ckpt:runs/c4                      the newest checkpoint, the run's simulations, greedy
     ckpt:runs/c4,sims=200,step=5000   a given checkpoint and search budget
     ckpt:runs/c4,temperature=0.5      sample moves from the visit counts at this temperature
+                                      (V-trace runs: any temperature > 0 samples the policy)
 
 The run's `config.json` says which agent to build (`selfplay.make_agent`); the parameters come from
-`checkpoints/` (`selfplay.checkpoints.restore_params`). The search runs without root Dirichlet
-noise. MuZero and V-trace runs trained on OpenSpiel see the training adapter's observations
+`checkpoints/` (`selfplay.restore_params`). The search is evaluation's
+(`selfplay.evaluation.greedy_config`: no root Dirichlet noise) at the spec's temperature.
+MuZero and V-trace runs trained on OpenSpiel see the training adapter's observations
 (`OpenSpielEnv.observe`); AlphaZero runs trained on pgx (tic_tac_toe, connect_four, whose action
 ids equal OpenSpiel's) get pgx states rebuilt by replaying each game's moves, since their search
 steps the real rules. Loaded runs are cached, so the tournament's many `make_player` calls and a
@@ -29,9 +31,8 @@ import pyspiel
 
 from arena.players import BatchedPlayer, PlayerSpec, _float, _int, _no_settings, register_player
 from configs import ExperimentConfig, UsageError, from_dict
-from selfplay.agent import Agent, make_agent
-from selfplay.checkpoints import Checkpointer, restore_params
-from selfplay.envs import EnvSpec, make_env
+from selfplay import Agent, Checkpointer, EnvSpec, make_agent, make_env, restore_params
+from selfplay.evaluation import greedy_config
 
 __all__ = ["CheckpointPlayer", "LoadedRun", "load_run"]
 
@@ -132,13 +133,13 @@ def _check_game(config: ExperimentConfig, game: pyspiel.Game, text: str) -> None
 
 def _act_config(config: ExperimentConfig, simulations: int | None,
                 temperature: float) -> ExperimentConfig:
-    """The run's config with the arena's search: no root noise, the given budget and temperature."""
-    changes: dict[str, Any] = {"dirichlet_fraction": 0.0, "temperature": temperature}
+    """The run's config with the arena's search: evaluation's (no root noise), at `temperature`."""
+    greedy = greedy_config(config, simulations)
     if temperature == 0.0:
-        changes["gumbel_scale"] = 0.0  # Gumbel MuZero's own choice becomes deterministic
-    if simulations is not None:
-        changes["num_simulations"] = simulations
-    return config.replace(search=config.search.replace(**changes))
+        return greedy
+    # Sampling: visit counts at this temperature (PUCT), Gumbel noise as trained (Gumbel MuZero).
+    return greedy.replace(search=greedy.search.replace(
+        temperature=temperature, gumbel_scale=config.search.gumbel_scale))
 
 
 def _next_power_of_two(n: int) -> int:
@@ -202,10 +203,9 @@ class CheckpointPlayer(BatchedPlayer):
         self.agent = agent if agent is not None else make_agent(self.config, run.env_spec)
         self._greedy = temperature == 0.0
         self._key = jax.random.PRNGKey(seed % 2**32)
-        self._num_actions = run.env_spec.num_actions
         self.act_calls = 0
         self.states_searched = 0
-        family, _, name = run.config.env.name.partition(":")
+        name = run.config.env.name.partition(":")[2]
         if self.agent.uses_env_state:
             self._replay = pgx_replay(name, game.max_game_length())
             self._max_length = game.max_game_length()
