@@ -41,7 +41,6 @@ __all__ = [
 Policy = Callable[[Sequence[pyspiel.State]], Sequence[int]]
 
 _TIC_TAC_TOE = ("openspiel:tic_tac_toe", "pgx:tic_tac_toe")
-_MIN_BATCH = 64  # batches are padded to a power of two >= this, so jit compiles few shapes
 
 
 def greedy_config(config: ExperimentConfig, num_simulations: int | None = None
@@ -90,10 +89,6 @@ def load_agent(run_dir: str | os.PathLike, *, step: int | None = None,
     return config, agent, params
 
 
-def _padded(n: int) -> int:
-    return max(_MIN_BATCH, 1 << (n - 1).bit_length())
-
-
 def _pad_rows(x: np.ndarray, n: int) -> np.ndarray:
     """Repeats the last row of x [N, ...] up to n rows (valid inputs, results discarded)."""
     return np.concatenate([x, np.repeat(x[-1:], n - len(x), axis=0)]) if n > len(x) else x
@@ -138,47 +133,51 @@ def _most_visited(visits: np.ndarray, prior_logits: np.ndarray, legal: np.ndarra
     return np.argmax(score, axis=-1).astype(np.int32)
 
 
-def search_policy(config: ExperimentConfig, agent: Agent, params: Any, *, seed: int = 0
-                  ) -> Policy:
+def search_policy(config: ExperimentConfig, agent: Agent, params: Any, *, seed: int = 0,
+                  batch_size: int = 128) -> Policy:
     """The agent's batched search as a `Policy` over OpenSpiel states of the run's game.
 
     MuZero (OpenSpiel-trained) sees the adapter's observations; AlphaZero (pgx-trained) gets pgx
-    states rebuilt by replaying each state's moves (the same action ids). Batches are padded so
-    that the search compiles for a few batch sizes only.
+    states rebuilt by replaying each state's moves (the same action ids). States are searched
+    `batch_size` at a time (the last batch padded), so the search compiles once.
     """
     family, game_name = config.env.name.split(":", 1)
     key = jax.random.PRNGKey(seed)
+    greedy = jnp.ones(batch_size, bool)
     if family == "openspiel":
         from selfplay.envs.openspiel import OpenSpielEnv
 
         observer = OpenSpielEnv(game_name, 1, **config.env.options)
     elif family == "pgx":
         replay = _pgx_replay(game_name)
+        max_length = pyspiel.load_game(game_name).max_game_length()
     else:
         raise UsageError(f"search_policy plays board games (openspiel:, pgx:), not "
                          f"{config.env.name}")
 
-    def policy(states: Sequence[pyspiel.State]) -> np.ndarray:
-        n = len(states)
-        size = _padded(n)
-        greedy = jnp.ones(size, bool)
+    def search(states: Sequence[pyspiel.State]) -> np.ndarray:
         if family == "openspiel":
             obs, mask, _ = observer.observe(states)
-            mask = _pad_rows(mask, size)
-            out = agent.act(params, key, _pad_rows(obs, size), mask, greedy, None)
+            mask = _pad_rows(mask, batch_size)
+            out = agent.act(params, key, _pad_rows(obs, batch_size), mask, greedy, None)
         else:
-            histories = [state.history() for state in states]
-            length = max(1, max(len(h) for h in histories))
-            moves = np.zeros((size, length), np.int32)
-            lengths = np.zeros(size, np.int32)
-            for i, h in enumerate(histories + [histories[-1]] * (size - n)):
-                moves[i, :len(h)] = h
-                lengths[i] = len(h)
-            env_state = replay(moves, lengths)
+            moves = np.zeros((batch_size, max_length), np.int32)
+            lengths = np.zeros(batch_size, np.int32)
+            for i, state in enumerate(states):
+                history = state.history()
+                moves[i, :len(history)] = history
+                lengths[i] = len(history)
+            env_state = replay(moves, lengths)  # padding rows: the initial position
             mask = env_state.legal_action_mask
             out = agent.act(params, key, env_state.observation.astype(jnp.float32), mask, greedy,
                             env_state)
-        return _most_visited(*jax.device_get((out.search_policy, out.behaviour_logits, mask)))[:n]
+        visits, logits, mask = jax.device_get((out.search_policy, out.behaviour_logits, mask))
+        return _most_visited(visits, logits, mask)[:len(states)]
+
+    def policy(states: Sequence[pyspiel.State]) -> np.ndarray:
+        states = list(states)
+        chunks = [search(states[i:i + batch_size]) for i in range(0, len(states), batch_size)]
+        return np.concatenate(chunks) if chunks else np.zeros(0, np.int32)
 
     return policy
 
