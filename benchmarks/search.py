@@ -12,7 +12,8 @@ channels, 2 blocks, scalar value and reward heads) in the two-player convention;
 computed once outside the timing, so only the search is timed. Both functions are jitted and
 compiled before timing; every timed call ends in `jax.block_until_ready`. The two are measured in
 one process, interleaved over `--rounds` rounds (A B, then B A, ...) so that machine noise hits
-both alike, and each reports its median round. `ratio` is ours / mctx.
+both alike, and each reports its median round. `ratio` is ours / mctx. On a CPU machine shared
+with other jobs, `--clock cpu` times this process's CPU seconds instead of wall seconds.
 
 **Reuse** (`--reuse-games N`, one JSON line): N connect-four games (pgx rules as the exact model,
 uniform prior, zero value; or `--reuse-evaluator rollout`: one random playout per leaf) between
@@ -102,16 +103,19 @@ def connect_four_roots(networks, params, batch_size: int, seed: int = 0):
     return jax.block_until_ready(root), invalid
 
 
-def _timed(fn, keys, root, invalid) -> float:
-    start = time.perf_counter()
+def _timed(fn, keys, root, invalid, clock=time.perf_counter) -> float:
+    start = clock()
     for key in keys:
         # Block on each call: the figure is the latency of whole searches, as an actor sees them.
         jax.block_until_ready(fn(key, root, invalid))
-    return time.perf_counter() - start
+    return clock() - start
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def throughput(algorithm: str, batch_size: int, num_simulations: int, rounds: int,
-               min_seconds: float) -> dict:
+               min_seconds: float, clock: str = "wall") -> dict:
     ours, reference, params, networks = make_searches(algorithm, num_simulations)
     root, invalid = connect_four_roots(networks, params, batch_size)
     warm_key = jax.random.PRNGKey(1)
@@ -125,7 +129,8 @@ def throughput(algorithm: str, batch_size: int, num_simulations: int, rounds: in
         keys = list(jax.random.split(jax.random.PRNGKey(100 + r), calls))
         order = [("ours", ours), ("mctx", reference)]
         for name, fn in order if r % 2 == 0 else order[::-1]:  # A B, B A, ...: cancels drift
-            rates[name].append(batch_size * calls / _timed(fn, keys, root, invalid))
+            seconds = _timed(fn, keys, root, invalid, CLOCKS[clock])
+            rates[name].append(batch_size * calls / seconds)
     ours_rate, mctx_rate = statistics.median(rates["ours"]), statistics.median(rates["mctx"])
     return {
         "benchmark": "search_throughput", "algorithm": algorithm,
@@ -135,7 +140,7 @@ def throughput(algorithm: str, batch_size: int, num_simulations: int, rounds: in
         "ratio_per_round": [round(a / b, 3) for a, b in zip(rates["ours"], rates["mctx"],
                                                              strict=True)],
         "batch_size": batch_size, "simulations": num_simulations, "rounds": rounds,
-        "calls_per_round": calls, "platform": jax.devices()[0].platform,
+        "calls_per_round": calls, "clock": clock, "platform": jax.devices()[0].platform,
         "model": "muzero resnet 32ch, 2+2+1 blocks, [6,7,3] -> 7 actions",
     }
 
@@ -330,6 +335,9 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds")
     parser.add_argument("--min-seconds", type=float, default=0.5,
                         help="at least this long per timed measurement (calls are repeated)")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="wall time, or this process's CPU time (steadier on a shared CPU "
+                             "machine; meaningless for work done on an accelerator)")
     parser.add_argument("--reuse-games", type=int, default=0,
                         help="connect-four games of reuse vs no reuse (even; 0 skips)")
     parser.add_argument("--reuse-simulations", type=int, default=32,
@@ -350,7 +358,7 @@ def main(argv=None) -> None:
         args.algorithm, [args.algorithm])
     for algorithm in algorithms:
         line = throughput(algorithm, args.batch_size, args.simulations, args.rounds,
-                          args.min_seconds)
+                          args.min_seconds, args.clock)
         print(json.dumps(line), flush=True)
     if args.reuse_games:
         max_nodes = args.reuse_max_nodes or 4 * args.reuse_simulations
