@@ -1,8 +1,8 @@
 """Search benchmarks: `search.run` against raw mctx, and subtree reuse against none.
 
-    .venv/bin/python benchmarks/search.py                         # both algorithms, 256 x 50
-    .venv/bin/python benchmarks/search.py --algorithm muzero --batch-size 64 --rounds 5
-    .venv/bin/python benchmarks/search.py --algorithm none --reuse-games 200 --reuse-simulations 32
+    .venv/bin/python benchmarks/search.py              # both algorithms at 256 x 50, 200 games
+    .venv/bin/python benchmarks/search.py --algorithm muzero --reuse-games 0 --clock cpu
+    .venv/bin/python benchmarks/search.py --algorithm none --reuse-simulations 128
 
 **Throughput** (one JSON line per `--algorithm`): searches per second (batch rows searched per
 second) of `search.run` and of `mctx.muzero_policy` (or `search.run` with Gumbel MuZero and
@@ -338,7 +338,7 @@ def main(argv=None) -> None:
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="wall time, or this process's CPU time (steadier on a shared CPU "
                              "machine; meaningless for work done on an accelerator)")
-    parser.add_argument("--reuse-games", type=int, default=0,
+    parser.add_argument("--reuse-games", type=int, default=200,
                         help="connect-four games of reuse vs no reuse (even; 0 skips)")
     parser.add_argument("--reuse-simulations", type=int, default=32,
                         help="simulations per move in the reuse match")
