@@ -13,6 +13,7 @@ runs one batched search per ply over all positions of that ply.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pathlib
@@ -35,6 +36,7 @@ __all__ = [
     "load_agent",
     "perfect_play_report",
     "search_policy",
+    "tic_tac_toe_report",
 ]
 
 # A batched policy of the player under test: states -> one legal action per state.
@@ -94,6 +96,7 @@ def _pad_rows(x: np.ndarray, n: int) -> np.ndarray:
     return np.concatenate([x, np.repeat(x[-1:], n - len(x), axis=0)]) if n > len(x) else x
 
 
+@functools.cache  # one compiled replay per game
 def _pgx_replay(env_id: str) -> Callable[[np.ndarray, np.ndarray], Any]:
     """jit(moves [N, L], lengths [N]) -> batched pgx States after each row's first lengths moves.
 
@@ -232,14 +235,9 @@ def perfect_play_report(run_dir: str | os.PathLike, *, step: int | None = None,
                         num_simulations: int | None = None, seed: int = 0) -> dict[str, Any]:
     """Checks a tic-tac-toe run's greedy agent against every opponent strategy, in both seats.
 
-    Returns a dict with `perfect` (no game lost as first or as second player), the counts
-    `losses_as_first`, `losses_as_second`, `wins_as_*`, `draws_as_*`, `positions` (distinct
-    positions searched), and the `step`, `mode`, `num_simulations` evaluated.
+    Returns `tic_tac_toe_report`'s dict for the run's newest (or given) checkpoint, with `step`.
     """
     config, agent, params = load_agent(run_dir, step=step, num_simulations=num_simulations)
-    if config.env.name not in _TIC_TAC_TOE:
-        raise UsageError(f"perfect_play_report checks tic-tac-toe ({' or '.join(_TIC_TAC_TOE)}), "
-                         f"but {run_dir} trained on {config.env.name}")
     if step is None:
         from selfplay.checkpoints import Checkpointer
 
@@ -248,11 +246,25 @@ def perfect_play_report(run_dir: str | os.PathLike, *, step: int | None = None,
             step = ckpt.latest_step()
         finally:
             ckpt.close()
+    return {**tic_tac_toe_report(config, agent, params, seed=seed), "step": step}
+
+
+def tic_tac_toe_report(config: ExperimentConfig, agent: Agent, params: Any, *, seed: int = 0
+                       ) -> dict[str, Any]:
+    """`exhaustive_play` of the agent's search (use a `greedy_config`) in both seats.
+
+    Returns a dict with `perfect` (no game lost as first or as second player), the counts
+    `losses_as_first`, `losses_as_second`, `wins_as_*`, `draws_as_*`, `positions` (distinct
+    positions searched), `policy_calls`, and the `mode` and `num_simulations` evaluated. Reusing
+    one `agent` for several `params` (checkpoints) compiles its search once.
+    """
+    if config.env.name not in _TIC_TAC_TOE:
+        raise UsageError(f"the perfect-play check is for tic-tac-toe "
+                         f"({' or '.join(_TIC_TAC_TOE)}), not {config.env.name}")
     report = exhaustive_play(search_policy(config, agent, params, seed=seed), "tic_tac_toe")
     return {
         "perfect": report["losses_as_first"] == 0 and report["losses_as_second"] == 0,
         **report,
-        "step": step,
         "mode": config.mode,
         "num_simulations": config.search.num_simulations,
     }
