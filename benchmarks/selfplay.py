@@ -1,0 +1,385 @@
+"""Self-play speed of the Sebulba runtime: positions/s, games/minute and where the time goes.
+
+    .venv/bin/python benchmarks/selfplay.py                          # every configuration
+    .venv/bin/python benchmarks/selfplay.py --only az_connect_four_1x128 --seconds 60
+    .venv/bin/python benchmarks/selfplay.py --actors-only --reference  # actor threads alone
+    .venv/bin/python benchmarks/selfplay.py --only mz_tic_tac_toe --set actors.envs_per_thread=64
+
+Each configuration runs `selfplay.train.train(config, <tmp run dir>, progress=False)` and reads
+its `metrics.jsonl`. The first metric line comes after the learner's first update, so by then the
+actors' search and the learner's update are compiled and the replay has filled; the run goes on
+for `--warmup` + `--seconds` after that line and is then stopped. Positions/s is the frames
+between the first line at or after `--warmup` s and the last line, over the time between them.
+A position (frame) is one actor step of one environment. The shares of time come from the same
+lines' `time/actors/{env,search,queue}_s` (summed over actor threads) and
+`time/learner/{queue,transfer,update,publish}_s`: `env_share`, `search_share` and `update_share`
+are each a share of all the time measured in the actors plus the learner. On pgx the env step
+runs inside the search's jitted call (one call per step, no host round trip for the game state),
+so its time is in `search`; `pgx_step_share_of_act_step` measures it apart after the run (CPU
+time of the pgx step alone over that of the actor's act+step, same batch).
+
+`positions_per_cpu_s` divides the same frames by the process's CPU time over the same window
+(all its threads). On a machine shared with other jobs the wall-clock rate depends on what share
+of the cores the scheduler gives us; the CPU rate does much less, and twice it
+(`two_core_estimate`) estimates the rate on two idle cores if both are kept busy.
+
+The learner learns from each position once on average (`replay.samples_per_insert=1`), as pgx's
+AlphaZero example does (it alternates self-play and training, so its positions/s counts training
+time too); `--set` overrides any config field, e.g. `replay.samples_per_insert=0` to let the
+actors run free of the learner.
+
+`--actors-only`: no learner. The parameters are published once and the actor threads of the
+runtime (`selfplay.train._actor_loop`, the same code) act into a store that drops what it is
+given, for `--seconds` after every thread's first steps (compiled) and `--warmup-actors` s more.
+
+`--reference` adds, per AlphaZero configuration, the same search and the same pgx rules fully
+jitted (act and step in one `lax.scan` over `actors.unroll_length` steps, the pattern of pgx's
+example, no learner, no host round trip), measured in the same process after the run, so that the
+machine's load at the time hits both: `ratio_to_jitted` is ours / jitted.
+
+One JSON line per configuration, with the fixed reference figures of pgx's AlphaZero example on
+this machine (740 positions/s on connect four with 32 simulations, 6,800 on tic-tac-toe with 16;
+128 games at once, 32 channels, 2 blocks), our ratio to them, and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+
+# Run as `python benchmarks/selfplay.py`, this folder is first on sys.path and this file's name
+# would hide the `selfplay` package.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+import configs  # noqa: E402
+from selfplay.agent import make_agent  # noqa: E402
+from selfplay.envs import make_env  # noqa: E402
+from selfplay.lifetime import StopSignal, ThreadGroup  # noqa: E402
+from selfplay.params import ParameterServer  # noqa: E402
+
+# The module, not the `train` function that `selfplay` re-exports under the same name.
+train_module = importlib.import_module("selfplay.train")
+
+_AZ = ["network.channels=32", "network.representation_blocks=2", "network.prediction_blocks=1"]
+# name: (preset, overrides, reference positions/s of pgx's example or None)
+CONFIGS: dict[str, tuple[str, list[str], float | None]] = {
+    "az_connect_four_1x128": ("connect_four_alphazero", [
+        *_AZ, "search.num_simulations=32", "actors.threads_per_device=1",
+        "actors.envs_per_thread=128"], 740.0),
+    "az_connect_four_2x64": ("connect_four_alphazero", [
+        *_AZ, "search.num_simulations=32", "actors.threads_per_device=2",
+        "actors.envs_per_thread=64"], 740.0),
+    "az_tic_tac_toe_1x128": ("tic_tac_toe_alphazero", [
+        *_AZ, "search.num_simulations=16", "actors.threads_per_device=1",
+        "actors.envs_per_thread=128"], 6800.0),
+    "az_tic_tac_toe_2x64": ("tic_tac_toe_alphazero", [
+        *_AZ, "search.num_simulations=16", "actors.threads_per_device=2",
+        "actors.envs_per_thread=64"], 6800.0),
+    "mz_tic_tac_toe": ("tic_tac_toe_muzero", [], None),
+    "mz_connect_four": ("connect_four_muzero", [], None),
+}
+# Applied to every configuration before --set: each position learned from once, like pgx's example.
+_COMMON = ["replay.samples_per_insert=1", "learner.max_updates=0",
+           "learner.checkpoint_every=100000"]
+
+
+def make_config(name: str, args) -> configs.ExperimentConfig:
+    preset, overrides, _ = CONFIGS[name]
+    return configs.load_config(preset, [
+        *_COMMON, *overrides, f"learner.max_seconds={args.max_seconds}",
+        f"learner.log_every_s={args.log_every}", *args.set])
+
+
+def _games_per_minute(config, frames_per_s: float, mean_length: float | None) -> float | None:
+    if "tic_tac_toe" not in config.env.name or not mean_length:
+        return None
+    return 60.0 * frames_per_s / mean_length
+
+
+def _shares(totals: dict[str, float]) -> dict[str, float]:
+    whole = sum(totals.values())
+    return {f"share_{k}": round(v / whole, 3) for k, v in sorted(totals.items()) if whole > 0}
+
+
+def bench_train(name: str, args) -> dict:
+    config = make_config(name, args)
+    with tempfile.TemporaryDirectory(prefix="podracer-bench-") as tmp:
+        path = os.path.join(tmp, "run", "metrics.jsonl")
+        cpu_at_line: dict[int, float] = {}
+        done = threading.Event()
+        stop = StopSignal()
+
+        def watch():  # the process's CPU time when each metric line appears (within 50 ms)
+            first_line_at = None
+            while not done.wait(0.05):
+                try:
+                    with open(path, "rb") as f:
+                        lines = f.read().count(b"\n")
+                except OSError:
+                    continue
+                if lines:
+                    cpu_at_line.setdefault(lines - 1, time.process_time())
+                    first_line_at = first_line_at or time.monotonic()
+                    # Half a log period more, so that the last period is logged.
+                    end = args.warmup + args.seconds + 0.5 * args.log_every
+                    if time.monotonic() - first_line_at >= end:
+                        stop.set("benchmark done")
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            result = train_module.train(config, os.path.join(tmp, "run"), progress=False,
+                                        stop=stop)
+        finally:
+            done.set()
+            watcher.join()
+        with open(path) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+    if len(records) < 2:
+        raise RuntimeError(f"{name}: fewer than two metric lines in {args.max_seconds} s")
+    start = records[0]["time"] + args.warmup
+    first = next((i for i, r in enumerate(records) if r["time"] >= start), 0)
+    if len(records) - first < 2:
+        first = max(0, len(records) - 2)
+    window = records[first:]
+    cpu_s = cpu_at_line.get(len(records) - 1, float("nan")) - cpu_at_line.get(first, float("nan"))
+    seconds = window[-1]["time"] - window[0]["time"]
+    frames = window[-1]["frames"] - window[0]["frames"]
+    frames_per_s = frames / seconds if seconds > 0 else float("nan")
+    totals: dict[str, float] = {}
+    for record in window[1:]:  # each line's timers cover the period since the line before
+        for key, value in record.items():
+            if key.startswith("time/") and key.endswith("_s"):
+                stage = key[len("time/"):-len("_s")].replace("/", "_")
+                totals[stage] = totals.get(stage, 0.0) + value
+    lengths = [r["episode_length"] for r in window[1:] if "episode_length" in r]
+    updates = window[-1]["step"] - window[0]["step"]
+    out = {
+        "config": name,
+        "mode": "train",
+        "env": config.env.name,
+        "threads": config.actors.threads_per_device,
+        "envs_per_thread": config.actors.envs_per_thread,
+        "simulations": config.search.num_simulations,
+        "measured_s": round(seconds, 1),
+        "positions_per_s": round(frames_per_s, 1),
+        "positions_per_cpu_s": round(frames / cpu_s, 1),
+        "updates_per_s": round(updates / seconds, 2) if seconds > 0 else None,
+        "stopped_by": result.stopped_by,
+    }
+    mean_length = float(np.mean(lengths)) if lengths else None
+    games = _games_per_minute(config, frames_per_s, mean_length)
+    if games is not None:
+        out["games_per_minute"] = round(games, 1)
+    out.update(_shares(totals))
+    # The three the requirement names, as shares of all the time measured.
+    whole = sum(totals.values())
+    for stage, key in (("env", "actors_env"), ("search", "actors_search"),
+                       ("update", "learner_update")):
+        out[f"{stage}_share"] = round(totals.get(key, 0.0) / whole, 3) if whole else None
+    return out
+
+
+class _DropStore:
+    """A store that takes every trajectory and keeps none: the actors never wait on a learner."""
+
+    def add(self, trajectory, stream, timeout):
+        del trajectory, stream, timeout
+        return True
+
+
+def bench_actors(name: str, args) -> dict:
+    config = make_config(name, args)
+    actor_devices, _ = train_module.split_devices(config)
+    probe = make_env(config.env.name, 1, seed=config.seed, **config.env.options)
+    spec = probe.spec
+    probe.close()
+    agent = make_agent(config, spec)
+    params = jax.jit(agent.init)(jax.random.PRNGKey(config.seed))
+    server = ParameterServer(actor_devices)
+    server.publish(params, version=0)
+    stats = train_module.ActorStats()
+    stop = StopSignal()
+    key = jax.random.PRNGKey(config.seed + 1)
+    with ThreadGroup(stop, join_timeout=60.0) as threads:
+        index = 0
+        for device in actor_devices:
+            for _ in range(config.actors.threads_per_device):
+                threads.start(f"actor-{index}", train_module._actor_loop, index, device, config,
+                              agent, server, _DropStore(), stats, stop,
+                              jax.random.fold_in(key, index))
+                index += 1
+        # Past compilation: every thread has stepped at least twice.
+        per_step = config.actors.envs_per_thread
+        deadline = time.monotonic() + 600
+        while stats.frames < 2 * per_step * index and time.monotonic() < deadline:
+            if stop.wait(0.05):
+                break  # an actor failed: the ThreadGroup re-raises its error on exit
+        stop.wait(args.warmup_actors)
+        stats.drain_episodes()
+        stats.timer.summary(reset=True)
+        frames0, start, cpu0 = stats.frames, time.monotonic(), time.process_time()
+        stop.wait(args.seconds)
+        frames1, end, cpu1 = stats.frames, time.monotonic(), time.process_time()
+        totals = stats.timer.totals()
+        _, lengths = stats.drain_episodes()
+        stop.set("benchmark done")
+    frames_per_s = (frames1 - frames0) / (end - start)
+    out = {
+        "config": name,
+        "mode": "actors_only",
+        "env": config.env.name,
+        "threads": config.actors.threads_per_device,
+        "envs_per_thread": config.actors.envs_per_thread,
+        "simulations": config.search.num_simulations,
+        "measured_s": round(end - start, 1),
+        "positions_per_s": round(frames_per_s, 1),
+        "positions_per_cpu_s": round((frames1 - frames0) / (cpu1 - cpu0), 1),
+    }
+    games = _games_per_minute(config, frames_per_s, float(np.mean(lengths)) if lengths else None)
+    if games is not None:
+        out["games_per_minute"] = round(games, 1)
+    out.update(_shares({f"actors_{k}": v for k, v in totals.items()}))
+    # Time of the actor threads outside the timed stages (building the segment, bookkeeping).
+    threads_time = index * (end - start)
+    out["share_actors_untimed"] = round(max(0.0, 1 - sum(totals.values()) / threads_time), 3)
+    return out
+
+
+def bench_jitted(name: str, args) -> dict | None:
+    """Our search and pgx rules in one jitted scan per segment: the host-free upper bound."""
+    config = make_config(name, args)
+    if config.mode != "alphazero":
+        return None
+    import jax.numpy as jnp
+
+    from selfplay.envs import pgx_functions
+
+    game = config.env.name.split(":", 1)[1]
+    num_envs = config.actors.envs_per_thread * config.actors.threads_per_device
+    functions = pgx_functions(game, num_envs)
+    probe = make_env(config.env.name, 1, seed=config.seed)
+    agent = make_agent(config, probe.spec)
+    probe.close()
+    params = jax.jit(agent.init)(jax.random.PRNGKey(config.seed))
+    length = config.actors.unroll_length
+
+    @jax.jit
+    def segment(params, env_state, key):
+        def body(env_state, key):
+            legal = env_state.game.legal_action_mask
+            greedy = jnp.zeros(num_envs, bool)
+            out = agent.act(params, key, env_state.game.observation, legal, greedy,
+                            env_state.game)
+            env_state, timestep = functions.step(env_state, out.action)
+            return env_state, (out, timestep.done)
+
+        return jax.lax.scan(body, env_state, jax.random.split(key, length))
+
+    env_state, _ = jax.jit(functions.reset)(jax.random.PRNGKey(0))
+    key = jax.random.PRNGKey(1)
+    env_state, data = segment(params, env_state, key)  # compile
+    jax.block_until_ready(data)
+    steps, start, cpu = 0, time.monotonic(), time.process_time()
+    while time.monotonic() - start < args.seconds:
+        key, sub = jax.random.split(key)
+        env_state, data = segment(params, env_state, sub)
+        jax.device_get(data)  # as an actor would: the segment comes to the host
+        steps += length
+    seconds, cpu = time.monotonic() - start, time.process_time() - cpu
+    return {
+        "config": name,
+        "mode": "jitted_actor",
+        "env": config.env.name,
+        "envs": num_envs,
+        "simulations": config.search.num_simulations,
+        "measured_s": round(seconds, 1),
+        "positions_per_s": round(steps * num_envs / seconds, 1),
+        "positions_per_cpu_s": round(steps * num_envs / cpu, 1),
+    }
+
+
+def pgx_step_share(name: str, args, calls: int = 8) -> float:
+    """CPU time of the pgx step alone over that of the actor's fused act+step, same batch."""
+    config = make_config(name, args)
+    env = make_env(config.env.name, config.actors.envs_per_thread, seed=config.seed)
+    agent = make_agent(config, env.spec)
+    params = jax.jit(agent.init)(jax.random.PRNGKey(config.seed))
+    env.reset(config.seed)
+    fused = train_module._fused_pgx_act_step(agent, env)
+    step = jax.jit(env.functions.step)
+    state = env.env_state
+    greedy = np.zeros(config.actors.envs_per_thread, bool)
+    key = jax.random.PRNGKey(0)
+    state, out, _ = jax.block_until_ready(fused(params, key, state, greedy))  # compile
+    jax.block_until_ready(step(state, out.action))
+    fused_s = step_s = 0.0
+    for _ in range(calls):  # interleaved, so that the machine's load hits both alike
+        key, sub = jax.random.split(key)
+        start = time.process_time()
+        state, out, _ = jax.block_until_ready(fused(params, sub, state, greedy))
+        fused_s += time.process_time() - start
+        start = time.process_time()
+        jax.block_until_ready(step(state, out.action))
+        step_s += time.process_time() - start
+    return step_s / fused_s
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
+    parser.add_argument("--seconds", type=float, default=60.0, help="measured wall time")
+    parser.add_argument("--warmup", type=float, default=10.0,
+                        help="train mode: seconds after the first metric line (which comes "
+                             "after compilation and the replay's first fill) not measured")
+    parser.add_argument("--max-seconds", type=float, default=900.0,
+                        help="train mode: a run that has not finished by then stops")
+    parser.add_argument("--warmup-actors", type=float, default=3.0,
+                        help="actors-only: seconds not measured after the first steps")
+    parser.add_argument("--log-every", type=float, default=5.0, help="learner.log_every_s")
+    parser.add_argument("--actors-only", action="store_true", help="no learner: only act")
+    parser.add_argument("--reference", action="store_true",
+                        help="also time the fully jitted actor (AlphaZero configurations)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="config overrides applied to every configuration")
+    parser.add_argument("--compile-cache", default=os.path.join(tempfile.gettempdir(),
+                                                                "podracer-bench-jax-cache"),
+                        help="persistent compilation cache ('' for none)")
+    args = parser.parse_args(argv)
+    if args.compile_cache:
+        jax.config.update("jax_compilation_cache_dir", args.compile_cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    for name in args.only:
+        result = bench_actors(name, args) if args.actors_only else bench_train(name, args)
+        reference = CONFIGS[name][2]
+        result["two_core_estimate"] = round(2 * result["positions_per_cpu_s"], 1)
+        if reference:
+            result["reference_positions_per_s"] = reference
+            result["ratio_to_reference"] = round(result["positions_per_s"] / reference, 3)
+            result["two_core_estimate_ratio"] = round(result["two_core_estimate"] / reference, 3)
+        if CONFIGS[name][0].endswith("alphazero"):
+            result["pgx_step_share_of_act_step"] = round(pgx_step_share(name, args), 4)
+        if args.reference:
+            jitted = bench_jitted(name, args)
+            if jitted:
+                result["jitted_positions_per_s"] = jitted["positions_per_s"]
+                result["jitted_positions_per_cpu_s"] = jitted["positions_per_cpu_s"]
+                result["ratio_to_jitted"] = round(
+                    result["positions_per_s"] / jitted["positions_per_s"], 3)
+        result["loadavg_1m"] = round(os.getloadavg()[0], 2)
+        result["xla_flags"] = os.environ.get("XLA_FLAGS", "")
+        print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

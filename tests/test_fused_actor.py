@@ -1,0 +1,52 @@
+"""The pgx actor's fused act+step is the same as acting on the host and stepping the env."""
+
+import importlib
+
+import jax
+import numpy as np
+
+import configs
+from selfplay.agent import make_agent
+from selfplay.envs import make_env
+
+train_module = importlib.import_module("selfplay.train")
+
+TINY = ["search.num_simulations=4", "network.channels=8", "network.head_hidden=8",
+        "network.representation_blocks=1"]
+
+
+def test_fused_pgx_step_equals_act_then_env_step():
+    config = configs.load_config("tic_tac_toe_alphazero", TINY)
+    host_env = make_env(config.env.name, 4, seed=3)
+    device_env = make_env(config.env.name, 4, seed=3)
+    agent = make_agent(config, host_env.spec)
+    params = jax.jit(agent.init)(jax.random.PRNGKey(0))
+    fused = train_module._fused_pgx_act_step(agent, device_env)
+    assert fused is not None
+    timestep = host_env.reset(7)
+    device_env.reset(7)
+    state = device_env.env_state
+    key = jax.random.PRNGKey(1)
+    ended = 0
+    for step in range(12):  # tic-tac-toe ends within 9 plies: covers the auto-reset
+        key, act_key = jax.random.split(key)
+        greedy = np.full(4, step % 2 == 1)
+        out = jax.device_get(agent.act(params, act_key, timestep.observation,
+                                       timestep.legal_mask, greedy, host_env.state))
+        timestep = host_env.step(out.action)
+        state, fused_out, fused_timestep = jax.device_get(fused(params, act_key, state, greedy))
+        np.testing.assert_array_equal(fused_out.action, out.action)
+        np.testing.assert_allclose(fused_out.search_policy, out.search_policy, atol=1e-6)
+        np.testing.assert_allclose(fused_out.search_value, out.search_value, atol=1e-5)
+        for field in ("observation", "reward", "done", "legal_mask", "to_play",
+                      "episode_return", "episode_length"):
+            np.testing.assert_array_equal(getattr(fused_timestep, field),
+                                          getattr(timestep, field), err_msg=field)
+        ended += int(timestep.done.sum())
+    assert ended > 0
+
+
+def test_other_envs_keep_the_host_step():
+    config = configs.load_config("tic_tac_toe_muzero", TINY)
+    env = make_env(config.env.name, 2, seed=0)
+    assert train_module._fused_pgx_act_step(make_agent(config, env.spec), env) is None
