@@ -91,6 +91,84 @@ def cartpole_vtrace() -> ExperimentConfig:
     )
 
 
+# Atari preprocessing for MuZero (paper appendix): up to 30 no-ops at the start, no sticky actions,
+# whole games (no life loss ends), raw rewards (the value transform h copes with their scale).
+_MUZERO_ATARI_OPTIONS = {"episodic_life": False, "reward_clip": False, "noop_max": 30,
+                         "repeat_action_probability": 0.0, "max_episode_steps": 27_000}
+
+
+def atari_muzero() -> ExperimentConfig:
+    """MuZero's Atari settings, for an accelerator: `env.name=envpool:Breakout-v5` picks a game.
+
+    The paper's network (16 blocks of 256 channels on 6x6, 601-bin supports), 50 simulations,
+    K=5, n=10, discount 0.997, prioritized replay (alpha=beta=1) and SGD with momentum. The
+    replay holds 500k transitions (14 GB of frames), not the paper's 125k games, to fit one host.
+    """
+    return ExperimentConfig(
+        name="atari_muzero",
+        mode="muzero",
+        env=EnvConfig(name="envpool:Pong-v5", options=dict(_MUZERO_ATARI_OPTIONS)),
+        search=SearchConfig(num_simulations=50, dirichlet_alpha=0.25, dirichlet_fraction=0.25,
+                            temperature=1.0),
+        network=NetworkConfig.atari_muzero(),
+        loss=LossConfig(unroll_steps=5, td_steps=10, discount=0.997, value_loss_weight=0.25),
+        optimizer=OptimizerConfig(optimizer="sgd", learning_rate=0.05, momentum=0.9,
+                                  weight_decay=1e-4, schedule="linear", decay_steps=350_000,
+                                  final_learning_rate=0.005),
+        actors=ActorConfig(threads_per_device=2, envs_per_thread=128, unroll_length=200),
+        replay=ReplayConfig(capacity=500_000, min_size=50_000, samples_per_insert=0.25,
+                            priority_alpha=1.0, priority_beta=1.0),
+        learner=LearnerConfig(batch_size=1024, max_updates=1_000_000, checkpoint_every=5_000,
+                              log_every_s=30.0),
+    )
+
+
+def pong_muzero_small() -> ExperimentConfig:
+    """A MuZero on Pong that fits a 2-core CPU: a narrow Atari-stem network, 8-simulation Gumbel
+    MuZero (which improves the policy with few simulations), small batches."""
+    return ExperimentConfig(
+        name="pong_muzero_small",
+        mode="muzero",
+        env=EnvConfig(name="envpool:Pong-v5",
+                      options={**_MUZERO_ATARI_OPTIONS, "reward_clip": True}),
+        search=SearchConfig(algorithm="gumbel_muzero", num_simulations=8,
+                            max_num_considered_actions=6),
+        network=NetworkConfig(torso="resnet", downsample=True, channels=32,
+                              representation_blocks=1, dynamics_blocks=1, prediction_blocks=0,
+                              head_channels=2, head_hidden=64, value_support=10,
+                              reward_support=2),
+        loss=LossConfig(unroll_steps=5, td_steps=10, discount=0.997, value_loss_weight=0.25),
+        optimizer=OptimizerConfig(learning_rate=1e-3, max_grad_norm=5.0),
+        actors=ActorConfig(threads_per_device=2, envs_per_thread=8, unroll_length=32),
+        replay=ReplayConfig(capacity=100_000, min_size=2_000, samples_per_insert=2.0,
+                            priority_alpha=1.0, priority_beta=1.0),
+        learner=LearnerConfig(batch_size=32, max_updates=100_000, max_seconds=1_200.0,
+                              checkpoint_every=500),
+    )
+
+
+def atari_vtrace() -> ExperimentConfig:
+    """IMPALA (V-trace) on Atari with cleanba's settings: `env.name=envpool:Breakout-v5` picks
+    a game. 2 actor threads x 8 envs, 20-step rollouts; each update learns from one thread's
+    [21, 8] trajectory (cleanba splits the same 2 x 8-env rollout into 4 minibatches of 4 envs:
+    the same gradient work per frame, in fewer and larger steps)."""
+    return ExperimentConfig(
+        name="atari_vtrace",
+        mode="vtrace",
+        env=EnvConfig(name="envpool:Pong-v5",
+                      options={"episodic_life": True, "reward_clip": True, "noop_max": 30,
+                               "repeat_action_probability": 0.0}),
+        network=NetworkConfig.atari_impala(value_support=0, reward_support=0),
+        loss=LossConfig(discount=0.99, entropy_cost=0.01, baseline_cost=0.5),
+        optimizer=OptimizerConfig(learning_rate=6e-4, max_grad_norm=40.0, adam_eps=1e-5,
+                                  schedule="linear", decay_steps=200_000),
+        actors=ActorConfig(threads_per_device=2, envs_per_thread=8, unroll_length=20),
+        replay=ReplayConfig(queue_size=4),
+        learner=LearnerConfig(batch_size=1, max_updates=200_000, checkpoint_every=2_000,
+                              log_every_s=10.0),
+    )
+
+
 _PRESETS: dict[str, Callable[[], ExperimentConfig]] = {
     "tic_tac_toe_muzero": tic_tac_toe_muzero,
     "tic_tac_toe_alphazero": tic_tac_toe_alphazero,
@@ -98,6 +176,9 @@ _PRESETS: dict[str, Callable[[], ExperimentConfig]] = {
     "connect_four_alphazero": connect_four_alphazero,
     "go9_muzero": go9_muzero,
     "cartpole_vtrace": cartpole_vtrace,
+    "atari_muzero": atari_muzero,
+    "pong_muzero_small": pong_muzero_small,
+    "atari_vtrace": atari_vtrace,
 }
 
 

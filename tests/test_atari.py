@@ -1,0 +1,90 @@
+"""Atari through the Sebulba runtime: smoke runs of V-trace and MuZero on Pong with tiny networks,
+the preprocessing options reaching envpool, the presets' settings, and a bad game name."""
+
+import json
+
+import pytest
+
+import configs
+import selfplay
+from arena import cli
+from selfplay.envs import envpool_env
+
+SMALL_ACTORS = ["actors.threads_per_device=2", "actors.envs_per_thread=2",
+                "learner.log_every_s=0.5", "learner.checkpoint_every=2",
+                "learner.max_updates=3"]
+
+
+@pytest.fixture
+def envpool_configs(monkeypatch):
+    """The config of every envpool pool the run creates (the probe's and each actor's)."""
+    seen = []
+    new_pool = envpool_env.EnvPoolEnv._new_pool
+
+    def recording_new_pool(self, seed):
+        new_pool(self, seed)
+        seen.append(dict(self._pool.config))
+
+    monkeypatch.setattr(envpool_env.EnvPoolEnv, "_new_pool", recording_new_pool)
+    return seen
+
+
+def _check_run(result, run, updates):
+    assert result.stopped_by == "max_updates"
+    assert result.updates == updates
+    assert result.frames > 0
+    assert (run / "checkpoints" / str(updates)).is_dir()
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any("loss" in r for r in records)
+
+
+def test_vtrace_smoke_run_plays_pong_with_the_configured_preprocessing(tmp_path, envpool_configs):
+    options = {"episodic_life": False, "reward_clip": True, "noop_max": 7,
+               "repeat_action_probability": 0.25, "max_episode_steps": 500}
+    config = configs.load_config("atari_vtrace", [
+        *SMALL_ACTORS, "actors.unroll_length=4", "learner.batch_size=2",
+        "network.impala_channels=[4,8]", "network.impala_dense=16",
+        f"env.options={json.dumps(options)}"])
+    result = selfplay.train(config, tmp_path / "run", progress=False)
+    _check_run(result, tmp_path / "run", 3)
+    actor_pools = [c for c in envpool_configs if c["num_envs"] == 2]
+    assert len(actor_pools) >= 2  # one per actor thread
+    for pool in envpool_configs:
+        assert pool["task"] == "pong"
+        assert {k: pool[k] for k in options} == options
+
+
+def test_muzero_smoke_run_on_pong(tmp_path):
+    config = configs.load_config("pong_muzero_small", [
+        *SMALL_ACTORS, "actors.unroll_length=8", "learner.batch_size=4",
+        "replay.min_size=32", "replay.capacity=2000", "search.num_simulations=2",
+        "network.channels=8", "network.head_hidden=8", "network.value_support=3",
+        "network.reward_support=1", "loss.unroll_steps=2", "loss.td_steps=3"])
+    result = selfplay.train(config, tmp_path / "run", progress=False)
+    _check_run(result, tmp_path / "run", 3)
+
+
+def test_atari_presets_carry_the_papers_settings():
+    muzero = configs.load_config("atari_muzero")
+    assert muzero.mode == "muzero" and muzero.env.name == "envpool:Pong-v5"
+    assert muzero.network.channels == 256 and muzero.network.downsample
+    assert muzero.search.num_simulations == 50
+    assert (muzero.loss.unroll_steps, muzero.loss.td_steps, muzero.loss.discount) == (5, 10, 0.997)
+    assert muzero.replay.priority_alpha > 0 and muzero.replay.priority_beta > 0
+    vtrace = configs.load_config("atari_vtrace", ["env.name=envpool:Breakout-v5"])
+    assert vtrace.mode == "vtrace" and vtrace.network.torso == "impala"
+    assert vtrace.env.name == "envpool:Breakout-v5"
+    assert vtrace.env.options["episodic_life"] and vtrace.env.options["reward_clip"]
+    small = configs.load_config("pong_muzero_small")
+    assert small.network.channels <= 32 and small.search.num_simulations <= 16
+
+
+@pytest.mark.parametrize("preset", ["atari_vtrace", "pong_muzero_small"])
+def test_a_bad_game_name_gets_one_line_and_exit_code_2(preset, tmp_path, capsys):
+    code = cli.main(["train", "--config", preset, "--run-dir", str(tmp_path / "run"),
+                     "env.name=envpool:NoSuchGame-v5"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "unknown envpool task 'NoSuchGame-v5'" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+    assert "Traceback" not in captured.err
