@@ -1,8 +1,8 @@
 """The Sebulba self-play runtime: environments, actors, replay, learner loop, checkpoints.
 
-`train(config, run_dir)` runs a whole experiment (what `podracer train` calls); the pieces it is
-built from are public for other runtimes: environment adapters (`make_env`), the replay and queue,
-the parameter server, checkpoints, metrics and the thread lifetime.
+`selfplay.train.train(config, run_dir)` runs a whole experiment (what `podracer train` calls).
+The pieces it is built from are public for other runtimes: environment adapters (`make_env`), the
+replay and queue, the parameter server, checkpoints, metrics and the thread lifetime.
 """
 
 from selfplay.agent import ActOutput, Agent, make_agent
@@ -19,7 +19,6 @@ from selfplay.metrics import (
 )
 from selfplay.params import ParameterServer, ParamsSnapshot
 from selfplay.replay import FifoQueue, RateLimiter, ReplaySample, SequenceReplay
-from selfplay.train import RunResult, train
 
 __all__ = [
     "ActOutput",
@@ -33,7 +32,6 @@ __all__ = [
     "ParamsSnapshot",
     "RateLimiter",
     "ReplaySample",
-    "RunResult",
     "SequenceReplay",
     "StageTimer",
     "StopSignal",
@@ -49,5 +47,4 @@ __all__ = [
     "plot_learning_curves",
     "read_metrics",
     "restore_params",
-    "train",
 ]
