@@ -11,10 +11,11 @@ final checkpoint's greedy agent (no noise, most visited move) plays every sequen
 moves, as first and as second player (`selfplay.evaluation.tic_tac_toe_report`): it is perfect
 when it loses none of those games.
 
-Time to perfect: every checkpoint the run saved (every `learner.checkpoint_every` updates; all
-are kept here) is checked the same way after training, so the checks do not slow the training
-down; `time_to_perfect_s` is the training time of the first checkpoint from which every later
-checkpoint is perfect (null if the final one is not). The machine's load average is printed
+Time to perfect: the run keeps every checkpoint (one per `learner.checkpoint_every` updates), and
+after training `--checks` of them, evenly spaced, are checked the same way, so the checks do not
+slow the training down; `time_to_perfect_s` is the training time (from the call to `train`) of
+the first checked checkpoint from which every later checked one is perfect (null if the final
+one is not). The machine's load average is printed
 with each line, because other processes slow the training down.
 """
 
@@ -34,6 +35,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 import jax  # noqa: E402
+import numpy as np  # noqa: E402
 
 import configs  # noqa: E402
 from selfplay import evaluation  # noqa: E402
@@ -53,7 +55,7 @@ def _checkpoint_times(run_dir: pathlib.Path) -> dict[int, dict]:
 
 
 def run_mode(mode: str, seconds: float, run_dir: pathlib.Path, overrides: list[str],
-             all_checkpoints: bool, num_simulations: int | None) -> dict:
+             max_checks: int, num_simulations: int | None) -> dict:
     preset = PRESETS[mode]
     config = configs.load_config(preset, [
         f"learner.max_seconds={seconds}", "learner.max_updates=0",
@@ -68,7 +70,12 @@ def run_mode(mode: str, seconds: float, run_dir: pathlib.Path, overrides: list[s
     eval_config, agent, params = evaluation.load_agent(run_dir, num_simulations=num_simulations)
     metadata = _checkpoint_times(run_dir)
     final_step = max(metadata)
-    steps = sorted(metadata) if all_checkpoints else [final_step]
+    steps = sorted(metadata)
+    if max_checks <= 1:
+        steps = [final_step]
+    elif len(steps) > max_checks:  # evenly spaced, always with the final one
+        picks = np.linspace(0, len(steps) - 1, max_checks).round().astype(int)
+        steps = [steps[i] for i in sorted(set(picks.tolist()))]
     checks = []
     for step in steps:
         params = restore_params(run_dir, step, target=params)
@@ -101,7 +108,7 @@ def run_mode(mode: str, seconds: float, run_dir: pathlib.Path, overrides: list[s
         "losses_as_second": final["losses_as_second"],
         "eval_simulations": eval_config.search.num_simulations,
         "time_to_perfect_s": time_to_perfect,
-        "checks": checks if all_checkpoints else None,
+        "checks": checks,
         "cpu_count": os.cpu_count(),
         "jax_platform": jax.default_backend(),
         "load_avg_1m": [round(load_before, 2), round(load_after, 2)],
@@ -116,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="training wall-clock budget per mode (learner.max_seconds)")
     parser.add_argument("--run-dir", type=pathlib.Path, default=None,
                         help="where the runs go (<dir>/<mode>); default: a temporary directory")
-    parser.add_argument("--final-only", action="store_true",
-                        help="check only the final checkpoint (no time to perfect)")
+    parser.add_argument("--checks", type=int, default=10,
+                        help="checkpoints checked, evenly spaced, the final one included "
+                             "(1: the final one only, no time to perfect)")
     parser.add_argument("--eval-simulations", type=int, default=None,
                         help="search budget of the check (default: the preset's)")
     parser.add_argument("overrides", nargs="*", metavar="key.path=value",
@@ -131,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         if (run_dir / "checkpoints").exists():
             print(f"{run_dir} already holds a run; pass a new --run-dir", file=sys.stderr)
             return 2
-        line = run_mode(mode, args.seconds, run_dir, list(args.overrides), not args.final_only,
+        line = run_mode(mode, args.seconds, run_dir, list(args.overrides), args.checks,
                         args.eval_simulations)
         all_perfect &= line["perfect"]
         print(json.dumps(line), flush=True)
