@@ -155,7 +155,7 @@ def train(config: ExperimentConfig, run_dir: str | os.PathLike, *, progress: boo
 
     server = ParameterServer(actor_devices)
     server.publish(state.params, version=step)
-    stop = stop or StopSignal()
+    stop = stop if stop is not None else StopSignal()  # an unset StopSignal is falsy
     stats = ActorStats()
     num_actor_threads = len(actor_devices) * config.actors.threads_per_device
     if config.mode == "vtrace":
