@@ -367,7 +367,7 @@ def main(argv=None) -> None:
             result["reference_positions_per_s"] = reference
             result["ratio_to_reference"] = round(result["positions_per_s"] / reference, 3)
             result["two_core_estimate_ratio"] = round(result["two_core_estimate"] / reference, 3)
-        if CONFIGS[name][0].endswith("alphazero"):
+        if CONFIGS[name][0].endswith("alphazero") and hasattr(train_module, "_fused_pgx_act_step"):
             result["pgx_step_share_of_act_step"] = round(pgx_step_share(name, args), 4)
         if args.reference:
             jitted = bench_jitted(name, args)
