@@ -17,6 +17,10 @@ cores kept busy, and the share of each stage of the actors (`env`, `search`: inf
 including waiting for the device, `queue`) and of the learner (`queue`, `transfer`, `update`,
 `publish`) from the run's metrics.jsonl. The first `--warmup` seconds (compilation) are left out.
 `load_avg` is the machine's 1-minute load average at the end (other jobs share the cores).
+For V-trace the line adds where the CPU goes: the process CPU ms per agent step of the whole run
+(`cpu_ms_per_step`) next to the CPU ms per step of its parts measured alone (`act_cpu_ms_per_step`,
+`learn_cpu_ms_per_step`, `env_cpu_ms_per_step`), and the compute bound they imply for this
+host's cores (`compute_bound_agent_steps_per_s`).
 `--override key.path=value` (repeatable) changes the trained presets.
 """
 
@@ -90,6 +94,70 @@ def _rates(records: list[dict], warmup: float) -> dict:
             "stage_shares": stages, "policy_lag": float(np.mean([r["policy_lag"] for r in window]))}
 
 
+def vtrace_costs(config: configs.ExperimentConfig, repeats: int = 5) -> dict:
+    """CPU milliseconds per agent step of the V-trace agent's parts, each alone on the host.
+
+    `act` is one actor inference on a [envs_per_thread] batch, `learn` one replicated update on
+    a [unroll_length + 1, batch_size x envs_per_thread] trajectory (process CPU time, so other
+    jobs on the machine barely change them). With `cores` cores the runtime can do at most
+    `cores * 1000 / (act + learn + env)` agent steps per second: the compute bound.
+    """
+    import jax
+
+    import muzero
+    from selfplay.agent import make_agent
+    from selfplay.envs import make_env
+
+    env = make_env(config.env.name, 1, **config.env.options)
+    spec = env.spec
+    env.close()
+    agent = make_agent(config, spec)
+    rng = np.random.default_rng(0)
+    b = config.actors.envs_per_thread
+    n = b * config.learner.batch_size
+    t = agent.window_length
+    a = spec.num_actions
+    key = jax.random.PRNGKey(0)
+    params = jax.jit(agent.init)(key)
+
+    def cpu_ms(fn) -> float:
+        fn()  # compile and warm up
+        start = time.process_time()
+        for _ in range(repeats):
+            fn()
+        return (time.process_time() - start) / repeats * 1000
+
+    obs = rng.integers(0, 256, (b, *spec.observation_shape), dtype=np.uint8)
+    mask, greedy = np.ones((b, a), bool), np.zeros(b, bool)
+    act = cpu_ms(lambda: jax.device_get(agent.act(params, key, obs, mask, greedy, None)))
+
+    optimizer = muzero.make_optimizer(config.optimizer)
+    devices = jax.local_devices()[:1]
+    update = muzero.make_replicated_update(agent.loss_fn, optimizer, devices,
+                                           batch_axis=agent.batch_axis, donate=True)
+    state = [muzero.replicate(muzero.init_train_state(params, optimizer, key), devices)]
+    trajectory = muzero.Trajectory(
+        observation=rng.integers(0, 256, (t, n, *spec.observation_shape), dtype=np.uint8),
+        action=rng.integers(0, a, (t, n), dtype=np.int32),
+        reward=rng.choice([-1.0, 0.0, 1.0], (t, n)).astype(np.float32),
+        discount=np.ones((t, n), np.float32),
+        search_policy=np.full((t, n, a), 1.0 / a, np.float32),
+        search_value=np.zeros((t, n), np.float32),
+        legal_mask=np.ones((t, n, a), bool),
+        to_play=np.zeros((t, n), np.int32),
+        behaviour_logits=rng.normal(size=(t, n, a)).astype(np.float32),
+        policy_version=np.zeros((t, n), np.int32))
+
+    def learn():
+        batch, _ = agent.make_batch(trajectory, None)
+        batch = muzero.shard_batch(batch, devices, agent.batch_axis)
+        state[0], metrics = update(state[0], batch)
+        jax.block_until_ready(metrics)
+
+    learn_ms = cpu_ms(learn) / ((t - 1) * n)  # each update learns from (T - 1) x N steps
+    return {"act_cpu_ms_per_step": act / b, "learn_cpu_ms_per_step": learn_ms}
+
+
 def train_mode(preset: str, overrides: list[str], seconds: float, warmup: float,
                log_every: float) -> dict:
     """Trains `preset` for `warmup + seconds` in a temporary run directory; its throughput."""
@@ -137,12 +205,20 @@ def main(argv: list[str] | None = None) -> None:
     num_envs = vtrace_config.actors.threads_per_device * vtrace_config.actors.envs_per_thread
     base = ceiling(args.game, num_envs, min(args.seconds, 20.0))
     ceiling_fps = base["frames_per_s"]
+    env_ms = base["cpu_cores_busy"] * 1000 / base["agent_steps_per_s"]
     for mode in modes:
         if mode == "ceiling":
-            line = {"mode": "ceiling", "game": args.game, **base}
+            line = {"mode": "ceiling", "game": args.game, "env_cpu_ms_per_step": env_ms, **base}
         else:
             line = {"mode": mode, **train_mode(presets[mode], overrides, args.seconds,
                                                args.warmup, args.log_every)}
+            line["cpu_ms_per_step"] = line["cpu_cores_busy"] * 1000 / line["agent_steps_per_s"]
+            if mode == "vtrace":
+                costs = vtrace_costs(vtrace_config)
+                parts = costs["act_cpu_ms_per_step"] + costs["learn_cpu_ms_per_step"] + env_ms
+                cores = os.cpu_count() or 1
+                line.update(costs, env_cpu_ms_per_step=env_ms,
+                            compute_bound_agent_steps_per_s=cores * 1000 / parts)
         line["ceiling_frames_per_s"] = ceiling_fps
         line["ratio"] = line["frames_per_s"] / ceiling_fps
         line["load_avg"] = _load_avg()

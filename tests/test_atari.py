@@ -6,9 +6,9 @@ import json
 import pytest
 
 import configs
-import selfplay
 from arena import cli
 from selfplay.envs import envpool_env
+from selfplay.train import train
 
 SMALL_ACTORS = ["actors.threads_per_device=2", "actors.envs_per_thread=2",
                 "learner.log_every_s=0.5", "learner.checkpoint_every=2",
@@ -45,7 +45,7 @@ def test_vtrace_smoke_run_plays_pong_with_the_configured_preprocessing(tmp_path,
         *SMALL_ACTORS, "actors.unroll_length=4", "learner.batch_size=2",
         "network.impala_channels=[4,8]", "network.impala_dense=16",
         f"env.options={json.dumps(options)}"])
-    result = selfplay.train(config, tmp_path / "run", progress=False)
+    result = train(config, tmp_path / "run", progress=False)
     _check_run(result, tmp_path / "run", 3)
     actor_pools = [c for c in envpool_configs if c["num_envs"] == 2]
     assert len(actor_pools) >= 2  # one per actor thread
@@ -60,7 +60,7 @@ def test_muzero_smoke_run_on_pong(tmp_path):
         "replay.min_size=32", "replay.capacity=2000", "search.num_simulations=2",
         "network.channels=8", "network.head_hidden=8", "network.value_support=3",
         "network.reward_support=1", "loss.unroll_steps=2", "loss.td_steps=3"])
-    result = selfplay.train(config, tmp_path / "run", progress=False)
+    result = train(config, tmp_path / "run", progress=False)
     _check_run(result, tmp_path / "run", 3)
 
 
@@ -79,10 +79,11 @@ def test_atari_presets_carry_the_papers_settings():
     assert small.network.channels <= 32 and small.search.num_simulations <= 16
 
 
-@pytest.mark.parametrize("preset", ["atari_vtrace", "pong_muzero_small"])
+@pytest.mark.parametrize("preset", ["atari_vtrace", "pong_muzero_small", None])
 def test_a_bad_game_name_gets_one_line_and_exit_code_2(preset, tmp_path, capsys):
-    code = cli.main(["train", "--config", preset, "--run-dir", str(tmp_path / "run"),
-                     "env.name=envpool:NoSuchGame-v5"])
+    config = ["--config", preset] if preset else []
+    code = cli.main(["train", *config, "env.name=envpool:NoSuchGame-v5",
+                     "--run-dir", str(tmp_path / "run")])
     captured = capsys.readouterr()
     assert code == 2
     assert "unknown envpool task 'NoSuchGame-v5'" in captured.err
