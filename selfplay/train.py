@@ -206,13 +206,14 @@ def _make_replay(config: ExperimentConfig, agent: Agent, num_actor_threads: int)
     spi = config.replay.samples_per_insert or None
     error_buffer = None
     if spi:
-        # A window spans several pushes of one actor's stream: before the first sample, every
-        # actor must be let in for that many pushes (and one more), or the learner waits for a
-        # window no actor may write. Room for a learner batch too, so neither side starves.
-        pushes_per_window = -(-agent.window_length // config.actors.unroll_length)  # ceil
-        error_buffer = max(per_push * spi * (pushes_per_window + 1),
-                           config.learner.batch_size) * (num_actor_threads + 1)
-    limiter = RateLimiter(config.replay.min_size, spi, error_buffer)
+        # Room for every actor's push and a learner batch, so neither side can starve the other.
+        error_buffer = max(per_push * spi, config.learner.batch_size) * (num_actor_threads + 1)
+    # A window spans several pushes of one actor's stream. The learner starts once the actors
+    # together pushed that many each, so some stream holds a window: a smaller start could let
+    # the limiter stop the actors before any window exists while the learner waits for one.
+    pushes_per_window = -(-agent.window_length // config.actors.unroll_length)  # ceil
+    min_size = max(config.replay.min_size, pushes_per_window * per_push * num_actor_threads)
+    limiter = RateLimiter(min_size, spi, error_buffer)
     return SequenceReplay(config.replay.capacity, agent.window_length,
                           alpha=config.replay.priority_alpha, beta=config.replay.priority_beta,
                           rate_limiter=limiter, seed=config.seed)
