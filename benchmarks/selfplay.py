@@ -13,10 +13,10 @@ between the first line at or after `--warmup` s and the last line, over the time
 A position (frame) is one actor step of one environment. The shares of time come from the same
 lines' `time/actors/{env,search,queue}_s` (summed over actor threads) and
 `time/learner/{queue,transfer,update,publish}_s`: `env_share`, `search_share` and `update_share`
-are each a share of all the time measured in the actors plus the learner. On pgx the env step
-runs inside the search's jitted call (one call per step, no host round trip for the game state),
-so its time is in `search`; `pgx_step_share_of_act_step` measures it apart after the run (CPU
-time of the pgx step alone over that of the actor's act+step, same batch).
+are each a share of all the time measured in the actors plus the learner. On an accelerator a
+pgx env step runs inside the search's jitted call (no host round trip for the game state), so
+its time is in `search` there; `pgx_step_share_of_act_step` measures it apart after the run (CPU
+time of the pgx step alone over that of the fused act+step, same batch).
 
 `positions_per_cpu_s` divides the same frames by the process's CPU time over the same window
 (all its threads). On a machine shared with other jobs the wall-clock rate depends on what share
