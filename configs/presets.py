@@ -19,7 +19,7 @@ from configs.experiment import (
 from muzero import LossConfig, NetworkConfig, OptimizerConfig
 from search import SearchConfig
 
-DEFAULT = "tic_tac_toe_muzero"
+DEFAULT = "tic_tac_toe_alphazero"
 
 
 def _board_game(name: str, mode: str, env: str, *, simulations: int, longest_game: int,
