@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -32,6 +32,7 @@ import pyspiel
 from arena.players import BatchedPlayer, PlayerSpec, _float, _int, _no_settings, register_player
 from configs import ExperimentConfig, UsageError, from_dict
 from selfplay import Agent, Checkpointer, EnvSpec, make_agent, make_env, restore_params
+from selfplay.envs.pgx_env import pgx_replay
 from selfplay.evaluation import greedy_config
 
 __all__ = ["CheckpointPlayer", "LoadedRun", "load_run"]
@@ -153,33 +154,6 @@ def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
     return np.concatenate([x, np.repeat(x[:1], rows - len(x), axis=0)])
 
 
-@functools.cache  # one jitted replay per game, so every player of that game shares its compiles
-def pgx_replay(env_id: str, max_length: int) -> Callable[[np.ndarray, np.ndarray], Any]:
-    """jit(moves [N, max_length] int32, lengths [N] int32) -> batched pgx State after the moves.
-
-    Row i is the game after its first `lengths[i]` moves. pgx draws which player id moves first;
-    observations are the mover's view, so the draw does not change what the agent sees.
-    """
-    from selfplay.envs.pgx_env import make_pgx_game
-
-    game = make_pgx_game(env_id)
-
-    def replay(moves, lengths):
-        state = jax.vmap(game.init)(jax.random.split(jax.random.PRNGKey(0), moves.shape[0]))
-
-        def play(t, state):
-            stepped = jax.vmap(game.step)(state, moves[:, t])
-            keep = t < lengths  # [N]
-            return jax.tree.map(
-                lambda new, old: jnp.where(keep.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
-                stepped, state)
-
-        # A fixed number of iterations: one compiled shape per batch size, whatever the lengths.
-        return jax.lax.fori_loop(0, max_length, play, state)
-
-    return jax.jit(replay)
-
-
 class CheckpointPlayer(BatchedPlayer):
     """A trained agent's search over OpenSpiel states; all waiting games in one `agent.act`.
 
@@ -207,7 +181,7 @@ class CheckpointPlayer(BatchedPlayer):
         self.states_searched = 0
         name = run.config.env.name.partition(":")[2]
         if self.agent.uses_env_state:
-            self._replay = pgx_replay(name, game.max_game_length())
+            self._replay = pgx_replay(name)
             self._max_length = game.max_game_length()
         else:
             from selfplay.envs.openspiel import OpenSpielEnv

@@ -13,7 +13,6 @@ runs one batched search per ply over all positions of that ply.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import pathlib
@@ -96,32 +95,6 @@ def _pad_rows(x: np.ndarray, n: int) -> np.ndarray:
     return np.concatenate([x, np.repeat(x[-1:], n - len(x), axis=0)]) if n > len(x) else x
 
 
-@functools.cache  # one compiled replay per game
-def _pgx_replay(env_id: str) -> Callable[[np.ndarray, np.ndarray], Any]:
-    """jit(moves [N, L], lengths [N]) -> batched pgx States after each row's first lengths moves.
-
-    pgx picks the first mover's player id at random; the observation is the mover's view, so
-    the id does not matter to the network or the search.
-    """
-    import pgx
-
-    game = pgx.make(env_id)
-
-    def replay(moves, lengths):
-        state = jax.vmap(game.init)(jax.random.split(jax.random.PRNGKey(0), moves.shape[0]))
-
-        def body(j, state):
-            stepped = jax.vmap(game.step)(state, moves[:, j])
-            keep = j < lengths  # [N]
-            return jax.tree.map(
-                lambda new, old: jnp.where(keep.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
-                stepped, state)
-
-        return jax.lax.fori_loop(0, moves.shape[1], body, state)
-
-    return jax.jit(replay)
-
-
 def _most_visited(visits: np.ndarray, prior_logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
     """[B] the legal action with the most visits, ties broken by the prior, then the lowest index.
 
@@ -152,7 +125,9 @@ def search_policy(config: ExperimentConfig, agent: Agent, params: Any, *, seed: 
 
         observer = OpenSpielEnv(game_name, 1, **config.env.options)
     elif family == "pgx":
-        replay = _pgx_replay(game_name)
+        from selfplay.envs.pgx_env import pgx_replay
+
+        replay = pgx_replay(game_name)
         max_length = pyspiel.load_game(game_name).max_game_length()
     else:
         raise UsageError(f"search_policy plays board games (openspiel:, pgx:), not "

@@ -11,13 +11,13 @@ import pytest
 import arena
 import configs
 import muzero
-from arena.ckpt_player import pgx_replay
 from arena.cli import main
 from arena.matches import play_games
 from configs import UsageError
 from selfplay.agent import make_agent
 from selfplay.checkpoints import Checkpointer
 from selfplay.envs import make_env
+from selfplay.envs.pgx_env import pgx_replay
 from selfplay.train import MUST_MATCH, prepare_run_dir, train
 
 # The same tiny run as tests/test_evaluation.py, so the suite's compilation cache serves both.
@@ -109,7 +109,7 @@ def test_pgx_replay_reaches_the_openspiel_position(name):
     lengths = np.array([len(s.history()) for s in states], np.int32)
     for i, state in enumerate(states):
         moves[i, :lengths[i]] = state.history()
-    replayed = jax.device_get(pgx_replay(name, game.max_game_length())(moves, lengths))
+    replayed = jax.device_get(pgx_replay(name)(moves, lengths))
     for i, state in enumerate(states):
         assert bool(replayed.terminated[i]) == state.is_terminal()
         if state.is_terminal():  # pgx's player ids are drawn at random: compare the outcomes

@@ -18,6 +18,7 @@ _LAZY = {
     "PgxFunctions": "selfplay.envs.pgx_env",
     "ExactStep": "selfplay.envs.pgx_env",
     "pgx_exact_step": "selfplay.envs.pgx_env",
+    "pgx_replay": "selfplay.envs.pgx_env",
     "pgx_functions": "selfplay.envs.pgx_env",
     "EnvPoolEnv": "selfplay.envs.envpool_env",
 }

@@ -100,6 +100,32 @@ def _rows(x: jax.Array, index: jax.Array) -> jax.Array:
     return jnp.take_along_axis(x, index[:, None], axis=1)[:, 0]
 
 
+@functools.cache  # one jitted replay per game, so every caller shares its compiles
+def pgx_replay(env_id: str) -> Callable[[jax.Array, jax.Array], Any]:
+    """jit(moves [N, L] int32, lengths [N] int32) -> batched pgx State after each row's moves.
+
+    Row i is the game after its first `lengths[i]` moves (OpenSpiel's `state.history()` action
+    ids coincide with pgx's for tic_tac_toe and connect_four). The loop always runs L steps, so
+    one shape compiles once whatever the lengths. pgx draws which player id moves first; the
+    observation is the mover's view, so the draw does not change what an agent sees.
+    """
+    game = make_pgx_game(env_id)
+
+    def replay(moves, lengths):
+        state = jax.vmap(game.init)(jax.random.split(jax.random.PRNGKey(0), moves.shape[0]))
+
+        def play(t, state):
+            stepped = jax.vmap(game.step)(state, moves[:, t])
+            keep = t < lengths  # [N]
+            return jax.tree.map(
+                lambda new, old: jnp.where(keep.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
+                stepped, state)
+
+        return jax.lax.fori_loop(0, moves.shape[1], play, state)
+
+    return jax.jit(replay)
+
+
 @functools.cache  # one function per game, so that jit compiles it once
 def pgx_exact_step(env_id: str) -> Callable[[Any, jax.Array], ExactStep]:
     """Returns `step(state, action) -> ExactStep` over batched pgx States, pure and jittable.
