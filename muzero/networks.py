@@ -55,6 +55,10 @@ class NetworkConfig:
     value_support: int = 10  # Categorical value support [-S, S] of h(value); 0: one scalar output.
     reward_support: int = 10  # Categorical reward support [-S, S] of h(reward); 0: scalar.
     transform_eps: float = 1e-3  # The eps of h(x) = sign(x)(sqrt(|x|+1)-1) + eps x.
+    # How a conv dynamics sees the action: "board" marks the cell (or column) played, "constant"
+    # gives A constant one-hot planes (Atari); "auto": board when the actions fit the board and
+    # the latent is not downsampled.
+    action_planes: Literal["auto", "board", "constant"] = "auto"
 
     def __post_init__(self):
         def check(ok: bool, field: str, expected: str):
@@ -66,6 +70,8 @@ class NetworkConfig:
             return isinstance(xs, tuple) and all(_is_int(x) and x > 0 for x in xs)
 
         check(self.torso in _TORSOS, "torso", f"one of {_TORSOS}")
+        check(self.action_planes in ("auto", "board", "constant"), "action_planes",
+              "'auto', 'board' or 'constant'")
         for name in ("channels", "head_channels", "head_hidden", "latent_size", "impala_dense"):
             check(_is_int(getattr(self, name)) and getattr(self, name) > 0, name,
                   "an integer > 0")
@@ -444,9 +450,10 @@ class _MuZeroModule(nn.Module):
             x = self.dynamics_out(self.dynamics_mlp(
                 self.dynamics_in(jnp.concatenate([latent, one_hot], axis=-1))))
         else:
-            # The action enters as A constant planes, one of them all ones.
-            planes = jnp.broadcast_to(one_hot[:, None, None, :],
-                                      latent.shape[:3] + (self.num_actions,))
+            mode = self.config.action_planes
+            if mode == "auto" and self.config.downsample:
+                mode = "constant"  # the latent is a downsampled frame, not a board
+            planes = _action_planes(action, one_hot, latent.shape[:3], mode)
             x = self.dynamics_in(jnp.concatenate([latent, planes], axis=-1))
             for block in self.dynamics_blocks:
                 x = block(x)
@@ -458,6 +465,34 @@ class _MuZeroModule(nn.Module):
             for block in self.prediction_blocks:
                 x = block(x)
         return self.policy_head(x), self.value_head(x)
+
+
+def _action_planes(action, one_hot, batch_height_width, mode: str):
+    """The action as planes over a conv latent [B, H, W].
+
+    A convolution applies the same weights at every cell, so constant planes cannot say *where*
+    a board move was played. Board games whose actions are the cells (tic-tac-toe, go: H * W, plus
+    a pass) get one plane marking the cell (and a pass plane); games whose actions are the columns
+    (connect four: W) get one plane marking the column. Anything else (Atari) gets A constant
+    one-hot planes, one of them all ones.
+    """
+    batch, height, width = batch_height_width
+    num_actions = one_hot.shape[-1]
+    fits_cells = num_actions in (height * width, height * width + 1)
+    fits_columns = num_actions == width
+    if mode == "board" and not (fits_cells or fits_columns):
+        raise ValueError(f"NetworkConfig.action_planes 'board' needs H*W, H*W+1 or W actions for "
+                         f"a {height}x{width} latent, got {num_actions}")
+    if mode == "constant" or not (fits_cells or fits_columns):
+        return jnp.broadcast_to(one_hot[:, None, None, :], (batch, height, width, num_actions))
+    if fits_cells:
+        cells = jax.nn.one_hot(action, height * width + 1, dtype=one_hot.dtype)  # [B, H*W+1]
+        board = cells[:, : height * width].reshape(batch, height, width, 1)
+        passed = jnp.broadcast_to(cells[:, height * width, None, None, None],
+                                  (batch, height, width, 1))
+        return jnp.concatenate([board, passed], axis=-1)  # [B, H, W, 2]
+    column = jnp.broadcast_to(one_hot[:, None, :, None], (batch, height, width, 1))
+    return column  # [B, H, W, 1]
 
 
 class _PolicyValueModule(nn.Module):

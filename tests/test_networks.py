@@ -156,3 +156,24 @@ def test_observation_shape_mismatch_is_a_clear_error():
         make_muzero_networks(NetworkConfig(torso="mlp"), (6, 7, 3), A)
     with pytest.raises(ValueError, match="impala"):
         make_muzero_networks(NetworkConfig(torso="impala"), (84, 84, 4), A)
+
+
+def test_board_actions_mark_the_cell_or_column_played():
+    """A conv dynamics must see *where* a move was played: constant planes cannot say it."""
+    from muzero.networks import _action_planes
+
+    one_hot = jax.nn.one_hot(jnp.array([4, 9]), 10)  # tic-tac-toe-like with a pass: 3x3 + 1
+    planes = _action_planes(jnp.array([4, 9]), one_hot, (2, 3, 3), "auto")
+    assert planes.shape == (2, 3, 3, 2)
+    expected = jnp.zeros((3, 3)).at[1, 1].set(1.0)
+    assert jnp.array_equal(planes[0, :, :, 0], expected) and not planes[0, :, :, 1].any()
+    assert not planes[1, :, :, 0].any() and planes[1, :, :, 1].all()  # the pass
+    columns = _action_planes(jnp.array([2]), jax.nn.one_hot(jnp.array([2]), 7), (1, 6, 7), "auto")
+    assert columns.shape == (1, 6, 7, 1)
+    assert columns[0, :, 2, 0].all() and columns[0].sum() == 6  # connect four: the column
+    # Pong: 6 actions over a 6x6 downsampled latent; the network asks for constant planes there.
+    atari = _action_planes(jnp.array([3]), jax.nn.one_hot(jnp.array([3]), 6), (1, 6, 6),
+                           "constant")
+    assert atari.shape == (1, 6, 6, 6) and atari[0, :, :, 3].all() and atari.sum() == 36
+    with pytest.raises(ValueError, match="action_planes 'board'"):
+        _action_planes(jnp.array([3]), jax.nn.one_hot(jnp.array([3]), 5), (1, 6, 6), "board")
