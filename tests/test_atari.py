@@ -79,10 +79,9 @@ def test_atari_presets_carry_the_papers_settings():
     assert small.network.channels <= 32 and small.search.num_simulations <= 16
 
 
-@pytest.mark.parametrize("preset", ["atari_vtrace", "pong_muzero_small", None])
+@pytest.mark.parametrize("preset", ["atari_vtrace", "pong_muzero_small", "cartpole_vtrace"])
 def test_a_bad_game_name_gets_one_line_and_exit_code_2(preset, tmp_path, capsys):
-    config = ["--config", preset] if preset else []
-    code = cli.main(["train", *config, "env.name=envpool:NoSuchGame-v5",
+    code = cli.main(["train", "--config", preset, "env.name=envpool:NoSuchGame-v5",
                      "--run-dir", str(tmp_path / "run")])
     captured = capsys.readouterr()
     assert code == 2

@@ -115,7 +115,9 @@ def test_killed_run_resumes_and_sigint_stops_with_a_final_checkpoint(tmp_path):
     (["search.no_such_field=3"], "unknown config field 'search.no_such_field'"),
     (["search.num_simulations=many"], "search.num_simulations must be an integer"),
     (["search.num_simulations=0"], "SearchConfig.num_simulations must be an integer >= 1"),
-    (["env.name=openspiel:no_such_game"], "no_such_game"),
+    (["--config", "tic_tac_toe_muzero", "env.name=openspiel:no_such_game"], "no_such_game"),
+    (["env.name=pgx:no_such_game"], "no_such_game"),  # the default preset is pgx AlphaZero
+    (["env.name=openspiel:connect_four"], "alphazero needs pgx"),
     (["learner.max_updates"], "is not key.path=value"),
 ])
 def test_bad_input_gets_one_line_and_exit_code_2(args, message, tmp_path, capsys):
