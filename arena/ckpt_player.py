@@ -18,7 +18,6 @@ player against itself at another setting read the checkpoint once.
 from __future__ import annotations
 
 import functools
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,10 +29,10 @@ import numpy as np
 import pyspiel
 
 from arena.players import BatchedPlayer, PlayerSpec, _float, _int, _no_settings, register_player
-from configs import ExperimentConfig, UsageError, from_dict
-from selfplay import Agent, Checkpointer, EnvSpec, make_agent, make_env, restore_params
+from configs import ExperimentConfig, UsageError
+from selfplay import Agent, Checkpointer, EnvSpec, make_agent
 from selfplay.envs.pgx_env import pgx_replay
-from selfplay.evaluation import greedy_config
+from selfplay.evaluation import greedy_config, read_run_config, restore_agent
 
 __all__ = ["CheckpointPlayer", "LoadedRun", "load_run"]
 
@@ -71,18 +70,6 @@ def _checkpoint_step(run_dir: Path, step: int | None) -> int:
     return step
 
 
-def _read_config(run_dir: Path) -> ExperimentConfig:
-    if not run_dir.is_dir():
-        raise UsageError(f"no run directory at {run_dir}")
-    path = run_dir / "config.json"
-    if not path.is_file():
-        raise UsageError(f"{run_dir} is not a run directory: it has no config.json")
-    try:
-        return from_dict(json.loads(path.read_text()))
-    except (OSError, json.JSONDecodeError) as error:
-        raise UsageError(f"{path} is not a readable config: {error}") from None
-
-
 def load_run(run_dir: str | os.PathLike, step: int | None = None) -> LoadedRun:
     """Loads a run's config and the parameters of its newest (or given) checkpoint.
 
@@ -90,7 +77,7 @@ def load_run(run_dir: str | os.PathLike, step: int | None = None) -> LoadedRun:
     or an unreadable one or one whose parameters do not fit the config's network.
     """
     run_dir = Path(run_dir).absolute()
-    _read_config(run_dir)  # a missing or bad config.json is named before any checkpoint error
+    read_run_config(run_dir)  # a missing or bad config.json is named before any checkpoint error
     step = _checkpoint_step(run_dir, step)
     return _load_cached(run_dir, step, _stamp(run_dir, step))
 
@@ -104,13 +91,8 @@ def _stamp(run_dir: Path, step: int) -> tuple[int, int]:
 @functools.lru_cache(maxsize=4)
 def _load_cached(run_dir: Path, step: int, stamp: tuple[int, int]) -> LoadedRun:
     del stamp
-    config = _read_config(run_dir)
-    env = make_env(config.env.name, 1, seed=config.seed, **config.env.options)
-    spec = env.spec
-    env.close()
-    agent = make_agent(config, spec)
-    target = jax.eval_shape(agent.init, jax.random.PRNGKey(0))
-    params = restore_params(run_dir, step, target=target)
+    config = read_run_config(run_dir)
+    spec, _, params = restore_agent(run_dir, config, step)
     return LoadedRun(run_dir, step, config, spec, params)
 
 
@@ -234,7 +216,7 @@ def _make_ckpt(spec: PlayerSpec, game: pyspiel.Game, seed: int) -> CheckpointPla
     step = spec.options.get("step")
     simulations = None if sims is None else _int(spec, "sims", sims, 1)
     temperature = _float(spec, "temperature", spec.options.get("temperature", "0"))
-    config = _read_config(Path(spec.arg).absolute())
+    config = read_run_config(Path(spec.arg).absolute())
     # Checked before the checkpoint is read: a wrong game is named even without checkpoints.
     _check_game(config, game, spec.text)
     if sims is not None and config.mode == "vtrace":

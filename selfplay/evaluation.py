@@ -27,7 +27,7 @@ import pyspiel
 from configs import ExperimentConfig, UsageError, from_dict
 from selfplay.agent import Agent, make_agent
 from selfplay.checkpoints import restore_params
-from selfplay.envs import make_env
+from selfplay.envs import EnvSpec, env_spec
 
 __all__ = [
     "exhaustive_play",
@@ -56,6 +56,35 @@ def greedy_config(config: ExperimentConfig, num_simulations: int | None = None
     return config.replace(search=config.search.replace(**changes))
 
 
+def read_run_config(run_dir: str | os.PathLike) -> ExperimentConfig:
+    """The `ExperimentConfig` a run directory was trained with (its `config.json`).
+
+    Raises UsageError, one line, for a missing directory, a missing or unreadable config.json.
+    """
+    run_dir = pathlib.Path(run_dir)
+    if not run_dir.is_dir():
+        raise UsageError(f"no run directory at {run_dir}")
+    path = run_dir / "config.json"
+    if not path.is_file():
+        raise UsageError(f"{run_dir} is not a run directory: it has no config.json")
+    try:
+        return from_dict(json.loads(path.read_text()))
+    except (OSError, json.JSONDecodeError) as error:
+        raise UsageError(f"{path} is not a readable config: {error}") from None
+
+
+def restore_agent(run_dir: str | os.PathLike, config: ExperimentConfig, step: int | None = None
+                  ) -> tuple[EnvSpec, Agent, Any]:
+    """The env spec, the agent of `config` and the run's parameters at `step` (None: newest).
+
+    `config` may differ from the run's in its search settings (evaluation), never in the network.
+    """
+    spec = env_spec(config.env.name, seed=config.seed, **config.env.options)
+    agent = make_agent(config, spec)
+    target = jax.eval_shape(agent.init, jax.random.PRNGKey(0))
+    return spec, agent, restore_params(run_dir, step, target=target)
+
+
 def load_agent(run_dir: str | os.PathLike, *, step: int | None = None,
                num_simulations: int | None = None, greedy: bool = True
                ) -> tuple[ExperimentConfig, Agent, Any]:
@@ -69,24 +98,12 @@ def load_agent(run_dir: str | os.PathLike, *, step: int | None = None,
     Raises:
       UsageError: no config.json, no checkpoint, or parameters that do not fit the network.
     """
-    run_dir = pathlib.Path(run_dir)
-    config_path = run_dir / "config.json"
-    if not config_path.is_file():
-        raise UsageError(f"{run_dir} is not a run directory: it has no config.json")
-    try:
-        config = from_dict(json.loads(config_path.read_text()))
-    except json.JSONDecodeError as error:
-        raise UsageError(f"{config_path} is not valid JSON: {error}") from None
+    config = read_run_config(run_dir)
     if greedy:
         config = greedy_config(config, num_simulations)
     elif num_simulations is not None:
         config = config.replace(search=config.search.replace(num_simulations=num_simulations))
-    env = make_env(config.env.name, 1, seed=config.seed, **config.env.options)
-    spec = env.spec
-    env.close()
-    agent = make_agent(config, spec)
-    target = jax.eval_shape(agent.init, jax.random.PRNGKey(0))
-    params = restore_params(run_dir, step, target=target)
+    _, agent, params = restore_agent(run_dir, config, step)
     return config, agent, params
 
 

@@ -34,7 +34,7 @@ import muzero
 from configs import ExperimentConfig, UsageError, to_dict
 from selfplay.agent import Agent, concat_trajectories, make_agent
 from selfplay.checkpoints import Checkpointer, config_differences
-from selfplay.envs import make_env
+from selfplay.envs import env_spec, make_env
 from selfplay.lifetime import StopSignal, ThreadGroup, handle_signals
 from selfplay.metrics import MetricsLogger, StageTimer, plot_learning_curves
 from selfplay.params import ParameterServer
@@ -136,9 +136,7 @@ def train(config: ExperimentConfig, run_dir: str | os.PathLike, *, progress: boo
     """Trains `config` in `run_dir`, resuming from its newest checkpoint if there is one."""
     run_dir = prepare_run_dir(run_dir, config)
     actor_devices, learner_devices = split_devices(config)
-    probe_env = make_env(config.env.name, 1, seed=config.seed, **config.env.options)
-    spec = probe_env.spec
-    probe_env.close()
+    spec = env_spec(config.env.name, seed=config.seed, **config.env.options)
     agent = make_agent(config, spec)
 
     key = jax.random.PRNGKey(config.seed)

@@ -8,7 +8,7 @@ their names, so that a run on one family never loads the libraries of the others
 
 import importlib
 
-from selfplay.envs.base import FAMILIES, BatchedEnv, EnvSpec, TimeStep, make_env
+from selfplay.envs.base import FAMILIES, BatchedEnv, EnvSpec, TimeStep, env_spec, make_env
 
 _LAZY = {
     "OpenSpielEnv": "selfplay.envs.openspiel",
@@ -23,7 +23,7 @@ _LAZY = {
     "EnvPoolEnv": "selfplay.envs.envpool_env",
 }
 
-__all__ = ["FAMILIES", "BatchedEnv", "EnvSpec", "TimeStep", "make_env", *_LAZY]
+__all__ = ["FAMILIES", "BatchedEnv", "EnvSpec", "TimeStep", "env_spec", "make_env", *_LAZY]
 
 
 def __getattr__(name: str):

@@ -192,6 +192,15 @@ def make_env(name: str, num_envs: int, seed: int = 0, **options: Any) -> Batched
     return EnvPoolEnv(env_id, num_envs, seed, **options)
 
 
+def env_spec(name: str, seed: int = 0, **options: Any) -> EnvSpec:
+    """The `EnvSpec` of `make_env(name, ...)`, from one environment opened and closed again."""
+    env = make_env(name, 1, seed=seed, **options)
+    try:
+        return env.spec
+    finally:
+        env.close()
+
+
 def _check_options(name: str, options: dict[str, Any], allowed: set[str]) -> None:
     unknown = sorted(set(options) - allowed)
     if unknown:
