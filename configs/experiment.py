@@ -56,18 +56,35 @@ class ActorConfig:
 
     # Actor threads per actor device; each owns a batch of environments and runs the search.
     threads_per_device: int = 2
-    # Environments stepped together by one actor thread (the search's batch size).
+    # Environments one actor thread owns (the search's batch size unless envs_per_step is set).
     envs_per_thread: int = 32
     # Steps per trajectory segment pushed to the replay (T of [T, B]).
     unroll_length: int = 16
     # Act greedily (most visited action) from this move of an episode on; 0: never.
     greedy_after_moves: int = 0
+    # Environments the actor acts on per step; 0 steps all envs_per_thread together. A smaller
+    # number uses envpool's async mode: the actor acts on the first envs_per_step envs to finish
+    # while the others keep stepping (the search's batch is then envs_per_step).
+    envs_per_step: int = 0
 
     def __post_init__(self):
         _int_at_least(self, "threads_per_device", 1)
         _int_at_least(self, "envs_per_thread", 1)
         _int_at_least(self, "unroll_length", 2)
         _int_at_least(self, "greedy_after_moves", 0)
+        _int_at_least(self, "envs_per_step", 0)
+        if self.envs_per_step > self.envs_per_thread:
+            _fail("ActorConfig", "envs_per_step",
+                  f"<= envs_per_thread ({self.envs_per_thread})", self.envs_per_step)
+        if 0 < self.envs_per_step < self.envs_per_thread < 2 * self.envs_per_step - 1:
+            # Envs that ended wait for envpool's extra reset step; with fewer envs in flight than
+            # this, a batch of envs_per_step could never fill.
+            _fail("ActorConfig", "envs_per_step",
+                  f"<= {(self.envs_per_thread + 1) // 2} with envs_per_thread="
+                  f"{self.envs_per_thread} (async envpool needs envs_per_thread >= "
+                  f"2 * envs_per_step - 1 so a batch can fill while ended envs wait for their "
+                  f"reset), or 0 or {self.envs_per_thread} to step all together",
+                  self.envs_per_step)
 
 
 @dataclasses.dataclass(frozen=True)

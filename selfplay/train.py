@@ -6,6 +6,9 @@ Data flow (one process per host):
         params <- ParameterServer.latest(device)   (never waits for the learner)
         act(params, obs) -> search on the device -> actions, search policy, search value
         env.step(actions); append to a [T, B] Trajectory; push when T steps are collected
+        (async, `actors.envs_per_step` < B, envpool only: act on the first envs_per_step envs
+        to finish, env.send/recv, keep one column of steps per env; push [T, B] when every env
+        has T: see `_async_actor_loop`)
     replay   MuZero/AlphaZero: prioritized windows (SequenceReplay + RateLimiter);
              V-trace: a bounded FIFO of trajectories (FifoQueue)
     learner (main thread) sample -> make_batch -> replicated update over the learner devices
@@ -100,6 +103,24 @@ def split_devices(config: ExperimentConfig) -> tuple[list[jax.Device], list[jax.
     return actors, learners
 
 
+def _is_async(config: ExperimentConfig) -> bool:
+    """Whether the actors act on `envs_per_step` of their envs at a time (envpool's async mode)."""
+    return 0 < config.actors.envs_per_step < config.actors.envs_per_thread
+
+
+def _check_actor_envs(config: ExperimentConfig) -> None:
+    """UsageError for actor settings the environment cannot serve, before anything starts."""
+    if "batch_size" in config.env.options:
+        raise UsageError("env.options.batch_size is set by the runtime: remove it and set "
+                         "actors.envs_per_step (envs the actor acts on per step) instead")
+    family = config.env.name.split(":", 1)[0]
+    if _is_async(config) and family != "envpool":
+        raise UsageError(f"actors.envs_per_step={config.actors.envs_per_step} (async stepping, "
+                         f"below actors.envs_per_thread={config.actors.envs_per_thread}) works "
+                         f"only with envpool: environments, not {config.env.name}; set "
+                         f"actors.envs_per_step=0")
+
+
 def prepare_run_dir(run_dir: str | os.PathLike, config: ExperimentConfig) -> pathlib.Path:
     """Creates (or reopens) the run directory and writes config.json atomically.
 
@@ -134,6 +155,7 @@ def prepare_run_dir(run_dir: str | os.PathLike, config: ExperimentConfig) -> pat
 def train(config: ExperimentConfig, run_dir: str | os.PathLike, *, progress: bool = True,
           stop: StopSignal | None = None) -> RunResult:
     """Trains `config` in `run_dir`, resuming from its newest checkpoint if there is one."""
+    _check_actor_envs(config)
     run_dir = prepare_run_dir(run_dir, config)
     actor_devices, learner_devices = split_devices(config)
     spec = env_spec(config.env.name, seed=config.seed, **config.env.options)
@@ -172,11 +194,12 @@ def train(config: ExperimentConfig, run_dir: str | os.PathLike, *, progress: boo
                        checkpointer, logger, learner_devices, config_dict)
     stopped_by = "error"
     try:
+        actor_loop = _async_actor_loop if _is_async(config) else _actor_loop
         with handle_signals(stop), ThreadGroup(stop, join_timeout=30.0) as threads:
             for d, device in enumerate(actor_devices):
                 for i in range(config.actors.threads_per_device):
                     index = d * config.actors.threads_per_device + i
-                    threads.start(f"actor-{index}", _actor_loop, index, device, config, agent,
+                    threads.start(f"actor-{index}", actor_loop, index, device, config, agent,
                                   server, store, stats, stop,
                                   jax.random.fold_in(actor_key, index))
             stopped_by = learner.run(threads)
@@ -288,6 +311,134 @@ def _actor_loop(index: int, device: jax.Device, config: ExperimentConfig, agent:
                 segment = segment[-1:] if config.mode == "vtrace" else []
     finally:
         env.close()
+
+
+def _async_actor_loop(index: int, device: jax.Device, config: ExperimentConfig, agent: Agent,
+                      server: ParameterServer, store, stats: ActorStats, stop: StopSignal,
+                      key: jax.Array) -> None:
+    """One actor thread in envpool's async mode: it acts on the first `envs_per_step` envs to
+    finish a step while the others keep stepping, so it never waits for the slowest env.
+
+    Each env's steps go to its own column (`_EnvColumns`), so column e of every pushed [T, B]
+    trajectory is env e's consecutive steps, and consecutive pushes of this actor's stream
+    continue each column: what the replay's stream and V-trace's one-step overlap rely on.
+    """
+    num_envs, per_step = config.actors.envs_per_thread, config.actors.envs_per_step
+    env = make_env(config.env.name, num_envs, seed=config.seed * 1000 + index,
+                   batch_size=per_step, **config.env.options)
+    try:
+        timestep = env.reset(config.seed * 1000 + index)
+        key = jax.device_put(key, device)
+        moves = np.zeros(num_envs, np.int64)  # per env id
+        greedy_after = config.actors.greedy_after_moves
+        length = agent.window_length if config.mode == "vtrace" else config.actors.unroll_length
+        # V-trace trajectories overlap by one step: the last one bootstraps the previous.
+        columns = _EnvColumns(num_envs, length, overlap=1 if config.mode == "vtrace" else 0)
+        name = f"actor-{index}"
+        while not stop.is_set():
+            ids = np.asarray(timestep.env_id)  # [b] which envs this batch's rows are
+            snapshot = server.latest(device)
+            key, act_key = jax.random.split(key)
+            greedy = (moves[ids] >= greedy_after) if greedy_after else np.zeros(ids.size, bool)
+            started = time.perf_counter()
+            out = agent.act(snapshot.params, act_key,
+                            jax.device_put(timestep.observation, device),
+                            jax.device_put(timestep.legal_mask, device),
+                            jax.device_put(greedy, device), None)
+            out = jax.device_get(out)  # the search ran on the device; this waits for it
+            searched = time.perf_counter()
+            # The first half of each env's step; the columns copy it (envpool may reuse buffers).
+            columns.begin(ids, {
+                "observation": timestep.observation,
+                "action": out.action.astype(np.int32),
+                "search_policy": np.asarray(out.search_policy, np.float32),
+                "search_value": np.asarray(out.search_value, np.float32),
+                "legal_mask": np.asarray(timestep.legal_mask, bool),
+                "to_play": np.asarray(timestep.to_play, np.int32),
+                "behaviour_logits": np.asarray(out.behaviour_logits, np.float32),
+                "policy_version": np.full(ids.size, snapshot.version, np.int32),
+            })
+            sent = time.perf_counter()
+            env.send(out.action, ids)
+            timestep = env.recv()
+            stepped = time.perf_counter()
+            stats.timer.add("search", searched - started)
+            stats.timer.add("env", stepped - sent)
+            ids = np.asarray(timestep.env_id)
+            done = np.asarray(timestep.done)
+            # A row completes the step its env began; an env's first row after reset begins one.
+            completed = columns.complete(ids, np.asarray(timestep.reward, np.float32),
+                                         np.where(done, 0.0, 1.0).astype(np.float32))
+            ended = np.asarray(timestep.episode_end, bool) & completed
+            stats.add(int(completed.sum()), np.asarray(timestep.episode_return)[ended],
+                      np.asarray(timestep.episode_length)[ended])
+            moves[ids] = np.where(done, 0, moves[ids] + completed)
+            trajectory = columns.pop()
+            if trajectory is not None:
+                _push(store, trajectory, name, stop)
+                stats.timer.add("queue", time.perf_counter() - stepped)
+    finally:
+        env.close()
+
+
+class _EnvColumns:
+    """The async actor's steps in one column per env: column e holds env e's steps in order.
+
+    `begin(ids, fields)` writes the acting half of each env's next step (observation, action,
+    search outputs, ...) to its column's next slot; `complete(ids, reward, discount)` finishes the
+    steps those envs began. `pop()` returns a [T, num_envs] Trajectory of every env's oldest T
+    completed steps once each env has T, and keeps the last `overlap` of them and any faster env's
+    extra steps for the next one. Columns start a little longer than T and grow if an env runs
+    far ahead of the slowest.
+    """
+
+    def __init__(self, num_envs: int, length: int, overlap: int):
+        self.num_envs, self.length, self.overlap = num_envs, length, overlap
+        self.count = np.zeros(num_envs, np.int64)  # [B] completed steps held per env
+        self.pending = np.zeros(num_envs, bool)  # [B] a begun step waits for its reward
+        self._columns: dict[str, np.ndarray] = {}  # field -> [capacity, B, ...]
+
+    def begin(self, ids: np.ndarray, fields: dict[str, np.ndarray]) -> None:
+        if self.pending[ids].any():
+            raise RuntimeError(f"envs {ids[self.pending[ids]].tolist()} acted on twice")
+        slots = self.count[ids]  # [b]
+        if not self._columns:
+            capacity = self.length + max(8, self.length // 4)
+            first = dict(fields, reward=np.zeros(ids.size, np.float32),
+                         discount=np.zeros(ids.size, np.float32))
+            self._columns = {name: np.zeros((capacity, self.num_envs, *value.shape[1:]),
+                                            value.dtype) for name, value in first.items()}
+        capacity = next(iter(self._columns.values())).shape[0]
+        if slots.max() >= capacity:
+            grow = max(8, capacity // 2)
+            self._columns = {name: np.concatenate([c, np.zeros_like(c[:grow])])
+                             for name, c in self._columns.items()}
+        for name, value in fields.items():
+            self._columns[name][slots, ids] = value
+        self.pending[ids] = True
+
+    def complete(self, ids: np.ndarray, reward: np.ndarray, discount: np.ndarray) -> np.ndarray:
+        """Finishes the steps `ids` [b] began; returns [b] bool, the rows that finished one."""
+        finished = self.pending[ids]  # [b]
+        done_ids = ids[finished]
+        slots = self.count[done_ids]
+        self._columns["reward"][slots, done_ids] = reward[finished]
+        self._columns["discount"][slots, done_ids] = discount[finished]
+        self.count[done_ids] += 1
+        self.pending[done_ids] = False
+        return finished
+
+    def pop(self) -> muzero.Trajectory | None:
+        if self.count.min() < self.length:
+            return None
+        trajectory = muzero.Trajectory(**{
+            name: column[: self.length].copy() for name, column in self._columns.items()})
+        used = self.length - self.overlap
+        held = int((self.count + self.pending).max())  # slots in use, begun steps included
+        for column in self._columns.values():
+            column[: held - used] = column[used:held]  # numpy copies overlapping slices safely
+        self.count -= used
+        return trajectory
 
 
 def _fused_pgx_act_step(agent: Agent, env) -> Callable | None:

@@ -273,3 +273,89 @@ class FailingEnv:
 
     def close(self):
         self._env.close()
+
+
+# --- self-play runtime: an async env whose rows say which env and which step they are ----------
+
+
+class FakeAsyncEnv:
+    """An envpool-like async env (`batch_size < num_envs`, send/recv) whose steps are known.
+
+    Env e's episodes last `3 + e % 4` steps. Its observation [4] float32 is (e, steps env e has
+    taken since reset, step within the episode, episodes ended); the reward of its k-th step
+    (k = 1, 2, ...) is `1000 * e + k`. `recv` returns `batch_size` of the envs in flight, drawn by
+    a seeded RNG that favours higher env ids, in shuffled order: envs run at different speeds and
+    an env's first observation after `reset` comes in some later `recv`, as with envpool. Episodes
+    auto-reset on the step that ends them. `actions[e]` lists the actions env e was stepped with.
+    """
+
+    def __init__(self, num_envs: int, batch_size: int, seed: int = 0):
+        from selfplay.envs.base import EnvSpec
+
+        self.num_envs, self.batch_size = num_envs, batch_size
+        self.spec = EnvSpec(name="envpool:FakeAsync-v0", family="envpool", num_actions=2,
+                            observation_shape=(4,), observation_dtype="float32", num_players=1,
+                            two_player_zero_sum=False, discount=1.0, deterministic=False,
+                            max_episode_steps=None)
+        self._seed = seed
+        self.closed = False
+        self.reset(seed)
+
+    def episode_length(self, env: int) -> int:
+        return 3 + env % 4
+
+    def reset(self, seed: int | None = None):
+        self._rng = np.random.default_rng(self._seed if seed is None else seed)
+        self._steps = np.zeros(self.num_envs, np.int64)  # steps since reset
+        self._t = np.zeros(self.num_envs, np.int64)  # steps in the current episode
+        self._episodes = np.zeros(self.num_envs, np.int64)
+        self._returns = np.zeros(self.num_envs, np.float64)
+        self.actions: list[list[int]] = [[] for _ in range(self.num_envs)]
+        self._in_flight: dict[int, int | None] = dict.fromkeys(range(self.num_envs))  # None: reset
+        self._awaiting: set[int] = set()  # envs of the last recv, waiting for their actions
+        return self.recv()
+
+    def send(self, actions, env_id) -> None:
+        env_id = [int(e) for e in np.asarray(env_id)]
+        if sorted(env_id) != sorted(self._awaiting):
+            raise ValueError(f"send for envs {env_id}, expected those of the last recv "
+                             f"{sorted(self._awaiting)}")
+        for env, action in zip(env_id, np.asarray(actions).tolist(), strict=True):
+            self._in_flight[env] = int(action)
+        self._awaiting = set()
+
+    def recv(self):
+        from selfplay.envs.base import TimeStep
+
+        if self._awaiting:
+            raise ValueError(f"recv before actions were sent for envs {sorted(self._awaiting)}")
+        ready = np.array(sorted(self._in_flight))
+        weights = (ready + 1.0) / (ready + 1.0).sum()
+        chosen = self._rng.choice(ready, self.batch_size, replace=False, p=weights)
+        rows = [self._finish(int(env), self._in_flight.pop(int(env))) for env in chosen]
+        self._awaiting = {int(env) for env in chosen}
+        return TimeStep(*(np.stack(column) for column in zip(*rows, strict=True)))
+
+    def _finish(self, env: int, action: int | None) -> tuple:
+        reward, done, ep_return, ep_length = 0.0, False, 0.0, 0
+        if action is not None:  # None: the env's first observation after reset
+            self.actions[env].append(action)
+            self._steps[env] += 1
+            self._t[env] += 1
+            reward = 1000.0 * env + self._steps[env]
+            self._returns[env] += reward
+            done = bool(self._t[env] == self.episode_length(env))
+            if done:
+                ep_return, ep_length = self._returns[env], int(self._t[env])
+                self._returns[env], self._t[env] = 0.0, 0
+                self._episodes[env] += 1
+        observation = np.array([env, self._steps[env], self._t[env], self._episodes[env]],
+                               np.float32)
+        return (observation, np.float32(reward), done, False, np.ones(2, bool), np.int32(0),
+                np.float32(ep_return), np.int32(ep_length), done, np.int32(env))
+
+    def step(self, actions):
+        raise ValueError("FakeAsyncEnv is async: use send/recv")
+
+    def close(self) -> None:
+        self.closed = True
