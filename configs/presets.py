@@ -7,6 +7,7 @@ otherwise.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from configs.experiment import (
@@ -47,14 +48,18 @@ def _board_game(name: str, mode: str, env: str, *, simulations: int, longest_gam
 
 
 def tic_tac_toe_muzero() -> ExperimentConfig:
-    # Measured with benchmarks/tictactoe_perfect.py on a loaded 2-core CPU: the learner is the
-    # bottleneck, so a 16-channel network; fresh data (a 10k-step replay, sampling at every move)
-    # reaches the opponents' mistakes the exhaustive check plays. Not yet perfect in 5 minutes.
+    # Measured with benchmarks/tictactoe_perfect.py on a 2-core CPU (BENCHMARKS.md). The learned
+    # model must predict the reward of a winning move in positions self-play rarely reaches (the
+    # exhaustive check plays every opponent blunder): raw latents and plain residual blocks
+    # learned that reward several times faster than min-max latents with LayerNorm, the reward
+    # loss weighs 3x, and stronger root noise (half the prior) keeps blunders in the data.
     config = _board_game("tic_tac_toe_muzero", "muzero", "openspiel:tic_tac_toe",
-                         simulations=32, longest_game=9, channels=16, blocks=1, updates=1_500,
+                         simulations=32, longest_game=9, channels=32, blocks=1, updates=1_500,
                          batch=128, envs=32)
     return config.replace(
-        search=config.search.replace(qtransform="by_parent_and_siblings"),
+        network=dataclasses.replace(config.network, latent_scaling="none", block_norm="none"),
+        loss=dataclasses.replace(config.loss, reward_loss_weight=3.0),
+        search=config.search.replace(qtransform="by_parent_and_siblings", dirichlet_fraction=0.5),
         actors=ActorConfig(threads_per_device=2, envs_per_thread=32, unroll_length=16,
                            greedy_after_moves=0),
         replay=ReplayConfig(capacity=10_000, min_size=1_000, samples_per_insert=4.0,

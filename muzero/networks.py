@@ -59,6 +59,13 @@ class NetworkConfig:
     # gives A constant one-hot planes (Atari); "auto": board when the actions fit the board and
     # the latent is not downsampled.
     action_planes: Literal["auto", "board", "constant"] = "auto"
+    # The latent state's scale: "min_max" rescales each example to [0, 1] (the MuZero paper);
+    # "none" keeps it raw. On tic-tac-toe's 3x3 latent "min_max" slowed the learning of the
+    # reward of a winning move several-fold (benchmarks/tictactoe_perfect.py; BENCHMARKS.md).
+    latent_scaling: Literal["min_max", "none"] = "min_max"
+    # Normalization inside each residual block: "layer" (LayerNorm over channels, stateless)
+    # or "none" (plain pre-activation blocks).
+    block_norm: Literal["layer", "none"] = "layer"
 
     def __post_init__(self):
         def check(ok: bool, field: str, expected: str):
@@ -72,6 +79,8 @@ class NetworkConfig:
         check(self.torso in _TORSOS, "torso", f"one of {_TORSOS}")
         check(self.action_planes in ("auto", "board", "constant"), "action_planes",
               "'auto', 'board' or 'constant'")
+        check(self.latent_scaling in ("min_max", "none"), "latent_scaling", "'min_max' or 'none'")
+        check(self.block_norm in ("layer", "none"), "block_norm", "'layer' or 'none'")
         for name in ("channels", "head_channels", "head_hidden", "latent_size", "impala_dense"):
             check(_is_int(getattr(self, name)) and getattr(self, name) > 0, name,
                   "an integer > 0")
@@ -321,11 +330,15 @@ class _ResBlock(nn.Module):
     """Pre-activation residual block; LayerNorm, not BatchNorm, keeps the functions stateless."""
 
     channels: int
+    norm: bool = True
 
     @nn.compact
     def __call__(self, x):
-        y = nn.Conv(self.channels, (3, 3))(nn.relu(nn.LayerNorm()(x)))
-        y = nn.Conv(self.channels, (3, 3))(nn.relu(nn.LayerNorm()(y)))
+        def normalize(z):
+            return nn.LayerNorm()(z) if self.norm else z
+
+        y = nn.Conv(self.channels, (3, 3))(nn.relu(normalize(x)))
+        y = nn.Conv(self.channels, (3, 3))(nn.relu(normalize(y)))
         return x + y
 
 
@@ -333,18 +346,19 @@ class _AtariDownsample(nn.Module):
     """MuZero appendix: 84x84 -> 42 (conv) -> 21 (conv) -> 11 (avg pool) -> 6 (avg pool)."""
 
     channels: int
+    norm: bool = True
 
     @nn.compact
     def __call__(self, x):
         x = nn.Conv(self.channels // 2, (3, 3), strides=(2, 2))(x)
         for _ in range(2):
-            x = _ResBlock(self.channels // 2)(x)
+            x = _ResBlock(self.channels // 2, self.norm)(x)
         x = nn.Conv(self.channels, (3, 3), strides=(2, 2))(x)
         for _ in range(3):
-            x = _ResBlock(self.channels)(x)
+            x = _ResBlock(self.channels, self.norm)(x)
         x = nn.avg_pool(x, (3, 3), strides=(2, 2), padding="SAME")
         for _ in range(3):
-            x = _ResBlock(self.channels)(x)
+            x = _ResBlock(self.channels, self.norm)(x)
         return nn.avg_pool(x, (3, 3), strides=(2, 2), padding="SAME")
 
 
@@ -406,10 +420,10 @@ class _Trunk(nn.Module):
             return nn.Dense(cfg.latent_size)(_MLP(cfg.mlp_sizes)(x.reshape((x.shape[0], -1))))
         if self.torso == "impala":
             return _ImpalaTorso(cfg.impala_channels, cfg.impala_dense)(x)
-        x = (_AtariDownsample(cfg.channels) if cfg.downsample
+        x = (_AtariDownsample(cfg.channels, cfg.block_norm == "layer") if cfg.downsample
              else nn.Conv(cfg.channels, (3, 3)))(x)
         for _ in range(cfg.representation_blocks):
-            x = _ResBlock(cfg.channels)(x)
+            x = _ResBlock(cfg.channels, cfg.block_norm == "layer")(x)
         return x
 
 
@@ -429,8 +443,10 @@ class _MuZeroModule(nn.Module):
             self.dynamics_out = nn.Dense(cfg.latent_size)
         else:
             self.dynamics_in = nn.Conv(cfg.channels, (3, 3))
-            self.dynamics_blocks = [_ResBlock(cfg.channels) for _ in range(cfg.dynamics_blocks)]
-            self.prediction_blocks = [_ResBlock(cfg.channels)
+            norm = cfg.block_norm == "layer"
+            self.dynamics_blocks = [_ResBlock(cfg.channels, norm)
+                                    for _ in range(cfg.dynamics_blocks)]
+            self.prediction_blocks = [_ResBlock(cfg.channels, norm)
                                       for _ in range(cfg.prediction_blocks)]
         self.reward_head = _Head(self.reward_bins, cfg.head_channels, cfg.head_hidden)
         self.policy_head = _Head(self.num_actions, cfg.head_channels, cfg.head_hidden)
@@ -441,8 +457,11 @@ class _MuZeroModule(nn.Module):
         _, next_latent = self.dynamics(latent, action)
         return self.predict(next_latent)
 
+    def _scale(self, latent):
+        return scale_latent(latent) if self.config.latent_scaling == "min_max" else latent
+
     def represent(self, obs):
-        return scale_latent(self.trunk(obs))
+        return self._scale(self.trunk(obs))
 
     def dynamics(self, latent, action):
         one_hot = jax.nn.one_hot(action, self.num_actions, dtype=latent.dtype)  # [B, A]
@@ -457,7 +476,7 @@ class _MuZeroModule(nn.Module):
             x = self.dynamics_in(jnp.concatenate([latent, planes], axis=-1))
             for block in self.dynamics_blocks:
                 x = block(x)
-        return self.reward_head(x), scale_latent(x)
+        return self.reward_head(x), self._scale(x)
 
     def predict(self, latent):
         x = latent

@@ -1,5 +1,7 @@
 """Networks: shapes for each torso, the scaled latent, mctx's root/recurrent fns, config checks."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import mctx
@@ -141,6 +143,8 @@ def test_paper_sizes_are_available():
     ({"mlp_sizes": (16, -1)}, "mlp_sizes"),
     ({"value_support": -1}, "value_support"),
     ({"transform_eps": 0.0}, "transform_eps"),
+    ({"latent_scaling": "tanh"}, "latent_scaling"),
+    ({"block_norm": "batch"}, "block_norm"),
 ])
 def test_bad_config_names_the_field(overrides, field):
     with pytest.raises(ValueError, match=f"NetworkConfig.{field}"):
@@ -177,3 +181,29 @@ def test_board_actions_mark_the_cell_or_column_played():
     assert atari.shape == (1, 6, 6, 6) and atari[0, :, :, 3].all() and atari.sum() == 36
     with pytest.raises(ValueError, match="action_planes 'board'"):
         _action_planes(jnp.array([3]), jax.nn.one_hot(jnp.array([3]), 5), (1, 6, 6), "board")
+
+
+def test_latent_scaling_and_block_norm_options():
+    """"min_max" keeps every latent in [0, 1] with its extremes reached; "none" leaves the raw
+    latent (here outside [0, 1]); block_norm "none" drops every LayerNorm."""
+    obs = jax.random.normal(KEY, (B, 6, 7, 3)) * 3.0
+    actions = jnp.arange(B) % A
+    for scaling in ("min_max", "none"):
+        config = dataclasses.replace(TINY, latent_scaling=scaling)
+        nets = make_muzero_networks(config, (6, 7, 3), A)
+        params = nets.init(KEY)
+        latent = nets.represent(params, obs)
+        _, next_latent = nets.dynamics(params, latent, actions)
+        for x in (latent, next_latent):
+            low, high = x.min(axis=(1, 2, 3)), x.max(axis=(1, 2, 3))
+            if scaling == "min_max":
+                assert jnp.allclose(low, 0.0) and jnp.allclose(high, 1.0, atol=1e-5)
+            else:
+                assert (low < 0).any() or (high > 1).any()
+    with_norm = make_muzero_networks(TINY, (6, 7, 3), A).init(KEY)
+    without = make_muzero_networks(dataclasses.replace(TINY, block_norm="none"), (6, 7, 3),
+                                   A).init(KEY)
+    paths = lambda p: [jax.tree_util.keystr(k) for k, _ in jax.tree_util.tree_leaves_with_path(p)]
+    assert any("LayerNorm" in k for k in paths(with_norm))
+    assert not any("LayerNorm" in k for k in paths(without))
+    assert len(paths(without)) < len(paths(with_norm))
