@@ -66,6 +66,10 @@ class ActorConfig:
     # number uses envpool's async mode: the actor acts on the first envs_per_step envs to finish
     # while the others keep stepping (the search's batch is then envs_per_step).
     envs_per_step: int = 0
+    # Board games: the chance of playing a uniformly random legal move instead of the search's
+    # (never where the actor acts greedily). The policy target stays the search's; the data then
+    # holds the positions after blunders, which a learned model must also get right.
+    random_move_prob: float = 0.0
 
     def __post_init__(self):
         _int_at_least(self, "threads_per_device", 1)
@@ -73,6 +77,9 @@ class ActorConfig:
         _int_at_least(self, "unroll_length", 2)
         _int_at_least(self, "greedy_after_moves", 0)
         _int_at_least(self, "envs_per_step", 0)
+        _number_at_least(self, "random_move_prob", 0.0)
+        if self.random_move_prob > 1:
+            _fail("ActorConfig", "random_move_prob", "in [0, 1]", self.random_move_prob)
         if self.envs_per_step > self.envs_per_thread:
             _fail("ActorConfig", "envs_per_step",
                   f"<= envs_per_thread ({self.envs_per_thread})", self.envs_per_step)

@@ -52,6 +52,9 @@ def make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
     if config.loss.two_player != two_player:
         raise UsageError(f"loss.two_player is {config.loss.two_player} but {spec.name} is a "
                          f"{spec.num_players}-player game; set loss.two_player={two_player}")
+    if config.mode == "vtrace" and config.actors.random_move_prob > 0:
+        raise UsageError("actors.random_move_prob is for the search agents (muzero, alphazero); "
+                         "V-trace already samples its moves from its policy: set it to 0")
     if config.mode == "muzero":
         return _muzero_agent(config, spec, two_player)
     if config.mode == "alphazero":
@@ -60,11 +63,21 @@ def make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
 
 
 def _select(key, out: search.SearchOutput, config: ExperimentConfig, legal_mask, greedy):
-    """The search's action, or the most visited one where `greedy` (late in a board game)."""
+    """The search's action, or the most visited one where `greedy` (late in a board game); with
+    `actors.random_move_prob`, a uniformly random legal move instead, where not greedy."""
     if config.search.algorithm == "gumbel_muzero":
-        return out.action  # Gumbel's own choice; with gumbel_scale 0 it is deterministic
-    temperature = jnp.where(greedy, 0.0, config.search.temperature)[:, None]  # [B, 1]
-    return search.select_action(key, out.visit_counts, temperature, ~legal_mask)
+        action = out.action  # Gumbel's own choice; with gumbel_scale 0 it is deterministic
+    else:
+        temperature = jnp.where(greedy, 0.0, config.search.temperature)[:, None]  # [B, 1]
+        action = search.select_action(key, out.visit_counts, temperature, ~legal_mask)
+    prob = config.actors.random_move_prob
+    if prob > 0:
+        explore_key, random_key = jax.random.split(jax.random.fold_in(key, 1))
+        uniform_legal = jnp.where(legal_mask, 0.0, -jnp.inf)  # [B, A]
+        random_action = jax.random.categorical(random_key, uniform_legal).astype(action.dtype)
+        explore = (jax.random.uniform(explore_key, greedy.shape) < prob) & ~greedy  # [B]
+        action = jnp.where(explore, random_action, action)
+    return action
 
 
 def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> Agent:

@@ -13,6 +13,7 @@ runs one batched search per ply over all positions of that ply.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -53,7 +54,8 @@ def greedy_config(config: ExperimentConfig, num_simulations: int | None = None
     changes: dict[str, Any] = {"dirichlet_fraction": 0.0, "temperature": 0.0, "gumbel_scale": 0.0}
     if num_simulations is not None:
         changes["num_simulations"] = num_simulations
-    return config.replace(search=config.search.replace(**changes))
+    return config.replace(search=config.search.replace(**changes),
+                          actors=dataclasses.replace(config.actors, random_move_prob=0.0))
 
 
 def read_run_config(run_dir: str | os.PathLike) -> ExperimentConfig:

@@ -1,0 +1,55 @@
+"""actors.random_move_prob: uniformly random legal moves in self-play, never where greedy."""
+
+import jax
+import numpy as np
+import pytest
+
+import configs
+from selfplay.agent import make_agent
+from selfplay.envs import make_env
+from selfplay.evaluation import greedy_config
+
+TINY = ["search.num_simulations=4", "network.channels=8", "network.head_hidden=8",
+        "network.representation_blocks=1", "network.dynamics_blocks=1"]
+BATCH = 512
+
+
+def _act(overrides, greedy: bool, seed: int = 1):
+    config = configs.load_config("tic_tac_toe_muzero", TINY + overrides)
+    env = make_env(config.env.name, BATCH)
+    timestep = env.reset(0)
+    timestep = env.step(np.full(BATCH, 4))  # X in the centre: 8 legal moves for O
+    agent = make_agent(config, env.spec)
+    params = agent.init(jax.random.PRNGKey(0))
+    out = jax.device_get(agent.act(params, jax.random.PRNGKey(seed), timestep.observation,
+                                   timestep.legal_mask, np.full(BATCH, greedy), None))
+    return config, out, timestep.legal_mask
+
+
+def test_random_moves_cover_every_legal_move_and_only_legal_ones():
+    _, out, legal = _act(["actors.random_move_prob=1.0"], greedy=False)
+    assert legal[np.arange(BATCH), out.action].all()
+    counts = np.bincount(out.action, minlength=9)
+    assert counts[4] == 0  # the occupied centre
+    # 512 uniform draws over 8 moves: each expected 64; 30 is more than 4 standard deviations off.
+    assert (counts[legal[0]] > 30).all(), counts
+
+
+def test_no_random_moves_where_greedy_or_when_off():
+    _, explored, _ = _act(["actors.random_move_prob=1.0"], greedy=True)
+    _, plain, _ = _act([], greedy=True)
+    np.testing.assert_array_equal(explored.action, plain.action)  # greedy: the search's move
+    # The same search and key: with prob 0 the moves are the search's, row for row.
+    _, sampled, _ = _act([], greedy=False, seed=5)
+    _, zero, _ = _act(["actors.random_move_prob=0.0"], greedy=False, seed=5)
+    np.testing.assert_array_equal(sampled.action, zero.action)
+
+
+def test_evaluation_turns_random_moves_off_and_vtrace_refuses_them():
+    config = configs.load_config("tic_tac_toe_muzero", ["actors.random_move_prob=0.3"])
+    assert greedy_config(config).actors.random_move_prob == 0.0
+    with pytest.raises(configs.UsageError, match="random_move_prob"):
+        vtrace = configs.load_config("cartpole_vtrace", ["actors.random_move_prob=0.1"])
+        make_agent(vtrace, make_env(vtrace.env.name, 2).spec)
+    with pytest.raises(configs.UsageError, match="random_move_prob"):
+        configs.load_config("tic_tac_toe_muzero", ["actors.random_move_prob=1.5"])
