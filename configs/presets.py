@@ -52,7 +52,8 @@ def tic_tac_toe_muzero() -> ExperimentConfig:
     # model must predict the reward of a winning move in positions self-play rarely reaches (the
     # exhaustive check plays every opponent blunder): raw latents and plain residual blocks
     # learned that reward several times faster than min-max latents with LayerNorm, the reward
-    # loss weighs 3x, and stronger root noise (half the prior) keeps blunders in the data.
+    # loss weighs 3x, and stronger root noise (half the prior) and a random move in a quarter of
+    # the moves keep blunders (and what follows them) in the data.
     config = _board_game("tic_tac_toe_muzero", "muzero", "openspiel:tic_tac_toe",
                          simulations=32, longest_game=9, channels=32, blocks=1, updates=1_500,
                          batch=128, envs=32)
@@ -61,7 +62,7 @@ def tic_tac_toe_muzero() -> ExperimentConfig:
         loss=dataclasses.replace(config.loss, reward_loss_weight=3.0),
         search=config.search.replace(qtransform="by_parent_and_siblings", dirichlet_fraction=0.5),
         actors=ActorConfig(threads_per_device=2, envs_per_thread=32, unroll_length=16,
-                           greedy_after_moves=0),
+                           greedy_after_moves=0, random_move_prob=0.25),
         replay=ReplayConfig(capacity=10_000, min_size=1_000, samples_per_insert=4.0,
                             priority_alpha=0.5, priority_beta=1.0),
         # The default run: 5 minutes from the learner's start, whatever the machine's speed.
