@@ -274,11 +274,7 @@ def _actor_loop(index: int, device: jax.Device, config: ExperimentConfig, agent:
                 stats.timer.add("search", stepped - started)
             else:
                 env_state = env.state if agent.uses_env_state else None
-                out = agent.act(snapshot.params, act_key,
-                                jax.device_put(timestep.observation, device),
-                                jax.device_put(timestep.legal_mask, device),
-                                jax.device_put(greedy, device), env_state)
-                out = jax.device_get(out)  # the search ran on the device; this waits for it
+                out = _act(agent, snapshot.params, act_key, timestep, greedy, device, env_state)
                 searched = time.perf_counter()
                 next_timestep = env.step(out.action)
                 stepped = time.perf_counter()
@@ -286,16 +282,9 @@ def _actor_loop(index: int, device: jax.Device, config: ExperimentConfig, agent:
                 stats.timer.add("env", stepped - searched)
             done = np.asarray(next_timestep.done)
             segment.append({
-                "observation": timestep.observation,
-                "action": out.action.astype(np.int32),
+                **_acting_fields(timestep, out, snapshot.version),
                 "reward": np.asarray(next_timestep.reward, np.float32),
                 "discount": np.where(done, 0.0, 1.0).astype(np.float32),
-                "search_policy": np.asarray(out.search_policy, np.float32),
-                "search_value": np.asarray(out.search_value, np.float32),
-                "legal_mask": np.asarray(timestep.legal_mask, bool),
-                "to_play": np.asarray(timestep.to_play, np.int32),
-                "behaviour_logits": np.asarray(out.behaviour_logits, np.float32),
-                "policy_version": np.full(num_envs, snapshot.version, np.int32),
             })
             ended = np.asarray(getattr(next_timestep, "episode_end", done), bool)
             stats.add(num_envs, np.asarray(next_timestep.episode_return)[ended],
@@ -341,23 +330,10 @@ def _async_actor_loop(index: int, device: jax.Device, config: ExperimentConfig, 
             key, act_key = jax.random.split(key)
             greedy = (moves[ids] >= greedy_after) if greedy_after else np.zeros(ids.size, bool)
             started = time.perf_counter()
-            out = agent.act(snapshot.params, act_key,
-                            jax.device_put(timestep.observation, device),
-                            jax.device_put(timestep.legal_mask, device),
-                            jax.device_put(greedy, device), None)
-            out = jax.device_get(out)  # the search ran on the device; this waits for it
+            out = _act(agent, snapshot.params, act_key, timestep, greedy, device, None)
             searched = time.perf_counter()
             # The first half of each env's step; the columns copy it (envpool may reuse buffers).
-            columns.begin(ids, {
-                "observation": timestep.observation,
-                "action": out.action.astype(np.int32),
-                "search_policy": np.asarray(out.search_policy, np.float32),
-                "search_value": np.asarray(out.search_value, np.float32),
-                "legal_mask": np.asarray(timestep.legal_mask, bool),
-                "to_play": np.asarray(timestep.to_play, np.int32),
-                "behaviour_logits": np.asarray(out.behaviour_logits, np.float32),
-                "policy_version": np.full(ids.size, snapshot.version, np.int32),
-            })
+            columns.begin(ids, _acting_fields(timestep, out, snapshot.version))
             sent = time.perf_counter()
             env.send(out.action, ids)
             timestep = env.recv()
@@ -439,6 +415,31 @@ class _EnvColumns:
             column[: held - used] = column[used:held]  # numpy copies overlapping slices safely
         self.count -= used
         return trajectory
+
+
+def _act(agent: Agent, params, key, timestep, greedy: np.ndarray, device: jax.Device,
+         env_state) -> Any:
+    """The agent's act on `device` for the rows of `timestep`, fetched back to the host."""
+    out = agent.act(params, key, jax.device_put(timestep.observation, device),
+                    jax.device_put(timestep.legal_mask, device), jax.device_put(greedy, device),
+                    env_state)
+    return jax.device_get(out)  # the search ran on the device; this waits for it
+
+
+def _acting_fields(timestep, out, version: int) -> dict[str, np.ndarray]:
+    """The fields of a trajectory step known when the actor acts (all but reward and discount),
+    for the B rows of `timestep` and the act's output `out`."""
+    batch = np.asarray(out.action).shape[0]
+    return {
+        "observation": timestep.observation,
+        "action": out.action.astype(np.int32),
+        "search_policy": np.asarray(out.search_policy, np.float32),
+        "search_value": np.asarray(out.search_value, np.float32),
+        "legal_mask": np.asarray(timestep.legal_mask, bool),
+        "to_play": np.asarray(timestep.to_play, np.int32),
+        "behaviour_logits": np.asarray(out.behaviour_logits, np.float32),
+        "policy_version": np.full(batch, version, np.int32),
+    }
 
 
 def _fused_pgx_act_step(agent: Agent, env) -> Callable | None:
