@@ -142,6 +142,9 @@ class LearnerConfig:
     keep_checkpoints: int = 3
     # Seconds between metric lines (metrics.jsonl, TensorBoard, the progress line).
     log_every_s: float = 5.0
+    # Board games (muzero, alphazero): train each example in a random one of the board's
+    # symmetries (tic-tac-toe and go: 8 rotations/reflections; connect four: the mirror).
+    augment_symmetries: bool = False
 
     def __post_init__(self):
         _int_at_least(self, "batch_size", 1)
@@ -152,6 +155,8 @@ class LearnerConfig:
         _int_at_least(self, "checkpoint_every", 1)
         _int_at_least(self, "keep_checkpoints", 1)
         _number_at_least(self, "log_every_s", 0.0, strict=True)
+        if not isinstance(self.augment_symmetries, bool):
+            _fail("LearnerConfig", "augment_symmetries", "true or false", self.augment_symmetries)
         if not (self.max_updates or self.max_seconds or self.max_frames):
             _fail("LearnerConfig", "max_updates",
                   "> 0 unless max_seconds or max_frames sets an end", self.max_updates)

@@ -36,6 +36,15 @@ from muzero.networks import (
     make_root_fn,
     scale_latent,
 )
+from muzero.symmetries import (
+    BoardSymmetries,
+    augment_alphazero_batch,
+    augment_muzero_batch,
+    dihedral_symmetries,
+    make_symmetries,
+    mirror_symmetries,
+    with_symmetries,
+)
 from muzero.targets import (
     alphazero_batch,
     muzero_batch,
@@ -95,6 +104,14 @@ __all__ = [
     "alphazero_batch",
     "value_priorities",
     "sequence_priorities",
+    # board symmetries (data augmentation)
+    "BoardSymmetries",
+    "make_symmetries",
+    "dihedral_symmetries",
+    "mirror_symmetries",
+    "augment_muzero_batch",
+    "augment_alphazero_batch",
+    "with_symmetries",
     # losses
     "LossConfig",
     "make_muzero_loss",

@@ -55,11 +55,33 @@ def make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
     if config.mode == "vtrace" and config.actors.random_move_prob > 0:
         raise UsageError("actors.random_move_prob is for the search agents (muzero, alphazero); "
                          "V-trace already samples its moves from its policy: set it to 0")
+    if config.learner.augment_symmetries:
+        _check_symmetries(config, spec)
     if config.mode == "muzero":
         return _muzero_agent(config, spec, two_player)
     if config.mode == "alphazero":
         return _alphazero_agent(config, spec, two_player)
     return _vtrace_agent(config, spec)
+
+
+def _check_symmetries(config: ExperimentConfig, spec: EnvSpec) -> None:
+    from selfplay.envs.symmetries import board_symmetries
+
+    if config.mode == "vtrace":
+        raise UsageError("learner.augment_symmetries is for the search agents (muzero, "
+                         "alphazero): set it to false for V-trace")
+    if board_symmetries(spec) is None:
+        raise UsageError(f"learner.augment_symmetries: no board symmetries are known for "
+                         f"{spec.name} (known: tic_tac_toe, connect_four, go): set it to false")
+
+
+def _augmented(loss_fn, config: ExperimentConfig, spec: EnvSpec, augment):
+    """`loss_fn` over randomly oriented boards when the config asks for it."""
+    if not config.learner.augment_symmetries:
+        return loss_fn
+    from selfplay.envs.symmetries import board_symmetries
+
+    return muzero.with_symmetries(loss_fn, board_symmetries(spec), augment)
 
 
 def _select(key, out: search.SearchOutput, config: ExperimentConfig, legal_mask, greedy):
@@ -86,7 +108,8 @@ def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> 
     root_fn = muzero.make_root_fn(networks)
     recurrent_fn = muzero.make_recurrent_fn(networks, discount=config.loss.discount,
                                             two_player=two_player)
-    loss_fn = muzero.make_muzero_loss(networks, config.loss)
+    loss_fn = _augmented(muzero.make_muzero_loss(networks, config.loss), config, spec,
+                         muzero.augment_muzero_batch)
 
     def act(params, key, observation, legal_mask, greedy, env_state=None):
         del env_state
@@ -115,7 +138,8 @@ def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) 
 
     networks = muzero.make_alphazero_networks(config.network, spec.observation_shape,
                                               spec.num_actions)
-    loss_fn = muzero.make_alphazero_loss(networks, config.loss)
+    loss_fn = _augmented(muzero.make_alphazero_loss(networks, config.loss), config, spec,
+                         muzero.augment_alphazero_batch)
     exact_step = pgx_exact_step(spec.name.split(":", 1)[1])
 
     def step_fn(state, action):  # search.StepFn over the real rules
