@@ -220,7 +220,7 @@ def test_augmented_loss_trains(preset):
     random boards its value differs from the plain loss's."""
     tiny = ["network.channels=8", "network.head_hidden=8", "network.representation_blocks=1",
             "network.dynamics_blocks=1"]
-    plain_config = configs.load_config(preset, tiny)
+    plain_config = configs.load_config(preset, [*tiny, "learner.augment_symmetries=false"])
     config = configs.load_config(preset, [*tiny, "learner.augment_symmetries=true"])
     spec = make_env(config.env.name, 1).spec
     agent, plain = make_agent(config, spec), make_agent(plain_config, spec)
