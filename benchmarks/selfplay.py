@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/selfplay.py                          # every configuration
     .venv/bin/python benchmarks/selfplay.py --only az_connect_four_1x128 --seconds 60
     .venv/bin/python benchmarks/selfplay.py --actors-only --reference  # actor threads alone
+    .venv/bin/python benchmarks/selfplay.py --only az_tic_tac_toe_2x64 --pgx-loop  # vs pgx's loop
     .venv/bin/python benchmarks/selfplay.py --only mz_tic_tac_toe --set actors.envs_per_thread=64
 
 Each configuration runs `selfplay.train.train(config, <tmp run dir>, progress=False)` and reads
@@ -36,6 +37,11 @@ given, for `--seconds` after every thread's first steps (compiled) and `--warmup
 jitted (act and step in one `lax.scan` over `actors.unroll_length` steps, the pattern of pgx's
 example, no learner, no host round trip), measured in the same process after the run, so that the
 machine's load at the time hits both: `ratio_to_jitted` is ours / jitted.
+
+`--pgx-loop` adds, per AlphaZero configuration, pgx's AlphaZero example's loop written with the
+configuration's own network, search, rules, loss and optimizer (a jitted self-play scan of
+`--loop-steps` moves of all the games, then one update per `--loop-batch` positions), in the same
+process after the run: `ratio_to_pgx_loop` is ours / that loop, the same work on the same cores.
 
 One JSON line per configuration, with the fixed reference figures of pgx's AlphaZero example on
 this machine (740 positions/s on connect four with 32 simulations, 6,800 on tic-tac-toe with 16;
@@ -309,6 +315,99 @@ def bench_jitted(name: str, args) -> dict | None:
     }
 
 
+def bench_pgx_loop(name: str, args) -> dict | None:
+    """pgx's AlphaZero example's loop, written with our parts: the same-run ceiling.
+
+    pgx's example alternates a fully jitted self-play (`lax.scan` of `--loop-steps` moves of all
+    the configuration's games at once, auto-reset) with training: value targets to the end of the
+    scan, the positions shuffled into batches of `--loop-batch`, one update each (every position
+    learned from once). Here the network, search, rules, loss and optimizer are the
+    configuration's own, so the ratio to it measures the runtime (threads, replay, host round
+    trips), not a difference in the work. Positions/s counts self-play and training time.
+    """
+    config = make_config(name, args)
+    if config.mode != "alphazero":
+        return None
+    import jax.numpy as jnp
+
+    import muzero
+    from selfplay.envs import pgx_functions
+
+    game = config.env.name.split(":", 1)[1]
+    num_envs = config.actors.envs_per_thread * config.actors.threads_per_device
+    length = args.loop_steps
+    functions = pgx_functions(game, num_envs)
+    probe = make_env(config.env.name, 1, seed=config.seed)
+    agent = make_agent(config, probe.spec)
+    probe.close()
+    optimizer = muzero.make_optimizer(config.optimizer)
+    update = jax.jit(muzero.make_update(agent.loss_fn, optimizer))
+    state = muzero.init_train_state(jax.jit(agent.init)(jax.random.PRNGKey(config.seed)),
+                                    optimizer, jax.random.PRNGKey(config.seed + 1))
+
+    @jax.jit
+    def selfplay(params, key):  # [length, num_envs] positions and their targets, as one batch
+        reset_key, scan_key = jax.random.split(key)
+        env_state, _ = functions.reset(reset_key)
+
+        def body(env_state, key):
+            game_state = env_state.game
+            greedy = jnp.zeros(num_envs, bool)
+            out = agent.act(params, key, game_state.observation, game_state.legal_action_mask,
+                            greedy, game_state)
+            env_state, timestep = functions.step(env_state, out.action)
+            step = muzero.Trajectory(
+                observation=game_state.observation, action=out.action,
+                reward=timestep.reward.astype(jnp.float32),
+                discount=jnp.where(timestep.done, 0.0, 1.0),
+                search_policy=out.search_policy, search_value=out.search_value,
+                legal_mask=game_state.legal_action_mask,
+                to_play=game_state.current_player.astype(jnp.int32),
+                behaviour_logits=out.behaviour_logits,
+                policy_version=jnp.zeros(num_envs, jnp.int32))
+            return env_state, step
+
+        _, trajectory = jax.lax.scan(body, env_state, jax.random.split(scan_key, length))
+        return muzero.alphazero_batch(trajectory, td_steps=length, discount=config.loss.discount,
+                                      two_player=True)
+
+    @jax.jit
+    def minibatches(batch, key):  # shuffled, [updates, loop_batch, ...]
+        order = jax.random.permutation(key, length * num_envs)
+        updates = length * num_envs // args.loop_batch
+        return jax.tree.map(
+            lambda x: x[order][: updates * args.loop_batch].reshape(
+                (updates, args.loop_batch) + x.shape[1:]), batch)
+
+    def iteration(state, key):
+        play_key, shuffle_key = jax.random.split(key)
+        batches = minibatches(jax.device_get(selfplay(state.params, play_key)), shuffle_key)
+        for i in range(jax.tree.leaves(batches)[0].shape[0]):
+            state, metrics = update(state, jax.tree.map(lambda x, i=i: x[i], batches))
+            float(metrics["loss"])  # as the example: each update's loss comes to the host
+        return state
+
+    key = jax.random.PRNGKey(2)
+    state = iteration(state, key)  # compile
+    iterations, start, cpu = 0, time.monotonic(), time.process_time()
+    while iterations < 2 or time.monotonic() - start < args.seconds:
+        key, sub = jax.random.split(key)
+        state = iteration(state, sub)
+        iterations += 1
+    seconds, cpu = time.monotonic() - start, time.process_time() - cpu
+    positions = iterations * length * num_envs
+    return {
+        "config": name,
+        "mode": "pgx_example_loop",
+        "env": config.env.name,
+        "envs": num_envs,
+        "simulations": config.search.num_simulations,
+        "measured_s": round(seconds, 1),
+        "positions_per_s": round(positions / seconds, 1),
+        "positions_per_cpu_s": round(positions / cpu, 1),
+    }
+
+
 def pgx_step_share(name: str, args, calls: int = 8) -> float:
     """CPU time of the pgx step alone over that of the actor's fused act+step, same batch."""
     config = make_config(name, args)
@@ -350,6 +449,13 @@ def main(argv=None) -> None:
     parser.add_argument("--actors-only", action="store_true", help="no learner: only act")
     parser.add_argument("--reference", action="store_true",
                         help="also time the fully jitted actor (AlphaZero configurations)")
+    parser.add_argument("--pgx-loop", action="store_true",
+                        help="also time pgx's example loop (jitted self-play, then training) "
+                             "with the configuration's parts, in the same process")
+    parser.add_argument("--loop-steps", type=int, default=256,
+                        help="--pgx-loop: moves per self-play scan (pgx's max_num_steps)")
+    parser.add_argument("--loop-batch", type=int, default=4096,
+                        help="--pgx-loop: training batch (pgx's training_batch_size)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides applied to every configuration")
     parser.add_argument("--compile-cache", default=os.path.join(tempfile.gettempdir(),
@@ -369,6 +475,13 @@ def main(argv=None) -> None:
             result["two_core_estimate_ratio"] = round(result["two_core_estimate"] / reference, 3)
         if CONFIGS[name][0].endswith("alphazero") and hasattr(train_module, "_fused_pgx_act_step"):
             result["pgx_step_share_of_act_step"] = round(pgx_step_share(name, args), 4)
+        if args.pgx_loop:
+            loop = bench_pgx_loop(name, args)
+            if loop:
+                result["pgx_loop_positions_per_s"] = loop["positions_per_s"]
+                result["pgx_loop_positions_per_cpu_s"] = loop["positions_per_cpu_s"]
+                result["ratio_to_pgx_loop"] = round(
+                    result["positions_per_s"] / loop["positions_per_s"], 3)
         if args.reference:
             jitted = bench_jitted(name, args)
             if jitted:

@@ -210,9 +210,6 @@ class ExperimentConfig:
             _fail("ExperimentConfig", "mode",
                   "'muzero' or 'vtrace' for a non-JAX environment (alphazero needs pgx:...)",
                   self.mode)
-        if self.mode == "alphazero" and self.search.algorithm != "muzero":
-            _fail("SearchConfig", "algorithm", "'muzero' (PUCT) for alphazero mode",
-                  self.search.algorithm)
 
     def replace(self, **changes) -> ExperimentConfig:
         return dataclasses.replace(self, **changes)

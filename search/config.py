@@ -67,6 +67,11 @@ class SearchConfig:
                "must be greater than qtransform_min_value")
         _check(self.qtransform is None or self.qtransform in QTRANSFORMS, self, "qtransform",
                f"must be None or one of {QTRANSFORMS}")
+        # Gumbel MuZero's policy improvement (and its improved-policy target) is defined over
+        # completed Q-values; min-max or parent-and-siblings scores would silently change it.
+        _check(self.algorithm != "gumbel_muzero"
+               or self.qtransform in (None, "completed_by_mix_value"), self, "qtransform",
+               "must be None or 'completed_by_mix_value' with algorithm 'gumbel_muzero'")
 
     @property
     def qtransform_name(self) -> str:

@@ -346,6 +346,13 @@ def test_bad_config_names_the_field(field, value):
         search.SearchConfig(**{field: value})
 
 
+def test_gumbel_refuses_a_q_transform_that_is_not_completed():
+    with pytest.raises(ValueError, match="SearchConfig.qtransform .*gumbel_muzero"):
+        search.SearchConfig(algorithm="gumbel_muzero", qtransform="by_min_max")
+    gumbel = search.SearchConfig(algorithm="gumbel_muzero")
+    assert gumbel.qtransform_name == "completed_by_mix_value"
+
+
 def test_config_is_frozen_and_replace_validates():
     config = search.SearchConfig()
     with pytest.raises(AttributeError):

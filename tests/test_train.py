@@ -32,10 +32,14 @@ def _tiny(preset: str, *extra: str) -> configs.ExperimentConfig:
     return configs.load_config(preset, overrides)
 
 
-@pytest.mark.parametrize("preset", ["tic_tac_toe_muzero", "tic_tac_toe_alphazero",
-                                    "cartpole_vtrace"])
-def test_smoke_run_of_each_mode(preset, tmp_path):
-    config = _tiny(preset, "learner.max_updates=4")
+@pytest.mark.parametrize("preset, extra", [
+    ("tic_tac_toe_muzero", []), ("tic_tac_toe_alphazero", []), ("cartpole_vtrace", []),
+    # AlphaZero's exact model searched by Gumbel MuZero, as pgx's own AlphaZero example does.
+    ("tic_tac_toe_alphazero", ["search.algorithm=gumbel_muzero",
+                               "search.qtransform=completed_by_mix_value"]),
+], ids=["muzero", "alphazero", "vtrace", "alphazero-gumbel"])
+def test_smoke_run_of_each_mode(preset, extra, tmp_path):
+    config = _tiny(preset, "learner.max_updates=4", *extra)
     result = train_module.train(config, tmp_path / "run", progress=False)
     assert result.stopped_by == "max_updates"
     assert result.updates == 4
@@ -119,6 +123,9 @@ def test_killed_run_resumes_and_sigint_stops_with_a_final_checkpoint(tmp_path):
     (["env.name=pgx:no_such_game"], "no_such_game"),  # the default preset is pgx AlphaZero
     (["env.name=openspiel:connect_four"], "alphazero needs pgx"),
     (["learner.max_updates"], "is not key.path=value"),
+    # The board presets pick min-max Q for PUCT; Gumbel needs its completed Q named too.
+    (["search.algorithm=gumbel_muzero"], "SearchConfig.qtransform must be None or "
+                                         "'completed_by_mix_value' with algorithm"),
 ])
 def test_bad_input_gets_one_line_and_exit_code_2(args, message, tmp_path, capsys):
     code = cli.main(["train", "--run-dir", str(tmp_path / "run"), *args])
