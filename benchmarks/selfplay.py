@@ -262,6 +262,28 @@ def bench_actors(name: str, args) -> dict:
     return out
 
 
+def _all_games_at_once(config) -> tuple:
+    """The agent, and pgx's functions over all the configuration's games (every actor thread's)
+    as one batch: what the fully jitted ceilings step."""
+    from selfplay.envs import pgx_functions
+
+    num_envs = config.actors.envs_per_thread * config.actors.threads_per_device
+    functions = pgx_functions(config.env.name.split(":", 1)[1], num_envs)
+    probe = make_env(config.env.name, 1, seed=config.seed)
+    agent = make_agent(config, probe.spec)
+    probe.close()
+    return agent, functions, num_envs
+
+
+def _add_ceiling(result: dict, prefix: str, ceiling: dict | None) -> None:
+    """Puts a same-run ceiling's rates, and ours over it, into `result`."""
+    if ceiling:
+        result[f"{prefix}_positions_per_s"] = ceiling["positions_per_s"]
+        result[f"{prefix}_positions_per_cpu_s"] = ceiling["positions_per_cpu_s"]
+        result[f"ratio_to_{prefix}"] = round(
+            result["positions_per_s"] / ceiling["positions_per_s"], 3)
+
+
 def bench_jitted(name: str, args) -> dict | None:
     """Our search and pgx rules in one jitted scan per segment: the host-free upper bound."""
     config = make_config(name, args)
@@ -269,14 +291,7 @@ def bench_jitted(name: str, args) -> dict | None:
         return None
     import jax.numpy as jnp
 
-    from selfplay.envs import pgx_functions
-
-    game = config.env.name.split(":", 1)[1]
-    num_envs = config.actors.envs_per_thread * config.actors.threads_per_device
-    functions = pgx_functions(game, num_envs)
-    probe = make_env(config.env.name, 1, seed=config.seed)
-    agent = make_agent(config, probe.spec)
-    probe.close()
+    agent, functions, num_envs = _all_games_at_once(config)
     params = jax.jit(agent.init)(jax.random.PRNGKey(config.seed))
     length = config.actors.unroll_length
 
@@ -331,15 +346,9 @@ def bench_pgx_loop(name: str, args) -> dict | None:
     import jax.numpy as jnp
 
     import muzero
-    from selfplay.envs import pgx_functions
 
-    game = config.env.name.split(":", 1)[1]
-    num_envs = config.actors.envs_per_thread * config.actors.threads_per_device
+    agent, functions, num_envs = _all_games_at_once(config)
     length = args.loop_steps
-    functions = pgx_functions(game, num_envs)
-    probe = make_env(config.env.name, 1, seed=config.seed)
-    agent = make_agent(config, probe.spec)
-    probe.close()
     optimizer = muzero.make_optimizer(config.optimizer)
     update = jax.jit(muzero.make_update(agent.loss_fn, optimizer))
     state = muzero.init_train_state(jax.jit(agent.init)(jax.random.PRNGKey(config.seed)),
@@ -476,19 +485,9 @@ def main(argv=None) -> None:
         if CONFIGS[name][0].endswith("alphazero") and hasattr(train_module, "_fused_pgx_act_step"):
             result["pgx_step_share_of_act_step"] = round(pgx_step_share(name, args), 4)
         if args.pgx_loop:
-            loop = bench_pgx_loop(name, args)
-            if loop:
-                result["pgx_loop_positions_per_s"] = loop["positions_per_s"]
-                result["pgx_loop_positions_per_cpu_s"] = loop["positions_per_cpu_s"]
-                result["ratio_to_pgx_loop"] = round(
-                    result["positions_per_s"] / loop["positions_per_s"], 3)
+            _add_ceiling(result, "pgx_loop", bench_pgx_loop(name, args))
         if args.reference:
-            jitted = bench_jitted(name, args)
-            if jitted:
-                result["jitted_positions_per_s"] = jitted["positions_per_s"]
-                result["jitted_positions_per_cpu_s"] = jitted["positions_per_cpu_s"]
-                result["ratio_to_jitted"] = round(
-                    result["positions_per_s"] / jitted["positions_per_s"], 3)
+            _add_ceiling(result, "jitted", bench_jitted(name, args))
         result["loadavg_1m"] = round(os.getloadavg()[0], 2)
         result["xla_flags"] = os.environ.get("XLA_FLAGS", "")
         print(json.dumps(result), flush=True)

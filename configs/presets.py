@@ -102,7 +102,7 @@ def connect_four_alphazero() -> ExperimentConfig:
     # Against mcts:1000 after 29 minutes on 2 CPU cores (BENCHMARKS.md), 32 / 256 simulations:
     # a random move in 10% of self-play moves and the mirror symmetry took it from 27.5% / 57.5%
     # to 60% / 75%; value targets bootstrapped from the search's value 10 plies on (outcomes
-    # past random moves are noisy) with a decaying learning rate, to 65% / 80%.
+    # past random moves are noisy) with a decaying learning rate, to 65% / 80% (90% at 800).
     config = _board_game("connect_four_alphazero", "alphazero", "pgx:connect_four",
                          simulations=32, longest_game=42, channels=32, blocks=2, updates=20_000,
                          batch=256, envs=128, learning_rate=1e-3)
