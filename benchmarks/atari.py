@@ -134,7 +134,8 @@ def vtrace_costs(config: configs.ExperimentConfig, repeats: int = 5) -> dict:
     optimizer = muzero.make_optimizer(config.optimizer)
     devices = jax.local_devices()[:1]
     update = muzero.make_replicated_update(agent.loss_fn, optimizer, devices,
-                                           batch_axis=agent.batch_axis, donate=True)
+                                           batch_axis=agent.batch_axis, donate=True,
+                                           compiler_options=dict(agent.compiler_options) or None)
     state = [muzero.replicate(muzero.init_train_state(params, optimizer, key), devices)]
     trajectory = muzero.Trajectory(
         observation=rng.integers(0, 256, (t, n, *spec.observation_shape), dtype=np.uint8),

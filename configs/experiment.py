@@ -13,6 +13,7 @@ from muzero import LossConfig, NetworkConfig, OptimizerConfig
 from search import SearchConfig
 
 MODES = ("muzero", "alphazero", "vtrace")
+CPU_CONVOLUTIONS = ("xla", "eigen")
 
 
 def _fail(section: str, field: str, expected: str, value) -> None:
@@ -170,6 +171,10 @@ class DevicesConfig:
     actor_devices: tuple[int, ...] = ()
     # Local device indices for the learner; empty: all but the actors' (all, with one device).
     learner_devices: tuple[int, ...] = ()
+    # Convolutions on CPU devices: "xla" (XLA's choice; YNNPACK in jaxlib 0.10, the faster for
+    # board networks) or "eigen" (XLA's own kernels: the IMPALA network's update on Atari frames
+    # costs 1.5x less wall time; see BENCHMARKS.md). No effect on GPUs or TPUs.
+    cpu_convolutions: str = "xla"
 
     def __post_init__(self):
         for field in ("actor_devices", "learner_devices"):
@@ -177,6 +182,9 @@ class DevicesConfig:
             if not isinstance(value, tuple) or not all(
                     isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value):
                 _fail("DevicesConfig", field, "a tuple of device indices >= 0", value)
+        if self.cpu_convolutions not in CPU_CONVOLUTIONS:
+            _fail("DevicesConfig", "cpu_convolutions", " or ".join(map(repr, CPU_CONVOLUTIONS)),
+                  self.cpu_convolutions)
 
 
 @dataclasses.dataclass(frozen=True)

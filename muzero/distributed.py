@@ -144,13 +144,14 @@ def make_replicated_update(
     *,
     batch_axis: int = 0,
     donate: bool = True,
+    compiler_options: dict[str, str] | None = None,
 ) -> UpdateFn:
     """The jitted data-parallel `update(state, batch)` over `devices` (of one or more hosts).
 
     `state` comes from `replicate`, `batch` from `shard_batch` with the same `batch_axis`
     (0 for [B, ...] batches, 1 for time-major [T, B, ...]). Returns the new replicated state and
     the metrics averaged over all devices. With `donate`, the input state's buffers are reused for
-    the output: do not use the old state after the call.
+    the output: do not use the old state after the call. `compiler_options` go to XLA (`jax.jit`).
     """
     mesh = make_mesh(devices)
     update = make_update(loss_fn, optimizer, axis_name=AXIS)
@@ -160,4 +161,5 @@ def make_replicated_update(
         in_specs=(P(), _batch_spec(batch_axis)),
         out_specs=(P(), P()),
     )
-    return jax.jit(sharded, donate_argnums=(0,) if donate else ())
+    return jax.jit(sharded, donate_argnums=(0,) if donate else (),
+                   compiler_options=compiler_options)

@@ -8,6 +8,8 @@ No threads, queues or files here: `selfplay.train` wires these into the Sebulba 
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -44,6 +46,9 @@ class Agent(NamedTuple):
     window_length: int  # L: steps per replay window (V-trace: steps per trajectory, T + 1)
     batch_axis: int  # the batch's axis for the replicated update
     uses_env_state: bool  # act needs the pgx state (AlphaZero's exact model)
+    # XLA compile options of `act` and of the learner's update, as (name, value) pairs (hashable:
+    # jitted functions are cached per agent); empty: XLA's defaults
+    compiler_options: tuple[tuple[str, str], ...] = ()
 
 
 def make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
@@ -57,11 +62,39 @@ def make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
                          "V-trace already samples its moves from its policy: set it to 0")
     if config.learner.augment_symmetries:
         _check_symmetries(config, spec)
+    options = compiler_options(config)
     if config.mode == "muzero":
-        return _muzero_agent(config, spec, two_player)
+        return _muzero_agent(config, spec, two_player, options)
     if config.mode == "alphazero":
-        return _alphazero_agent(config, spec, two_player)
-    return _vtrace_agent(config, spec)
+        return _alphazero_agent(config, spec, two_player, options)
+    return _vtrace_agent(config, spec, options)
+
+
+# `devices.cpu_convolutions="eigen"`: YNNPACK keeps XLA's other defaults (reductions, dots), and
+# convolutions go to XLA's own Eigen kernels.
+_EIGEN_CONVOLUTIONS = {"xla_cpu_experimental_ynn_fusion_type":
+                       "LIBRARY_FUSION_TYPE_REDUCE,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
+
+
+def compiler_options(config: ExperimentConfig) -> tuple[tuple[str, str], ...]:
+    """The XLA compile options `config.devices` asks for, as (name, value) pairs for `jax.jit`'s
+    `compiler_options` (`dict(...)`); empty for XLA's defaults, or where this jaxlib does not know
+    the option (with a warning: the run goes on at XLA's defaults)."""
+    if config.devices.cpu_convolutions == "xla":
+        return ()
+    options = tuple(_EIGEN_CONVOLUTIONS.items())
+    return options if _compiles_with(options) else ()
+
+
+@functools.cache
+def _compiles_with(options: tuple[tuple[str, str], ...]) -> bool:
+    try:
+        jax.jit(lambda x: x + 1, compiler_options=dict(options)).lower(np.float32(0)).compile()
+    except jax.errors.JaxRuntimeError as error:
+        warnings.warn(f"devices.cpu_convolutions has no effect with this jaxlib ({error})",
+                      stacklevel=3)
+        return False
+    return True
 
 
 def _check_symmetries(config: ExperimentConfig, spec: EnvSpec) -> None:
@@ -102,7 +135,8 @@ def _select(key, out: search.SearchOutput, config: ExperimentConfig, legal_mask,
     return action
 
 
-def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> Agent:
+def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool,
+                  options: tuple[tuple[str, str], ...]) -> Agent:
     networks = muzero.make_muzero_networks(config.network, spec.observation_shape,
                                            spec.num_actions)
     root_fn = muzero.make_root_fn(networks)
@@ -128,12 +162,14 @@ def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> 
         priorities = muzero.value_priorities(window.search_value[0], batch.value_target[:, 0])
         return batch, priorities
 
-    return Agent(init=networks.init, act=jax.jit(act), loss_fn=loss_fn,
-                 make_batch=jax.jit(make_batch), window_length=config.loss.window_length,
-                 batch_axis=0, uses_env_state=False)
+    return Agent(init=networks.init, act=jax.jit(act, compiler_options=dict(options) or None),
+                 loss_fn=loss_fn, make_batch=jax.jit(make_batch),
+                 window_length=config.loss.window_length, batch_axis=0, uses_env_state=False,
+                 compiler_options=options)
 
 
-def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> Agent:
+def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool,
+                     options: tuple[tuple[str, str], ...]) -> Agent:
     from selfplay.envs import pgx_exact_step
 
     networks = muzero.make_alphazero_networks(config.network, spec.observation_shape,
@@ -178,12 +214,14 @@ def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) 
         )
         return batch, muzero.value_priorities(window.search_value[0], z[0])
 
-    return Agent(init=networks.init, act=jax.jit(act), loss_fn=loss_fn,
-                 make_batch=jax.jit(make_batch), window_length=config.loss.td_steps + 1,
-                 batch_axis=0, uses_env_state=True)
+    return Agent(init=networks.init, act=jax.jit(act, compiler_options=dict(options) or None),
+                 loss_fn=loss_fn, make_batch=jax.jit(make_batch),
+                 window_length=config.loss.td_steps + 1, batch_axis=0, uses_env_state=True,
+                 compiler_options=options)
 
 
-def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
+def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec,
+                  options: tuple[tuple[str, str], ...]) -> Agent:
     networks = muzero.make_actor_critic_networks(config.network, spec.observation_shape,
                                                  spec.num_actions)
     loss_fn = muzero.make_vtrace_loss(networks, config.loss)
@@ -200,9 +238,10 @@ def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
         del importance_weight
         return muzero.VTraceBatch.from_trajectory(trajectory), None
 
-    return Agent(init=networks.init, act=jax.jit(act), loss_fn=loss_fn,
-                 make_batch=jax.jit(make_batch), window_length=config.actors.unroll_length + 1,
-                 batch_axis=1, uses_env_state=False)
+    return Agent(init=networks.init, act=jax.jit(act, compiler_options=dict(options) or None),
+                 loss_fn=loss_fn, make_batch=jax.jit(make_batch),
+                 window_length=config.actors.unroll_length + 1, batch_axis=1,
+                 uses_env_state=False, compiler_options=options)
 
 
 def concat_trajectories(items: list[muzero.Trajectory]) -> muzero.Trajectory:

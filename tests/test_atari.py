@@ -2,12 +2,17 @@
 the preprocessing options reaching envpool, the presets' settings, and a bad game name."""
 
 import json
+import re
 
+import jax
+import numpy as np
 import pytest
 
 import configs
+import muzero
 from arena import cli
-from selfplay.envs import envpool_env
+from selfplay.agent import make_agent
+from selfplay.envs import env_spec, envpool_env
 from selfplay.train import train
 
 SMALL_ACTORS = ["actors.threads_per_device=2", "actors.envs_per_thread=2",
@@ -88,3 +93,52 @@ def test_a_bad_game_name_gets_one_line_and_exit_code_2(preset, tmp_path, capsys)
     assert "unknown envpool task 'NoSuchGame-v5'" in captured.err
     assert len(captured.err.strip().splitlines()) == 1
     assert "Traceback" not in captured.err
+
+
+def _library_convolutions(compiled_text: str) -> int:
+    """How many convolutions of an optimised HLO module sit inside a YNNPACK fusion."""
+    bodies = dict(re.findall(r"^%?([\w.\-]+) [^\n]*\{\n(.*?)\n\}", compiled_text, re.S | re.M))
+    called = re.findall(r"calls=%?([\w.\-]+)[^\n]*__ynn_fusion", compiled_text)
+    return sum(" convolution(" in bodies.get(name, "") for name in called)
+
+
+def _compiled_act_and_update(choice: str) -> tuple[str, str]:
+    """The optimised HLO of the V-trace agent's act and update with one conv stack of 32
+    channels (YNNPACK takes convolutions from 32 channels on)."""
+    config = configs.load_config("atari_vtrace", [
+        f"devices.cpu_convolutions={choice}", "network.impala_channels=[32]",
+        "network.impala_dense=8"])
+    spec = env_spec(config.env.name, seed=0, **config.env.options)
+    agent = make_agent(config, spec)
+    assert bool(agent.compiler_options) == (choice == "eigen")
+    key = jax.random.PRNGKey(0)
+    params = jax.jit(agent.init)(key)
+    obs = np.zeros((2, *spec.observation_shape), np.uint8)
+    mask, greedy = np.ones((2, spec.num_actions), bool), np.zeros(2, bool)
+    act = agent.act.lower(params, key, obs, mask, greedy, None).compile().as_text()
+    optimizer = muzero.make_optimizer(config.optimizer)
+    devices = jax.local_devices()[:1]
+    update = muzero.make_replicated_update(agent.loss_fn, optimizer, devices, batch_axis=1,
+                                           compiler_options=dict(agent.compiler_options) or None)
+    state = muzero.replicate(muzero.init_train_state(params, optimizer, key), devices)
+    t, b, a = 3, 2, spec.num_actions  # [T, B] zeros: only the shapes matter to the compiler
+    trajectory = muzero.Trajectory(
+        observation=np.zeros((t, b, *spec.observation_shape), np.uint8),
+        action=np.zeros((t, b), np.int32), reward=np.zeros((t, b), np.float32),
+        discount=np.ones((t, b), np.float32), search_policy=np.full((t, b, a), 1 / a, np.float32),
+        search_value=np.zeros((t, b), np.float32), legal_mask=np.ones((t, b, a), bool),
+        to_play=np.zeros((t, b), np.int32), behaviour_logits=np.zeros((t, b, a), np.float32),
+        policy_version=np.zeros((t, b), np.int32))
+    batch, _ = agent.make_batch(trajectory, None)
+    batch = muzero.shard_batch(batch, devices, agent.batch_axis)
+    return act, update.lower(state, batch).compile().as_text()
+
+
+def test_eigen_convolutions_keep_the_act_and_the_update_out_of_ynnpack():
+    eigen_act, eigen_update = _compiled_act_and_update("eigen")
+    assert " convolution(" in eigen_act and " convolution(" in eigen_update
+    xla_act, xla_update = _compiled_act_and_update("xla")
+    if not (_library_convolutions(xla_act) and _library_convolutions(xla_update)):
+        pytest.skip("this jaxlib runs no convolution in YNNPACK: nothing to move out")
+    assert _library_convolutions(eigen_act) == 0
+    assert _library_convolutions(eigen_update) == 0

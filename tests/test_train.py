@@ -123,6 +123,7 @@ def test_killed_run_resumes_and_sigint_stops_with_a_final_checkpoint(tmp_path):
     (["env.name=pgx:no_such_game"], "no_such_game"),  # the default preset is pgx AlphaZero
     (["env.name=openspiel:connect_four"], "alphazero needs pgx"),
     (["learner.max_updates"], "is not key.path=value"),
+    (["devices.cpu_convolutions=fast"], "DevicesConfig.cpu_convolutions must be 'xla' or 'eigen'"),
     # The board presets pick min-max Q for PUCT; Gumbel needs its completed Q named too.
     (["search.algorithm=gumbel_muzero"], "SearchConfig.qtransform must be None or "
                                          "'completed_by_mix_value' with algorithm"),
