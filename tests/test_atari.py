@@ -11,7 +11,7 @@ import pytest
 import configs
 import muzero
 from arena import cli
-from selfplay.agent import make_agent
+from selfplay.agent import _compiles_with, make_agent
 from selfplay.envs import env_spec, envpool_env
 from selfplay.train import train
 
@@ -142,3 +142,8 @@ def test_eigen_convolutions_keep_the_act_and_the_update_out_of_ynnpack():
         pytest.skip("this jaxlib runs no convolution in YNNPACK: nothing to move out")
     assert _library_convolutions(eigen_act) == 0
     assert _library_convolutions(eigen_update) == 0
+
+
+def test_an_option_this_jaxlib_lacks_warns_and_leaves_xla_defaults():
+    with pytest.warns(UserWarning, match="has no effect with this jaxlib"):
+        assert not _compiles_with((("xla_cpu_no_such_option", "1"),))
