@@ -135,7 +135,7 @@ def vtrace_costs(config: configs.ExperimentConfig, repeats: int = 5) -> dict:
     devices = jax.local_devices()[:1]
     update = muzero.make_replicated_update(agent.loss_fn, optimizer, devices,
                                            batch_axis=agent.batch_axis, donate=True,
-                                           compiler_options=dict(agent.compiler_options) or None)
+                                           compiler_options=dict(agent.compiler_options))
     state = [muzero.replicate(muzero.init_train_state(params, optimizer, key), devices)]
     trajectory = muzero.Trajectory(
         observation=rng.integers(0, 256, (t, n, *spec.observation_shape), dtype=np.uint8),

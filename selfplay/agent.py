@@ -62,12 +62,15 @@ def make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
                          "V-trace already samples its moves from its policy: set it to 0")
     if config.learner.augment_symmetries:
         _check_symmetries(config, spec)
-    options = compiler_options(config)
     if config.mode == "muzero":
-        return _muzero_agent(config, spec, two_player, options)
-    if config.mode == "alphazero":
-        return _alphazero_agent(config, spec, two_player, options)
-    return _vtrace_agent(config, spec, options)
+        agent = _muzero_agent(config, spec, two_player)
+    elif config.mode == "alphazero":
+        agent = _alphazero_agent(config, spec, two_player)
+    else:
+        agent = _vtrace_agent(config, spec)
+    options = compiler_options(config)  # the builders return `act` unjitted: jitted once here
+    return agent._replace(act=jax.jit(agent.act, compiler_options=dict(options)),
+                          compiler_options=options)
 
 
 # `devices.cpu_convolutions="eigen"`: YNNPACK keeps XLA's other defaults (reductions, dots), and
@@ -135,8 +138,7 @@ def _select(key, out: search.SearchOutput, config: ExperimentConfig, legal_mask,
     return action
 
 
-def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool,
-                  options: tuple[tuple[str, str], ...]) -> Agent:
+def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> Agent:
     networks = muzero.make_muzero_networks(config.network, spec.observation_shape,
                                            spec.num_actions)
     root_fn = muzero.make_root_fn(networks)
@@ -162,14 +164,12 @@ def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool,
         priorities = muzero.value_priorities(window.search_value[0], batch.value_target[:, 0])
         return batch, priorities
 
-    return Agent(init=networks.init, act=jax.jit(act, compiler_options=dict(options) or None),
-                 loss_fn=loss_fn, make_batch=jax.jit(make_batch),
-                 window_length=config.loss.window_length, batch_axis=0, uses_env_state=False,
-                 compiler_options=options)
+    return Agent(init=networks.init, act=act, loss_fn=loss_fn,
+                 make_batch=jax.jit(make_batch), window_length=config.loss.window_length,
+                 batch_axis=0, uses_env_state=False)
 
 
-def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool,
-                     options: tuple[tuple[str, str], ...]) -> Agent:
+def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> Agent:
     from selfplay.envs import pgx_exact_step
 
     networks = muzero.make_alphazero_networks(config.network, spec.observation_shape,
@@ -214,14 +214,12 @@ def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool,
         )
         return batch, muzero.value_priorities(window.search_value[0], z[0])
 
-    return Agent(init=networks.init, act=jax.jit(act, compiler_options=dict(options) or None),
-                 loss_fn=loss_fn, make_batch=jax.jit(make_batch),
-                 window_length=config.loss.td_steps + 1, batch_axis=0, uses_env_state=True,
-                 compiler_options=options)
+    return Agent(init=networks.init, act=act, loss_fn=loss_fn,
+                 make_batch=jax.jit(make_batch), window_length=config.loss.td_steps + 1,
+                 batch_axis=0, uses_env_state=True)
 
 
-def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec,
-                  options: tuple[tuple[str, str], ...]) -> Agent:
+def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
     networks = muzero.make_actor_critic_networks(config.network, spec.observation_shape,
                                                  spec.num_actions)
     loss_fn = muzero.make_vtrace_loss(networks, config.loss)
@@ -238,10 +236,9 @@ def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec,
         del importance_weight
         return muzero.VTraceBatch.from_trajectory(trajectory), None
 
-    return Agent(init=networks.init, act=jax.jit(act, compiler_options=dict(options) or None),
-                 loss_fn=loss_fn, make_batch=jax.jit(make_batch),
-                 window_length=config.actors.unroll_length + 1, batch_axis=1,
-                 uses_env_state=False, compiler_options=options)
+    return Agent(init=networks.init, act=act, loss_fn=loss_fn,
+                 make_batch=jax.jit(make_batch), window_length=config.actors.unroll_length + 1,
+                 batch_axis=1, uses_env_state=False)
 
 
 def concat_trajectories(items: list[muzero.Trajectory]) -> muzero.Trajectory:

@@ -187,7 +187,7 @@ def train(config: ExperimentConfig, run_dir: str | os.PathLike, *, progress: boo
     donate = not set(actor_devices) & set(learner_devices)
     update = muzero.make_replicated_update(agent.loss_fn, optimizer, learner_devices,
                                            batch_axis=agent.batch_axis, donate=donate,
-                                           compiler_options=dict(agent.compiler_options) or None)
+                                           compiler_options=dict(agent.compiler_options))
     replicated = muzero.replicate(state, learner_devices)
     logger = MetricsLogger(run_dir, progress=progress,
                            total_steps=config.learner.max_updates or None)
@@ -463,7 +463,7 @@ def _fused_pgx_jit(agent: Agent, functions) -> Callable:
         env_state, timestep = functions.step(env_state, out.action)
         return env_state, out, timestep
 
-    return jax.jit(act_step, compiler_options=dict(agent.compiler_options) or None)
+    return jax.jit(act_step, compiler_options=dict(agent.compiler_options))
 
 
 def _push(store, trajectory: muzero.Trajectory, stream: str, stop: StopSignal) -> None:

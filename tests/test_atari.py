@@ -119,7 +119,7 @@ def _compiled_act_and_update(choice: str) -> tuple[str, str]:
     optimizer = muzero.make_optimizer(config.optimizer)
     devices = jax.local_devices()[:1]
     update = muzero.make_replicated_update(agent.loss_fn, optimizer, devices, batch_axis=1,
-                                           compiler_options=dict(agent.compiler_options) or None)
+                                           compiler_options=dict(agent.compiler_options))
     state = muzero.replicate(muzero.init_train_state(params, optimizer, key), devices)
     t, b, a = 3, 2, spec.num_actions  # [T, B] zeros: only the shapes matter to the compiler
     trajectory = muzero.Trajectory(
