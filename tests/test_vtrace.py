@@ -102,6 +102,48 @@ def test_vtrace_loss_learns_values_and_prefers_the_rewarded_action():
     assert prob_rewarded > jax.nn.softmax(start_logits)[:, 0].mean() + 0.2
 
 
+def test_vtrace_loss_and_gradient_equal_the_loss_over_one_forward_pass():
+    # The loss runs the network twice (the learned steps, then the bootstrap step without a
+    # gradient); written here over one pass of all T steps with rlax, it must be the same.
+    t, b, a, d = 5, 3, 4, 6
+    nets = make_actor_critic_networks(
+        NetworkConfig(mlp_sizes=(16,), latent_size=16, head_hidden=16), (d,), a)
+    config = LossConfig(discount=0.95, entropy_cost=0.01, baseline_cost=0.5, vtrace_lambda=0.9)
+    keys = jax.random.split(jax.random.key(2), 5)
+    batch = VTraceBatch(
+        observation=jax.random.normal(keys[0], (t, b, d)),
+        action=jax.random.randint(keys[1], (t, b), 0, a),
+        reward=jax.random.normal(keys[2], (t, b)),
+        discount=jnp.ones((t, b)).at[1, 0].set(0.0),
+        behaviour_logits=jax.random.normal(keys[3], (t, b, a)),
+    )
+
+    def reference_loss(params):
+        logits, values = nets.apply(params, batch.observation.reshape(t * b, d))
+        logits, values = logits.reshape(t, b, a), values.reshape(t, b)
+        log_pi = jax.nn.log_softmax(logits[:-1])
+        log_mu = jax.nn.log_softmax(batch.behaviour_logits[:-1])
+        pick = lambda x: jnp.take_along_axis(x, batch.action[:-1, :, None], -1)[..., 0]  # noqa: E731
+        rho = jnp.exp(jax.lax.stop_gradient(pick(log_pi)) - pick(log_mu))
+        out = jax.vmap(
+            lambda *xs: rlax.vtrace_td_error_and_advantage(*xs, lambda_=config.vtrace_lambda),
+            in_axes=1, out_axes=1)(values[:-1], jax.lax.stop_gradient(values[1:]),
+                                   batch.reward[:-1], config.discount * batch.discount[:-1], rho)
+        entropy = jnp.mean(-jnp.sum(jnp.exp(log_pi) * log_pi, axis=-1))
+        advantage = jax.lax.stop_gradient(out.pg_advantage)  # rlax leaves this to the pg loss
+        return (-jnp.mean(pick(log_pi) * advantage)
+                + config.baseline_cost * 0.5 * jnp.mean(jnp.square(out.errors))
+                - config.entropy_cost * entropy)
+
+    params = nets.init(keys[4])
+    (loss, _), grads = jax.value_and_grad(make_vtrace_loss(nets, config), has_aux=True)(
+        params, batch, KEY)
+    reference, reference_grads = jax.value_and_grad(reference_loss)(params)
+    np.testing.assert_allclose(loss, reference, rtol=1e-5, atol=1e-6)
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6),
+                 grads, reference_grads)
+
+
 def test_vtrace_rejects_two_player_config():
     nets = make_actor_critic_networks(NetworkConfig(), (3,), 2)
     with pytest.raises(ValueError, match="two_player"):
