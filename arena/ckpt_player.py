@@ -31,7 +31,6 @@ import pyspiel
 from arena.players import BatchedPlayer, PlayerSpec, _float, _int, _no_settings, register_player
 from configs import ExperimentConfig, UsageError
 from selfplay import Agent, Checkpointer, EnvSpec, make_agent
-from selfplay.envs.pgx_env import pgx_replay
 from selfplay.evaluation import greedy_config, read_run_config, restore_agent
 
 __all__ = ["CheckpointPlayer", "LoadedRun", "load_run"]
@@ -163,6 +162,8 @@ class CheckpointPlayer(BatchedPlayer):
         self.states_searched = 0
         name = run.config.env.name.partition(":")[2]
         if self.agent.uses_env_state:
+            from selfplay.envs.pgx_env import pgx_replay  # pgx starts JAX: only when needed
+
             self._replay = pgx_replay(name)
             self._max_length = game.max_game_length()
         else:

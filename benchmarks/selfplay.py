@@ -5,6 +5,8 @@
     .venv/bin/python benchmarks/selfplay.py --actors-only --reference  # actor threads alone
     .venv/bin/python benchmarks/selfplay.py --only az_tic_tac_toe_2x64 --pgx-loop  # vs pgx's loop
     .venv/bin/python benchmarks/selfplay.py --only mz_tic_tac_toe --set actors.envs_per_thread=64
+    .venv/bin/python benchmarks/selfplay.py --only az_tic_tac_toe_2x64 --reference \
+        --set runtime=anakin devices.cpu_devices=2     # Anakin: 64 games on each of 2 devices
 
 Each configuration runs `selfplay.train.train(config, <tmp run dir>, progress=False)` and reads
 its `metrics.jsonl`. The first metric line comes after the learner's first update, so by then the
@@ -42,6 +44,11 @@ machine's load at the time hits both: `ratio_to_jitted` is ours / jitted.
 configuration's own network, search, rules, loss and optimizer (a jitted self-play scan of
 `--loop-steps` moves of all the games, then one update per `--loop-batch` positions), in the same
 process after the run: `ratio_to_pgx_loop` is ours / that loop, the same work on the same cores.
+
+With `--set runtime=anakin` the same configurations run on the Anakin runtime (selfplay/anakin.py:
+`actors.envs_per_thread` games on each device, acting and learning in one jitted step per
+iteration; no actor or learner stages to share the time between); `devices.cpu_devices=2` splits
+a 2-core CPU into two devices, as the line's `devices` says.
 
 One JSON line per configuration, with the fixed reference figures of pgx's AlphaZero example on
 this machine (740 positions/s on connect four with 32 simulations, 6,800 on tic-tac-toe with 16;
@@ -173,6 +180,8 @@ def bench_train(name: str, args) -> dict:
     out = {
         "config": name,
         "mode": "train",
+        "runtime": config.runtime,
+        "devices": len(jax.devices()),
         "env": config.env.name,
         "threads": config.actors.threads_per_device,
         "envs_per_thread": config.actors.envs_per_thread,

@@ -8,6 +8,7 @@ from configs import presets
 from configs.errors import UsageError
 from configs.experiment import (
     MODES,
+    RUNTIMES,
     ActorConfig,
     DevicesConfig,
     EnvConfig,
@@ -19,6 +20,7 @@ from configs.loading import apply_overrides, describe_fields, from_dict, load_co
 
 __all__ = [
     "MODES",
+    "RUNTIMES",
     "ActorConfig",
     "DevicesConfig",
     "EnvConfig",

@@ -13,6 +13,7 @@ from muzero import LossConfig, NetworkConfig, OptimizerConfig
 from search import SearchConfig
 
 MODES = ("muzero", "alphazero", "vtrace")
+RUNTIMES = ("sebulba", "anakin")
 CPU_CONVOLUTIONS = ("xla", "eigen")
 
 
@@ -175,6 +176,11 @@ class DevicesConfig:
     # board networks) or "eigen" (XLA's own kernels: the IMPALA network's update on Atari frames
     # costs 1.5x less wall time; see BENCHMARKS.md). No effect on GPUs or TPUs.
     cpu_convolutions: str = "xla"
+    # Split the host CPU into this many JAX devices (`jax_num_cpu_devices`; 0: JAX's default,
+    # one). Anakin runs one shard of games per device, so 2 keeps both cores of a 2-core CPU
+    # busy; Sebulba then acts on device 0 and learns on the others. Takes effect only where the
+    # run starts JAX (`podracer train`); a process whose JAX is already running gets a warning.
+    cpu_devices: int = 0
 
     def __post_init__(self):
         for field in ("actor_devices", "learner_devices"):
@@ -182,6 +188,7 @@ class DevicesConfig:
             if not isinstance(value, tuple) or not all(
                     isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value):
                 _fail("DevicesConfig", field, "a tuple of device indices >= 0", value)
+        _int_at_least(self, "cpu_devices", 0)
         if self.cpu_convolutions not in CPU_CONVOLUTIONS:
             _fail("DevicesConfig", "cpu_convolutions", " or ".join(map(repr, CPU_CONVOLUTIONS)),
                   self.cpu_convolutions)
@@ -197,6 +204,11 @@ class ExperimentConfig:
     mode: str = "muzero"
     # Seed of everything random: parameters, environments, search, replay.
     seed: int = 0
+    # "sebulba": actor threads feed a learner through a replay (any environment). "anakin": for
+    # pgx games, acting and learning in one jitted step per iteration on every device
+    # (selfplay/anakin.py: each device plays actors.envs_per_thread games for
+    # actors.unroll_length moves, then learns from a uniform replay held on the device).
+    runtime: str = "sebulba"
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
     search: SearchConfig = dataclasses.field(default_factory=SearchConfig)
     network: NetworkConfig = dataclasses.field(default_factory=NetworkConfig)
@@ -214,6 +226,15 @@ class ExperimentConfig:
             _fail("ExperimentConfig", "name", "a non-empty string", self.name)
         _int_at_least(self, "seed", 0)
         family = self.env.name.split(":", 1)[0]
+        if self.runtime not in RUNTIMES:
+            _fail("ExperimentConfig", "runtime", " or ".join(map(repr, RUNTIMES)), self.runtime)
+        if self.runtime == "anakin" and family != "pgx":
+            _fail("ExperimentConfig", "runtime",
+                  "'sebulba' for a non-JAX environment (anakin steps the game inside jit: "
+                  "pgx:...)", self.runtime)
+        if self.runtime == "anakin" and self.mode == "vtrace":
+            _fail("ExperimentConfig", "runtime", "'sebulba' for vtrace (anakin runs the search "
+                  "agents: muzero, alphazero)", self.runtime)
         if self.mode == "alphazero" and family != "pgx":
             _fail("ExperimentConfig", "mode",
                   "'muzero' or 'vtrace' for a non-JAX environment (alphazero needs pgx:...)",

@@ -2,6 +2,7 @@
 
 from muzero.config import OptimizerConfig
 from muzero.distributed import (
+    AXIS,
     global_devices,
     make_mesh,
     make_replicated_update,
@@ -131,6 +132,7 @@ __all__ = [
     "init_train_state",
     "make_update",
     "make_replicated_update",
+    "AXIS",
     "make_mesh",
     "global_devices",
     "replicate",

@@ -11,10 +11,11 @@ import configs
 from configs import UsageError
 
 _EXAMPLES = """examples:
-  podracer train                                    # the default: tic-tac-toe, MuZero, CPU
+  podracer train                                    # the default: tic-tac-toe, AlphaZero, CPU
   podracer train --config connect_four_alphazero --run-dir runs/c4
   podracer train --run-dir runs/c4                  # again: resumes from the newest checkpoint
   podracer train search.num_simulations=64 learner.max_updates=500
+  podracer train --config connect_four_alphazero runtime=anakin  # acting + learning jitted
 """
 
 
@@ -22,7 +23,8 @@ def add_parser(subparsers) -> None:
     presets = ", ".join(configs.presets.names())
     parser = subparsers.add_parser(
         "train",
-        help="train an agent by self-play (Sebulba: actor threads + replicated learner)",
+        help="train an agent by self-play (Sebulba: actor threads + replicated learner; "
+             "Anakin for pgx games)",
         description=("Train by self-play. Runs in --run-dir (config.json, metrics.jsonl, "
                      "TensorBoard events, checkpoints/, learning_curves.png); running again "
                      "with the same --run-dir resumes from the newest checkpoint."),
@@ -47,8 +49,9 @@ def run(args) -> int:
     from selfplay.train import train  # heavy imports only once the input is known to be good
 
     _enable_compilation_cache()
-    print(f"podracer train: {config.name} ({config.mode} on {config.env.name}) -> {run_dir}",
-          flush=True)
+    runtime = ", anakin" if config.runtime == "anakin" else ""
+    print(f"podracer train: {config.name} ({config.mode} on {config.env.name}{runtime}) -> "
+          f"{run_dir}", flush=True)
     try:
         result = train(config, run_dir, progress=not args.quiet)
     except UsageError:

@@ -26,6 +26,7 @@ import os
 import pathlib
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -80,6 +81,21 @@ class ActorStats:
             returns, lengths = self._returns, self._lengths
             self._returns, self._lengths = [], []
         return returns, lengths
+
+
+def split_cpu(count: int) -> None:
+    """Asks JAX for `count` CPU devices (0: leave JAX's default). JAX reads it when it starts its
+    backends; after that only a warning says it had no effect, if the count differs."""
+    if not count:
+        return
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:
+        have = len(jax.devices("cpu"))
+        if have != count:
+            warnings.warn(f"devices.cpu_devices={count} has no effect: JAX already runs with "
+                          f"{have} CPU device(s) in this process (set it before JAX starts, as "
+                          f"`podracer train` does)", stacklevel=3)
 
 
 def split_devices(config: ExperimentConfig) -> tuple[list[jax.Device], list[jax.Device]]:
@@ -155,6 +171,11 @@ def prepare_run_dir(run_dir: str | os.PathLike, config: ExperimentConfig) -> pat
 def train(config: ExperimentConfig, run_dir: str | os.PathLike, *, progress: bool = True,
           stop: StopSignal | None = None) -> RunResult:
     """Trains `config` in `run_dir`, resuming from its newest checkpoint if there is one."""
+    split_cpu(config.devices.cpu_devices)
+    if config.runtime == "anakin":
+        from selfplay.anakin import train_anakin
+
+        return train_anakin(config, run_dir, progress=progress, stop=stop)
     _check_actor_envs(config)
     run_dir = prepare_run_dir(run_dir, config)
     actor_devices, learner_devices = split_devices(config)

@@ -5,9 +5,13 @@ checks cannot run in the pytest process. Usage:
 
     python _distributed_worker.py replicate OUT.npz
     python _distributed_worker.py process PORT PROCESS_ID NUM_PROCESSES OUT.npz
+    python _distributed_worker.py anakin OUT.npz
 
-Both run a few updates of the regression problem with the replicated update and, on one device,
-with the plain update on the same global batch, and save both parameter sets to OUT.npz.
+The first two run a few updates of the regression problem with the replicated update and, on one
+device, with the plain update on the same global batch, and save both parameter sets to OUT.npz.
+`anakin` runs a few Anakin iterations over every device and saves each device's parameters, and
+the regression problem's update under `shard_map` without manual-axis type checks (as Anakin
+runs it, for mctx) next to the plain update.
 """
 
 import sys
@@ -184,6 +188,64 @@ def process_main(port: str, process_id: str, num_processes: str, out: str) -> No
     jax.distributed.shutdown()
 
 
+def anakin_main(out: str) -> None:
+    import _regression
+    from jax.sharding import PartitionSpec as P
+
+    import configs
+    import muzero
+    from selfplay import anakin
+    from selfplay.agent import make_agent
+    from selfplay.envs import env_spec
+    from selfplay.envs.pgx_env import pgx_functions
+
+    config = configs.load_config("tic_tac_toe_alphazero", [
+        "runtime=anakin", "actors.envs_per_thread=4", "actors.unroll_length=4",
+        "search.num_simulations=4", "network.channels=8", "network.head_hidden=8",
+        "learner.batch_size=8", "replay.min_size=16", "replay.capacity=64",
+        "replay.samples_per_insert=1"])
+    devices = anakin.anakin_devices(config)
+    mesh = muzero.make_mesh(devices)
+    spec = env_spec(config.env.name)
+    agent = make_agent(config, spec)
+    plan = anakin.plan_anakin(config, agent, len(devices))
+    optimizer = muzero.make_optimizer(config.optimizer)
+    params = jax.jit(agent.init)(jax.random.key(0))
+    update = muzero.make_update(agent.loss_fn, optimizer, axis_name=muzero.AXIS)
+    init_carry, iteration, learn_step = anakin.make_anakin_iteration(
+        config, agent, plan, pgx_functions("tic_tac_toe", plan.games), update)
+    step = jax.jit(anakin.sharded(iteration, learn_step, mesh)[0])
+    state = muzero.replicate(_init_state(params, optimizer), mesh)
+    carry = anakin.initial_carries(init_carry, params, mesh, jax.random.key(1))
+    iterations = plan.min_iterations + 2
+    for index in range(iterations):
+        state, carry, metrics = step(state, np.int32(index), carry)
+    results = {"devices": np.asarray(len(devices)), "updates_per_iteration": plan.updates,
+               "step": np.asarray(muzero.unreplicate(state.step)),
+               "expected_step": np.asarray(plan.updates * (iterations - plan.min_iterations)),
+               "loss": np.asarray(metrics["loss"])}
+    for i in range(len(devices)):  # every parameter, as each device holds it
+        results[f"device{i}/params"] = np.concatenate([
+            np.ravel(leaf.addressable_shards[i].data) for leaf in jax.tree.leaves(state.params)])
+    results["initial/params"] = np.concatenate([np.ravel(x) for x in jax.tree.leaves(params)])
+
+    # The regression update under shard_map(check_vma=False) against the plain update.
+    reg_params = _regression.init_params(jax.random.key(0))
+    sgd = _optimizer()
+    sharded = jax.jit(jax.shard_map(
+        muzero.make_update(_regression.loss_fn, sgd, axis_name=muzero.AXIS), mesh=mesh,
+        in_specs=(P(), P(muzero.AXIS)), out_specs=(P(), P()), check_vma=False))
+    reg_state = muzero.replicate(_init_state(reg_params, sgd), mesh)
+    batches = [_regression.make_batch(jax.random.key(10 + i), 8) for i in range(STEPS)]
+    for batch in batches:
+        reg_state, _ = sharded(reg_state, muzero.shard_batch(batch, mesh))
+    ref_params, _ = _reference(reg_params, batches)
+    results.update({f"unchecked/{k}": v
+                    for k, v in _flat(muzero.unreplicate(reg_state.params)).items()})
+    results.update({f"single/{k}": v for k, v in _flat(ref_params).items()})
+    np.savez(out, **results)
+
+
 if __name__ == "__main__":
     mode, *args = sys.argv[1:]
-    {"replicate": replicate_main, "process": process_main}[mode](*args)
+    {"replicate": replicate_main, "process": process_main, "anakin": anakin_main}[mode](*args)

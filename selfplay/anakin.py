@@ -1,0 +1,412 @@
+"""Anakin (Podracer): acting and learning in one jitted step, for JAX-native (pgx) games.
+
+Every device of the mesh (`devices.learner_devices`, all local devices of every host by default)
+owns B = `actors.envs_per_thread` games, a replay ring and a replica of the train state. One
+iteration, one `jit` (a `shard_map` over the same 1-D mesh as the Sebulba learner), per device:
+
+    1. play     T = actors.unroll_length moves in all B games: the agent's search and the pgx
+                rules with auto-reset, in a `lax.scan`; nothing leaves the device
+    2. targets  each move starts one window of L = agent.window_length moves (n-step values, the
+                unroll's targets: the agent's `make_batch`); the last L - 1 moves wait for the
+                next iteration's, so every move starts exactly one full window
+    3. replay   the T * B examples overwrite the oldest in a ring of the device's share of
+                `replay.capacity` (first in, first out; sampled uniformly: no priorities)
+    4. learn    U = samples_per_insert * (T * B * devices) / batch_size updates on minibatches of
+                batch_size / devices drawn from the ring, gradients averaged over the mesh
+                (`pmean`), once the rings hold `replay.min_size` examples
+
+The first ceil((L - 1) / T) iterations' moves only fill the window tail (their windows would read
+moves from before the games began). The host loop in `train_anakin` only checks the stop
+conditions, logs and saves checkpoints between iterations (on a CPU it also calls the updates one
+by one: `learn_in_jit`); a checkpoint holds the train state, as a Sebulba run's does, so
+either runtime resumes the other's runs (the games and the rings start afresh).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import muzero
+from configs import ExperimentConfig, UsageError, to_dict
+from selfplay.agent import Agent, make_agent
+from selfplay.checkpoints import Checkpointer
+from selfplay.envs import env_spec
+from selfplay.envs.pgx_env import PgxEnvState, pgx_functions
+from selfplay.lifetime import StopSignal, handle_signals
+from selfplay.metrics import MetricsLogger, plot_learning_curves
+
+__all__ = ["AnakinCarry", "AnakinPlan", "anakin_devices", "initial_carries", "learn_in_jit",
+           "make_anakin_iteration", "plan_anakin", "sharded", "train_anakin", "windows"]
+
+
+class AnakinCarry(NamedTuple):
+    """What one device carries from one iteration to the next (besides the train state)."""
+
+    env: PgxEnvState  # its B games
+    tail: muzero.Trajectory  # [L-1, B] the previous iteration's last moves, windows to complete
+    ring: Any  # the agent's batch, leaves [C, ...]: the device's replay of training examples
+    key: jax.Array  # this device's PRNG key for the next iteration's search
+    sample_key: jax.Array  # this device's key for this iteration's minibatches
+
+
+class AnakinPlan(NamedTuple):
+    """The sizes of an Anakin run, derived from the config and the number of devices."""
+
+    devices: int  # D, devices in the mesh (all hosts)
+    games: int  # B, games per device
+    moves: int  # T, moves per game per iteration
+    window: int  # L, moves per training window
+    examples: int  # N = T * B, examples per device per iteration
+    ring: int  # C, examples a device's replay holds (a multiple of N)
+    minibatch: int  # examples per device per update (batch_size / D)
+    updates: int  # U, updates per iteration
+    fill_iterations: int  # iterations 0 .. this - 1 only fill the window tail: ceil((L-1) / T)
+    min_iterations: int  # learning starts at this iteration (0-based): rings hold min_size
+
+    def written(self, index):
+        """Examples in each device's ring after iteration `index` (0-based; int or array)."""
+        filled = jnp.maximum(index - self.fill_iterations + 1, 0) * self.examples
+        return jnp.minimum(filled, self.ring)
+
+
+def plan_anakin(config: ExperimentConfig, agent: Agent, devices: int) -> AnakinPlan:
+    """The run's sizes, or UsageError naming the config field that cannot work."""
+    games, moves = config.actors.envs_per_thread, config.actors.unroll_length
+    examples = games * moves
+    batch = config.learner.batch_size
+    if batch % devices:
+        raise UsageError(f"learner.batch_size {batch} must divide evenly over {devices} devices")
+    ring = config.replay.capacity // devices // examples * examples
+    if ring == 0:
+        raise UsageError(f"replay.capacity {config.replay.capacity} must hold one iteration's "
+                         f"examples on each of {devices} device(s): >= {examples * devices} "
+                         f"(actors.envs_per_thread x actors.unroll_length x devices)")
+    spi = config.replay.samples_per_insert
+    if spi <= 0:
+        raise UsageError("replay.samples_per_insert must be > 0 with runtime=anakin: it sets "
+                         "the updates per iteration (samples_per_insert x new examples / "
+                         "batch_size)")
+    if config.replay.min_size > ring * devices:
+        raise UsageError(f"replay.min_size {config.replay.min_size} is more than the replay "
+                         f"holds ({ring * devices} examples): lower it or raise replay.capacity")
+    updates = max(1, round(spi * examples * devices / batch))
+    # A window reads L - 1 moves after its first: the first iterations' moves only fill the
+    # tail that the later ones' windows complete.
+    fill = -(-(agent.window_length - 1) // moves)
+    min_iterations = fill - 1 + max(1, -(-config.replay.min_size // (examples * devices)))
+    return AnakinPlan(devices, games, moves, agent.window_length, examples, ring,
+                      batch // devices, updates, fill, min_iterations)
+
+
+def windows(tail: muzero.Trajectory, new: muzero.Trajectory) -> muzero.Trajectory:
+    """The T windows of L steps that start at each step of `tail` [L-1, B] + `new` [T, B]'s
+    first T steps, as a `Trajectory` with leaves [L, T * B, ...] (start-major: row s * B + b
+    starts at step s of game b). Only the first observation of each window is kept
+    (observation [1, T * B, ...]): the agents' `make_batch` reads no other."""
+    steps = tail.action.shape[0] + 1  # L
+    moves, games = new.action.shape  # T, B
+    chex.assert_tree_shape_prefix(tail, (steps - 1, games))
+    buffer = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), tail, new)  # [T + L - 1, B]
+
+    def stack(x, length):  # [T + L - 1, B, ...] -> [length, T * B, ...]
+        rows = jnp.stack([x[i:i + moves] for i in range(length)])  # [length, T, B, ...]
+        return rows.reshape((length, moves * games) + x.shape[2:])
+
+    fields = {name: stack(getattr(buffer, name), steps) for name in buffer._fields
+              if name != "observation"}
+    return muzero.Trajectory(observation=stack(buffer.observation, 1), **fields)
+
+
+def make_anakin_iteration(config: ExperimentConfig, agent: Agent, plan: AnakinPlan,
+                          functions, update: muzero.UpdateFn):
+    """`(init_carry, iteration, learn_step)`, pure, for one device in a named-axis context.
+
+    `init_carry(params, key) -> AnakinCarry` starts B games and an empty ring.
+    `iteration(state, index, carry, learn=True) -> (state, carry, metrics)`: `index` is the
+    iteration's number (0-based, the same on every device); it plays, writes the ring and, from
+    iteration `plan.min_iterations` on, takes the U updates (`lax.scan` over `learn_step`). The
+    metrics are the last update's (zeros before learning starts) and the sums over the mesh of
+    the number, returns and lengths of the episodes that ended. With `learn=False` it stops
+    before the updates, and the caller runs `learn_step(state, index, u, carry) -> (state,
+    metrics)` for u = 0 .. U - 1 itself: the same updates, in separate calls (see
+    `learn_in_jit`). `update` is the pure update with `axis_name` (its `pmean` keeps the replicas
+    equal).
+    """
+    games, moves, steps = plan.games, plan.moves, plan.window
+    greedy_after = config.actors.greedy_after_moves
+
+    def rollout(params, version, env_state, key):
+        def move(carry, _):
+            env_state, key = carry
+            key, act_key = jax.random.split(key)
+            game = env_state.game
+            observation = game.observation.astype(jnp.float32)  # [B, ...]
+            legal = game.legal_action_mask  # [B, A]
+            greedy = (env_state.episode_length >= greedy_after if greedy_after
+                      else jnp.zeros(games, bool))  # [B]
+            out = agent.act(params, act_key, observation, legal, greedy,
+                            game if agent.uses_env_state else None)
+            env_state, timestep = functions.step(env_state, out.action)
+            record = muzero.Trajectory(
+                observation=observation, action=out.action.astype(jnp.int32),
+                reward=timestep.reward, discount=jnp.where(timestep.done, 0.0, 1.0),
+                search_policy=out.search_policy.astype(jnp.float32),
+                search_value=out.search_value.astype(jnp.float32), legal_mask=legal,
+                to_play=game.current_player.astype(jnp.int32),
+                behaviour_logits=out.behaviour_logits.astype(jnp.float32),
+                policy_version=jnp.full(games, version, jnp.int32))
+            ended = timestep.episode_end.astype(jnp.float32)  # [B]
+            episodes = jnp.stack([jnp.sum(ended), jnp.sum(timestep.episode_return * ended),
+                                  jnp.sum(timestep.episode_length * ended)])  # [3]
+            return (env_state, key), (record, episodes)
+
+        (env_state, key), (trajectory, episodes) = jax.lax.scan(
+            move, (env_state, key), None, length=moves)
+        return env_state, key, trajectory, episodes.sum(axis=0)  # [T, B] steps; [3]
+
+    def init_carry(params, key):
+        env_key, key = jax.random.split(key)
+        env_state, _ = functions.reset(env_key)
+        example = jax.eval_shape(lambda s: rollout(params, 0, s, key)[2], env_state)  # [T, B]
+        tail = jax.tree.map(lambda x: jnp.zeros((steps - 1,) + x.shape[1:], x.dtype), example)
+        batch = jax.eval_shape(_examples, tail, example)
+        ring = jax.tree.map(lambda x: jnp.zeros((plan.ring,) + x.shape[1:], x.dtype), batch)
+        return AnakinCarry(env_state, tail, ring, key, key)
+
+    def _examples(tail, trajectory):
+        window = windows(tail, trajectory)
+        batch, _ = agent.make_batch(window, jnp.ones(plan.examples, jnp.float32))
+        return batch
+
+    def learn_step(state: muzero.TrainState, index: jax.Array, update_index: jax.Array,
+                   carry: AnakinCarry):
+        """Update `update_index` of iteration `index`, on a minibatch drawn from the ring."""
+        size = plan.written(index)
+        key = jax.random.fold_in(carry.sample_key, update_index)
+        rows = jax.random.randint(key, (plan.minibatch,), 0, size)
+        return update(state, jax.tree.map(lambda x: x[rows], carry.ring))
+
+    def iteration(state: muzero.TrainState, index: jax.Array, carry: AnakinCarry, *,
+                  learn: bool = True):
+        chex.assert_rank(index, 0)
+        key, sample_key = jax.random.split(carry.key)
+        env_state, key, trajectory, episodes = rollout(state.params, state.step, carry.env, key)
+        batch = _examples(carry.tail, trajectory)
+        # Once the tail holds real moves, iteration i writes its N examples at slot
+        # (i - fill_iterations) * N of the ring (mod C): the oldest go first.
+        slot = ((index - plan.fill_iterations) * plan.examples) % plan.ring
+        ring = jax.lax.cond(
+            index >= plan.fill_iterations,
+            lambda ring: jax.tree.map(
+                lambda r, b: jax.lax.dynamic_update_slice_in_dim(r, b, slot, axis=0), ring,
+                batch),
+            lambda ring: ring, carry.ring)
+        tail = jax.tree.map(lambda x: x[-(steps - 1):],
+                            jax.tree.map(lambda a, b: jnp.concatenate([a, b]), carry.tail,
+                                         trajectory))
+        carry = AnakinCarry(env_state, tail, ring, key, sample_key)
+        episodes = jax.lax.psum(episodes, muzero.AXIS)
+        metrics = {"episodes": episodes[0], "episode_return_sum": episodes[1],
+                   "episode_length_sum": episodes[2]}
+        if not learn:
+            return state, carry, metrics
+
+        def learn_all(state):
+            state, learned = jax.lax.scan(
+                lambda state, u: learn_step(state, index, u, carry), state,
+                jnp.arange(plan.updates))
+            return state, jax.tree.map(lambda m: m[-1], learned)  # the last update's
+
+        skipped = jax.eval_shape(learn_all, state)[1]
+        state, learned = jax.lax.cond(
+            index >= plan.min_iterations, learn_all,
+            lambda state: (state, jax.tree.map(lambda m: jnp.zeros(m.shape, m.dtype), skipped)),
+            state)
+        return state, carry, {**learned, **metrics}
+
+    return init_carry, iteration, learn_step
+
+
+def learn_in_jit(devices) -> bool:
+    """Whether the updates run inside the iteration's jit. Not on CPUs: XLA's CPU backend runs
+    a network's gradient inside a loop (`lax.scan`, and `lax.cond`) about 10x slower than the
+    same update jitted alone (BENCHMARKS.md), so there each update is its own call, on the data
+    already on the device."""
+    return devices[0].platform != "cpu"
+
+
+def anakin_devices(config: ExperimentConfig) -> list[jax.Device]:
+    """The mesh: `devices.learner_devices` (local indices) of every host, or all devices."""
+    ids = config.devices.learner_devices or None
+    local = len(jax.local_devices())
+    for i in ids or ():
+        if i >= local:
+            raise UsageError(f"devices.learner_devices names device {i} but this host has "
+                             f"{local} device(s)")
+    return muzero.global_devices(ids)
+
+
+def sharded(iteration, learn_step, mesh) -> tuple[Callable, Callable]:
+    """The per-device functions over the mesh, unjitted: `(iteration(state, index, carry,
+    learn), learn_step(state, index, u, carry))`; carry leaves gain a leading [devices] axis."""
+    first = lambda tree: jax.tree.map(lambda x: x[0], tree)  # noqa: E731
+
+    def per_device(state, index, carry, learn):
+        state, carry, metrics = iteration(state, index, first(carry), learn=learn)
+        return state, jax.tree.map(lambda x: x[None], carry), metrics
+
+    # mctx's loops start from constants that the search makes per-device: it cannot be typed
+    # with varying manual axes, so the replicas' agreement rests on the update's pmean.
+    def iterate(state, index, carry, learn: bool = True):
+        return jax.shard_map(functools.partial(per_device, learn=learn), mesh=mesh,
+                             in_specs=(P(), P(), P(muzero.AXIS)),
+                             out_specs=(P(), P(muzero.AXIS), P()), check_vma=False)(
+                                 state, index, carry)
+
+    learn = jax.shard_map(lambda state, index, u, carry: learn_step(state, index, u, first(carry)),
+                          mesh=mesh, in_specs=(P(), P(), P(), P(muzero.AXIS)),
+                          out_specs=(P(), P()), check_vma=False)
+    return iterate, learn
+
+
+def initial_carries(init_carry, params, mesh, key: jax.Array):
+    """Each of this host's devices' initial carry, stacked on a leading axis, as global arrays."""
+    devices = list(mesh.devices.flat)
+    local = [i for i, d in enumerate(devices) if d.process_index == jax.process_index()]
+    keys = jnp.stack([jax.random.fold_in(key, i) for i in local])
+    carries = jax.jit(jax.vmap(init_carry, in_axes=(None, 0)))(params, keys)
+    sharding = NamedSharding(mesh, P(muzero.AXIS))
+    if jax.process_count() == 1:
+        return jax.device_put(carries, sharding)
+    return jax.tree.map(
+        lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), carries)
+
+
+def train_anakin(config: ExperimentConfig, run_dir: str | os.PathLike, *,
+                 progress: bool = True, stop: StopSignal | None = None):
+    """Trains `config` (runtime "anakin") in `run_dir`, resuming from its newest checkpoint."""
+    from selfplay.train import MUST_MATCH, RunResult, prepare_run_dir
+
+    run_dir = prepare_run_dir(run_dir, config)
+    devices = anakin_devices(config)
+    mesh = muzero.make_mesh(devices)
+    spec = env_spec(config.env.name, seed=config.seed, **config.env.options)
+    agent = make_agent(config, spec)
+    plan = plan_anakin(config, agent, len(devices))
+
+    key = jax.random.PRNGKey(config.seed)
+    init_key, state_key, carry_key = jax.random.split(key, 3)
+    optimizer = muzero.make_optimizer(config.optimizer)
+    state = muzero.init_train_state(jax.jit(agent.init)(init_key), optimizer, state_key)
+    checkpointer = Checkpointer(run_dir / "checkpoints", config.learner.keep_checkpoints,
+                                must_match=MUST_MATCH)
+    config_dict = to_dict(config)
+    resumed_from = checkpointer.latest_step()
+    if resumed_from is not None:
+        state = checkpointer.restore(target=state, config=config_dict)
+    step = last_saved = int(state.step)
+
+    functions = pgx_functions(spec.name.split(":", 1)[1], plan.games)
+    update = muzero.make_update(agent.loss_fn, optimizer, axis_name=muzero.AXIS)
+    init_carry, iteration, learn_step = make_anakin_iteration(config, agent, plan, functions,
+                                                              update)
+    iterate, learn = sharded(iteration, learn_step, mesh)
+    inside = learn_in_jit(devices)
+    options = dict(agent.compiler_options)
+    run_iteration = jax.jit(functools.partial(iterate, learn=inside), donate_argnums=(0, 2),
+                            compiler_options=options)
+    run_update = jax.jit(learn, donate_argnums=(0,), compiler_options=options)
+    replicated = muzero.replicate(state, mesh)
+    carry = initial_carries(init_carry, state.params, mesh, carry_key)
+    local_devices = sum(d.process_index == jax.process_index() for d in devices)
+    frames_per_iteration = plan.examples * local_devices
+
+    logger = MetricsLogger(run_dir, progress=progress,
+                           total_steps=config.learner.max_updates or None)
+    stop = stop if stop is not None else StopSignal()
+    learner = config.learner
+    frames, index = 0, 0
+    start = last_log = time.monotonic()
+    frames_at_log, step_at_log = 0, step
+    episodes = np.zeros(3)  # ended episodes since the last log: count, return sum, length sum
+    metrics: dict[str, Any] = {}
+    stopped_by = "error"
+
+    def save(final: bool = False) -> None:
+        nonlocal last_saved
+        if step == last_saved and not final:
+            return
+        checkpointer.save(step, jax.device_get(muzero.unreplicate(replicated)), config_dict,
+                          metadata={"frames": frames, "final": final, "runtime": "anakin"})
+        last_saved = step
+
+    try:
+        with handle_signals(stop):
+            while True:
+                if stop.is_set():
+                    stopped_by = stop.reason or "stopped"
+                    break
+                if learner.max_updates and step >= learner.max_updates:
+                    stopped_by = "max_updates"
+                    break
+                if learner.max_seconds and time.monotonic() - start >= learner.max_seconds:
+                    stopped_by = "max_seconds"
+                    break
+                if learner.max_frames and frames >= learner.max_frames:
+                    stopped_by = "max_frames"
+                    break
+                replicated, carry, out = run_iteration(replicated, np.int32(index), carry)
+                learning = index >= plan.min_iterations
+                if learning and not inside:
+                    for u in range(plan.updates):
+                        replicated, learned = run_update(replicated, np.int32(index),
+                                                         np.int32(u), carry)
+                    out = {**out, **learned}
+                out = jax.device_get(out)  # waits for the iteration: the clocks stay honest
+                index += 1
+                frames += frames_per_iteration
+                step += plan.updates if learning else 0
+                episodes += [out.pop("episodes"), out.pop("episode_return_sum"),
+                             out.pop("episode_length_sum")]
+                if learning:
+                    metrics = {name: float(value) for name, value in out.items()}
+                now = time.monotonic()
+                if now - last_log >= learner.log_every_s:
+                    values = dict(metrics)
+                    values.update({
+                        "frames": frames,
+                        "frames_per_s": (frames - frames_at_log) / (now - last_log),
+                        "updates_per_s": (step - step_at_log) / (now - last_log),
+                        "replay_size": int(plan.written(index - 1)) * plan.devices,
+                    })
+                    if episodes[0]:
+                        values.update({"episode_return": episodes[1] / episodes[0],
+                                       "episode_length": episodes[2] / episodes[0],
+                                       "episodes": int(episodes[0])})
+                    logger.log(step, values)
+                    episodes[:] = 0
+                    last_log, frames_at_log, step_at_log = now, frames, step
+                if step - last_saved >= learner.checkpoint_every:
+                    save()
+        save(final=True)
+    finally:
+        checkpointer.close()
+        logger.close()
+    try:
+        plot_learning_curves(run_dir)
+    except Exception as error:  # noqa: BLE001 - a plot must never fail a finished run
+        print(f"podracer: could not plot learning curves: {error}")
+    return RunResult(pathlib.Path(run_dir), step, frames, time.monotonic() - start, stopped_by,
+                     resumed_from)

@@ -1,0 +1,212 @@
+"""The Anakin runtime: windows across iterations, its plan, runs, resume, devices, bad input."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import configs
+import muzero
+from configs import UsageError
+from selfplay import anakin
+from selfplay import train as train_module
+from selfplay.agent import make_agent
+from selfplay.envs import env_spec
+from selfplay.envs.pgx_env import pgx_functions
+from tests.test_replication import WORKER, worker_env
+
+TINY = [
+    "runtime=anakin", "actors.envs_per_thread=4", "actors.unroll_length=4",
+    "search.num_simulations=4", "network.channels=8", "network.head_hidden=8",
+    "learner.batch_size=8", "replay.min_size=16", "replay.capacity=256",
+    "replay.samples_per_insert=1", "learner.log_every_s=0.1", "learner.checkpoint_every=4",
+]
+
+
+def _tiny(preset="tic_tac_toe_alphazero", *extra):
+    return configs.load_config(preset, [*TINY, *extra])
+
+
+def _stream(length, games):
+    """A [length, B] trajectory whose every field says which step and game it is."""
+    step = jnp.arange(length)[:, None] * 100 + jnp.arange(games)[None, :]  # [T, B]
+    return muzero.Trajectory(
+        observation=step[..., None].astype(jnp.float32), action=step, reward=step * 1.0,
+        discount=jnp.ones((length, games)), search_policy=step[..., None] * jnp.ones(3),
+        search_value=step * 1.0, legal_mask=jnp.ones((length, games, 3), bool),
+        to_play=step, behaviour_logits=step[..., None] * jnp.ones(3), policy_version=step)
+
+
+def test_windows_start_at_every_step_once_across_iterations():
+    steps, moves, games = 3, 4, 2  # L, T, B
+    stream = _stream(steps - 1 + 3 * moves, games)  # the tail's steps, then three iterations
+    cut = lambda x, a, b: jax.tree.map(lambda y: y[a:b], x)  # noqa: E731
+    tail = cut(stream, 0, steps - 1)
+    starts = []
+    for i in range(3):
+        new = cut(stream, steps - 1 + i * moves, steps - 1 + (i + 1) * moves)
+        window = anakin.windows(tail, new)
+        assert window.action.shape == (steps, moves * games)
+        assert window.observation.shape == (1, moves * games, 1)  # only the first observation
+        for row in range(moves * games):
+            first = int(window.action[0, row])
+            # Each window is L consecutive steps of one game.
+            np.testing.assert_array_equal(window.action[:, row], first + 100 * np.arange(steps))
+            assert window.observation[0, row, 0] == first
+            starts.append(first)
+        tail = jax.tree.map(lambda a, b: jnp.concatenate([a, b])[-(steps - 1):], tail, new)
+    # Every step that has L - 1 steps after it starts exactly one window.
+    expected = [t * 100 + b for t in range(3 * moves) for b in range(games)]
+    assert sorted(starts) == expected
+
+
+def test_plan_sizes_updates_and_refuses_what_cannot_work():
+    config = _tiny()
+    agent = make_agent(config, env_spec(config.env.name))
+    plan = anakin.plan_anakin(config, agent, devices=2)
+    assert (plan.games, plan.moves, plan.examples) == (4, 4, 16)
+    assert plan.ring == 256 // 2 // 16 * 16 and plan.minibatch == 4
+    assert plan.updates == round(1 * 16 * 2 / 8)
+    # Windows of L = 10 moves: 3 iterations of 4 moves fill the tail; then one fills the rings.
+    assert plan.window == 10 and plan.fill_iterations == 3 and plan.min_iterations == 3
+    assert [int(plan.written(i)) for i in range(2, 5)] == [0, 16, 32]
+    with pytest.raises(UsageError, match="batch_size 8 must divide evenly over 3"):
+        anakin.plan_anakin(config, agent, devices=3)
+    small = _tiny("tic_tac_toe_alphazero", "replay.capacity=20", "replay.min_size=8")
+    with pytest.raises(UsageError, match="replay.capacity 20 must hold"):
+        anakin.plan_anakin(small, agent, devices=2)
+    free = _tiny("tic_tac_toe_alphazero", "replay.samples_per_insert=0")
+    with pytest.raises(UsageError, match="samples_per_insert must be > 0"):
+        anakin.plan_anakin(free, agent, devices=1)
+
+
+@pytest.mark.parametrize("preset, extra", [
+    ("tic_tac_toe_alphazero", []),
+    ("tic_tac_toe_muzero", ["env.name=pgx:tic_tac_toe", "learner.augment_symmetries=false"]),
+], ids=["alphazero", "muzero"])
+def test_smoke_run_learns_logs_saves_and_resumes(preset, extra, tmp_path):
+    config = _tiny(preset, "learner.max_updates=8", *extra)
+    run = tmp_path / "run"
+    result = train_module.train(config, run, progress=False)
+    assert result.stopped_by == "max_updates" and result.updates == 8
+    # The first iterations fill the window tail (and the replay), then each takes 2 updates
+    # (16 examples x samples_per_insert 1 / batch 8).
+    plan = anakin.plan_anakin(config, make_agent(config, env_spec(config.env.name)), 1)
+    assert result.frames == (plan.min_iterations + 8 // plan.updates) * 16
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    learned = [r for r in records if "loss" in r]
+    assert learned and all(np.isfinite(r["loss"]) for r in learned)
+    assert any(r.get("episodes", 0) > 0 for r in records)
+    assert (run / "checkpoints" / "8").is_dir() and (run / "learning_curves.png").is_file()
+
+    more = config.replace(learner=dataclasses.replace(config.learner, max_updates=12))
+    again = train_module.train(more, run, progress=False)
+    assert again.resumed_from == 8 and again.updates == 12
+
+
+def test_a_sebulba_run_resumes_under_anakin(tmp_path):
+    sebulba = configs.load_config("tic_tac_toe_alphazero", [
+        "learner.batch_size=8", "replay.min_size=16", "replay.capacity=256",
+        "actors.threads_per_device=1", "actors.envs_per_thread=4", "actors.unroll_length=4",
+        "search.num_simulations=4", "network.channels=8", "network.head_hidden=8",
+        "learner.max_updates=2", "learner.log_every_s=0.1"])
+    train_module.train(sebulba, tmp_path / "run", progress=False)
+    result = train_module.train(_tiny("tic_tac_toe_alphazero", "learner.max_updates=4"),
+                                tmp_path / "run", progress=False)
+    assert result.resumed_from == 2 and result.updates == 4
+
+
+def test_replicas_stay_identical_over_two_devices(tmp_path):
+    out = tmp_path / "anakin.npz"
+    proc = subprocess.run([sys.executable, str(WORKER), "anakin", str(out)],
+                          env=worker_env(2), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = dict(np.load(out))
+    assert int(results["devices"]) == 2
+    assert int(results["step"]) == int(results["expected_step"]) > 0
+    assert np.isfinite(results["loss"])
+    np.testing.assert_array_equal(results["device0/params"], results["device1/params"])
+    assert not np.allclose(results["device0/params"], results["initial/params"])
+    names = [k.split("/", 1)[1] for k in results if k.startswith("single/")]
+    assert names
+    for name in names:  # the update without manual-axis checks still averages the gradients
+        np.testing.assert_allclose(results[f"unchecked/{name}"], results[f"single/{name}"],
+                                   rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["runtime=anakin", "env.name=openspiel:tic_tac_toe"], "runtime must be 'sebulba' for a "
+                                                          "non-JAX environment"),
+    (["runtime=jitted"], "runtime must be 'sebulba' or 'anakin'"),
+])
+def test_bad_runtime_gets_one_line_and_exit_2(overrides, message, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "arena.cli", "train", "--config", "tic_tac_toe_muzero",
+         "--run-dir", str(tmp_path / "run"), *overrides],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+
+
+def test_vtrace_is_refused_under_anakin():
+    with pytest.raises(UsageError, match="'sebulba' for vtrace"):
+        configs.load_config("cartpole_vtrace", ["runtime=anakin", "env.name=pgx:tic_tac_toe"])
+
+
+def test_updates_inside_the_jit_equal_updates_called_one_by_one():
+    # Accelerators take the U updates inside the iteration's jit, CPUs call them one by one
+    # (`learn_in_jit`): from the same state, one learning iteration must give the same params.
+    config = _tiny()
+    devices = anakin.anakin_devices(config)
+    mesh = muzero.make_mesh(devices)
+    agent = make_agent(config, env_spec(config.env.name))
+    plan = anakin.plan_anakin(config, agent, len(devices))
+    optimizer = muzero.make_optimizer(config.optimizer)
+    params = jax.jit(agent.init)(jax.random.key(0))
+    update = muzero.make_update(agent.loss_fn, optimizer, axis_name=muzero.AXIS)
+    init_carry, iteration, learn_step = anakin.make_anakin_iteration(
+        config, agent, plan, pgx_functions("tic_tac_toe", plan.games), update)
+    iterate, learn = anakin.sharded(iteration, learn_step, mesh)
+    state = muzero.replicate(muzero.init_train_state(params, optimizer, jax.random.key(1)), mesh)
+    carry = anakin.initial_carries(init_carry, params, mesh, jax.random.key(2))
+    for index in range(plan.min_iterations):  # fill the tail and the ring, no updates yet
+        state, carry, metrics = jax.jit(iterate, static_argnums=3)(state, np.int32(index),
+                                                                   carry, False)
+    index = np.int32(plan.min_iterations)
+    inside, _, inside_metrics = jax.jit(iterate, static_argnums=3)(state, index, carry, True)
+    outside, after, _ = jax.jit(iterate, static_argnums=3)(state, index, carry, False)
+    # The ring holds the written examples, each a real position: a search policy summing to 1.
+    written = int(plan.written(index))
+    assert written == plan.examples
+    policy_sums = np.asarray(after.ring.policy_target[0]).sum(axis=-1)  # [C]
+    np.testing.assert_allclose(policy_sums[:written], 1.0, rtol=1e-5)
+    assert not policy_sums[written:].any()
+    for u in range(plan.updates):
+        outside, outside_metrics = jax.jit(learn)(outside, index, np.int32(u), after)
+    assert int(inside.step) == int(outside.step) == int(state.step) + plan.updates
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+                 inside.params, outside.params)
+    np.testing.assert_allclose(inside_metrics["loss"], outside_metrics["loss"], rtol=1e-4)
+    assert not all(np.allclose(a, b) for a, b in zip(jax.tree.leaves(inside.params),
+                                                     jax.tree.leaves(params), strict=True))
+
+
+def test_podracer_train_splits_the_cpu_into_devices_for_anakin(tmp_path):
+    # devices.cpu_devices=2 reaches JAX before it starts: every iteration plays on both devices.
+    proc = subprocess.run(
+        [sys.executable, "-m", "arena.cli", "train", "--config", "tic_tac_toe_alphazero",
+         "--run-dir", str(tmp_path / "run"), "--quiet", *TINY, "devices.cpu_devices=2",
+         "learner.max_updates=4"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "no effect" not in proc.stderr
+    config = _tiny()
+    plan = anakin.plan_anakin(config, make_agent(config, env_spec(config.env.name)), 2)
+    frames = (plan.min_iterations + 4 // plan.updates) * plan.examples * 2
+    assert f"at update 4, {frames} frames" in proc.stdout, proc.stdout
