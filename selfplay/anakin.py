@@ -290,8 +290,14 @@ def initial_carries(init_carry, params, mesh, key: jax.Array):
     sharding = NamedSharding(mesh, P(muzero.AXIS))
     if jax.process_count() == 1:
         return jax.device_put(carries, sharding)
-    return jax.tree.map(
-        lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), carries)
+
+    def to_global(x):  # this process's devices' rows of the global [devices, ...] array
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            return jax.random.wrap_key_data(to_global(jax.random.key_data(x)),
+                                            impl=jax.random.key_impl(x))
+        return jax.make_array_from_process_local_data(sharding, np.asarray(x))
+
+    return jax.tree.map(to_global, carries)
 
 
 def train_anakin(config: ExperimentConfig, run_dir: str | os.PathLike, *,

@@ -6,6 +6,7 @@ checks cannot run in the pytest process. Usage:
     python _distributed_worker.py replicate OUT.npz
     python _distributed_worker.py process PORT PROCESS_ID NUM_PROCESSES OUT.npz
     python _distributed_worker.py anakin OUT.npz
+    python _distributed_worker.py anakin_process PORT PROCESS_ID NUM_PROCESSES OUT.npz
 
 The first two run a few updates of the regression problem with the replicated update and, on one
 device, with the plain update on the same global batch, and save both parameter sets to OUT.npz.
@@ -188,10 +189,9 @@ def process_main(port: str, process_id: str, num_processes: str, out: str) -> No
     jax.distributed.shutdown()
 
 
-def anakin_main(out: str) -> None:
-    import _regression
-    from jax.sharding import PartitionSpec as P
-
+def _anakin_iterations() -> tuple[dict[str, np.ndarray], object]:
+    """A few Anakin iterations (tic-tac-toe, tiny) over every device of every process: each
+    local device's parameters, the step reached and the one expected, and the mesh."""
     import configs
     import muzero
     from selfplay import anakin
@@ -223,11 +223,22 @@ def anakin_main(out: str) -> None:
     results = {"devices": np.asarray(len(devices)), "updates_per_iteration": plan.updates,
                "step": np.asarray(muzero.unreplicate(state.step)),
                "expected_step": np.asarray(plan.updates * (iterations - plan.min_iterations)),
-               "loss": np.asarray(metrics["loss"])}
-    for i in range(len(devices)):  # every parameter, as each device holds it
+               "loss": np.asarray(muzero.unreplicate(metrics["loss"]))}
+    local = len(jax.tree.leaves(state.params)[0].addressable_shards)
+    for i in range(local):  # every parameter, as each local device holds it
         results[f"device{i}/params"] = np.concatenate([
             np.ravel(leaf.addressable_shards[i].data) for leaf in jax.tree.leaves(state.params)])
     results["initial/params"] = np.concatenate([np.ravel(x) for x in jax.tree.leaves(params)])
+    return results, mesh
+
+
+def anakin_main(out: str) -> None:
+    import _regression
+    from jax.sharding import PartitionSpec as P
+
+    import muzero
+
+    results, mesh = _anakin_iterations()
 
     # The regression update under shard_map(check_vma=False) against the plain update.
     reg_params = _regression.init_params(jax.random.key(0))
@@ -246,6 +257,18 @@ def anakin_main(out: str) -> None:
     np.savez(out, **results)
 
 
+def anakin_process_main(port: str, process_id: str, num_processes: str, out: str) -> None:
+    """Anakin over every device of `num_processes` processes: each saves its devices' params."""
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
+                               num_processes=int(num_processes), process_id=int(process_id),
+                               initialization_timeout=60)
+    results, _ = _anakin_iterations()
+    np.savez(out, **results)
+    jax.distributed.shutdown()
+
+
 if __name__ == "__main__":
     mode, *args = sys.argv[1:]
-    {"replicate": replicate_main, "process": process_main, "anakin": anakin_main}[mode](*args)
+    {"replicate": replicate_main, "process": process_main, "anakin": anakin_main,
+     "anakin_process": anakin_process_main}[mode](*args)

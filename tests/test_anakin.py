@@ -18,6 +18,7 @@ from selfplay import train as train_module
 from selfplay.agent import make_agent
 from selfplay.envs import env_spec
 from selfplay.envs.pgx_env import pgx_functions
+from tests.test_distributed import _free_port
 from tests.test_replication import WORKER, worker_env
 
 TINY = [
@@ -137,6 +138,35 @@ def test_replicas_stay_identical_over_two_devices(tmp_path):
     for name in names:  # the update without manual-axis checks still averages the gradients
         np.testing.assert_allclose(results[f"unchecked/{name}"], results[f"single/{name}"],
                                    rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_replicas_stay_identical_across_two_processes(tmp_path):
+    # jax.distributed (gloo), 2 processes x 2 CPU devices: the mesh spans both processes, each
+    # builds its own devices' games, and the pmean crosses processes.
+    port = _free_port()
+    outs = [tmp_path / f"process{i}.npz" for i in range(2)]
+    procs = [subprocess.Popen([sys.executable, str(WORKER), "anakin_process", str(port), str(i),
+                               "2", str(out)], env=worker_env(2), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+             for i, out in enumerate(outs)]
+    logs = []
+    try:
+        for proc in procs:
+            logs.append(proc.communicate(timeout=300)[0])
+    finally:
+        for proc in procs:  # a hung peer fails the test instead of blocking it
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for i, proc in enumerate(procs):
+        assert proc.returncode == 0, f"process {i}:\n{logs[i][-4000:] if i < len(logs) else ''}"
+    results = [dict(np.load(out)) for out in outs]
+    copies = [r[f"device{d}/params"] for r in results for d in range(2)]
+    assert int(results[0]["devices"]) == 4
+    for copy in copies[1:]:
+        np.testing.assert_array_equal(copy, copies[0])
+    assert not np.allclose(copies[0], results[0]["initial/params"])
+    assert int(results[0]["step"]) == int(results[0]["expected_step"]) > 0
 
 
 @pytest.mark.parametrize("overrides, message", [
