@@ -569,6 +569,8 @@ class _Learner:
             batch = muzero.shard_batch(batch, self.devices, self.agent.batch_axis)
         with self.timer.stage("update"):
             self.state, metrics = self.update(self.state, batch)
+            # Waits for the device, so the update's time is its own and not the next stage's.
+            jax.block_until_ready(metrics)
             self.step += 1
             if indices is not None:
                 self.store.update_priorities(indices, np.asarray(priorities))
