@@ -5,14 +5,13 @@ checks cannot run in the pytest process. Usage:
 
     python _distributed_worker.py replicate OUT.npz
     python _distributed_worker.py process PORT PROCESS_ID NUM_PROCESSES OUT.npz
-    python _distributed_worker.py anakin OUT.npz
     python _distributed_worker.py anakin_process PORT PROCESS_ID NUM_PROCESSES OUT.npz
 
 The first two run a few updates of the regression problem with the replicated update and, on one
 device, with the plain update on the same global batch, and save both parameter sets to OUT.npz.
-`anakin` runs a few Anakin iterations over every device and saves each device's parameters, and
-the regression problem's update under `shard_map` without manual-axis type checks (as Anakin
-runs it, for mctx) next to the plain update.
+`anakin_process` runs a few Anakin iterations over every device of every process and saves this
+process's devices' parameters, and the regression problem's update under `shard_map` without
+manual-axis type checks (as Anakin runs it, for mctx) next to the plain update.
 """
 
 import sys
@@ -232,43 +231,42 @@ def _anakin_iterations() -> tuple[dict[str, np.ndarray], object]:
     return results, mesh
 
 
-def anakin_main(out: str) -> None:
-    import _regression
-    from jax.sharding import PartitionSpec as P
-
-    import muzero
-
-    results, mesh = _anakin_iterations()
-
-    # The regression update under shard_map(check_vma=False) against the plain update.
-    reg_params = _regression.init_params(jax.random.key(0))
-    sgd = _optimizer()
-    sharded = jax.jit(jax.shard_map(
-        muzero.make_update(_regression.loss_fn, sgd, axis_name=muzero.AXIS), mesh=mesh,
-        in_specs=(P(), P(muzero.AXIS)), out_specs=(P(), P()), check_vma=False))
-    reg_state = muzero.replicate(_init_state(reg_params, sgd), mesh)
-    batches = [_regression.make_batch(jax.random.key(10 + i), 8) for i in range(STEPS)]
-    for batch in batches:
-        reg_state, _ = sharded(reg_state, muzero.shard_batch(batch, mesh))
-    ref_params, _ = _reference(reg_params, batches)
-    results.update({f"unchecked/{k}": v
-                    for k, v in _flat(muzero.unreplicate(reg_state.params)).items()})
-    results.update({f"single/{k}": v for k, v in _flat(ref_params).items()})
-    np.savez(out, **results)
-
-
 def anakin_process_main(port: str, process_id: str, num_processes: str, out: str) -> None:
     """Anakin over every device of `num_processes` processes: each saves its devices' params."""
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
                                num_processes=int(num_processes), process_id=int(process_id),
                                initialization_timeout=60)
-    results, _ = _anakin_iterations()
+    import _regression
+    from jax.sharding import PartitionSpec as P
+
+    import muzero
+
+    results, mesh = _anakin_iterations()
+    # The regression update under shard_map(check_vma=False), as Anakin runs its updates (mctx
+    # cannot be typed with varying manual axes), against the plain update on the global batch:
+    # each process feeds its own half.
+    reg_params = _regression.init_params(jax.random.key(0))
+    sgd = _optimizer()
+    sharded = jax.jit(jax.shard_map(
+        muzero.make_update(_regression.loss_fn, sgd, axis_name=muzero.AXIS), mesh=mesh,
+        in_specs=(P(), P(muzero.AXIS)), out_specs=(P(), P()), check_vma=False))
+    reg_state = muzero.replicate(_init_state(reg_params, sgd), mesh)
+    global_batches = []
+    for step in range(STEPS):
+        local = [_regression.make_batch(jax.random.key(100 * step + p), 8)
+                 for p in range(int(num_processes))]
+        global_batches.append(jax.tree.map(lambda *xs: np.concatenate(xs), *local))
+        reg_state, _ = sharded(reg_state, muzero.shard_batch(local[int(process_id)], mesh))
+    ref_params, _ = _reference(reg_params, global_batches)
+    results.update({f"unchecked/{k}": v
+                    for k, v in _flat(muzero.unreplicate(reg_state.params)).items()})
+    results.update({f"single/{k}": v for k, v in _flat(ref_params).items()})
     np.savez(out, **results)
     jax.distributed.shutdown()
 
 
 if __name__ == "__main__":
     mode, *args = sys.argv[1:]
-    {"replicate": replicate_main, "process": process_main, "anakin": anakin_main,
+    {"replicate": replicate_main, "process": process_main,
      "anakin_process": anakin_process_main}[mode](*args)

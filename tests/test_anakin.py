@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import signal
 import subprocess
 import sys
 
@@ -20,6 +21,7 @@ from selfplay.envs import env_spec
 from selfplay.envs.pgx_env import pgx_functions
 from tests.test_distributed import _free_port
 from tests.test_replication import WORKER, worker_env
+from tests.test_train import _podracer, _wait_for_checkpoint
 
 TINY = [
     "runtime=anakin", "actors.envs_per_thread=4", "actors.unroll_length=4",
@@ -122,24 +124,6 @@ def test_a_sebulba_run_resumes_under_anakin(tmp_path):
     assert result.resumed_from == 2 and result.updates == 4
 
 
-def test_replicas_stay_identical_over_two_devices(tmp_path):
-    out = tmp_path / "anakin.npz"
-    proc = subprocess.run([sys.executable, str(WORKER), "anakin", str(out)],
-                          env=worker_env(2), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    results = dict(np.load(out))
-    assert int(results["devices"]) == 2
-    assert int(results["step"]) == int(results["expected_step"]) > 0
-    assert np.isfinite(results["loss"])
-    np.testing.assert_array_equal(results["device0/params"], results["device1/params"])
-    assert not np.allclose(results["device0/params"], results["initial/params"])
-    names = [k.split("/", 1)[1] for k in results if k.startswith("single/")]
-    assert names
-    for name in names:  # the update without manual-axis checks still averages the gradients
-        np.testing.assert_allclose(results[f"unchecked/{name}"], results[f"single/{name}"],
-                                   rtol=1e-5, atol=1e-6, err_msg=name)
-
-
 def test_replicas_stay_identical_across_two_processes(tmp_path):
     # jax.distributed (gloo), 2 processes x 2 CPU devices: the mesh spans both processes, each
     # builds its own devices' games, and the pmean crosses processes.
@@ -167,6 +151,12 @@ def test_replicas_stay_identical_across_two_processes(tmp_path):
         np.testing.assert_array_equal(copy, copies[0])
     assert not np.allclose(copies[0], results[0]["initial/params"])
     assert int(results[0]["step"]) == int(results[0]["expected_step"]) > 0
+    for result in results:  # the update without manual-axis checks still averages gradients
+        names = [k.split("/", 1)[1] for k in result if k.startswith("single/")]
+        assert names
+        for name in names:
+            np.testing.assert_allclose(result[f"unchecked/{name}"], result[f"single/{name}"],
+                                       rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -240,3 +230,17 @@ def test_podracer_train_splits_the_cpu_into_devices_for_anakin(tmp_path):
     plan = anakin.plan_anakin(config, make_agent(config, env_spec(config.env.name)), 2)
     frames = (plan.min_iterations + 4 // plan.updates) * plan.examples * 2
     assert f"at update 4, {frames} frames" in proc.stdout, proc.stdout
+
+
+def test_sigint_stops_an_anakin_run_with_a_final_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    process = _podracer("train", "--config", "tic_tac_toe_alphazero", "--run-dir", str(run),
+                        "--quiet", *TINY, "learner.max_updates=100000")
+    _wait_for_checkpoint(run, process)
+    before = {int(p.name) for p in (run / "checkpoints").glob("*") if p.name.isdigit()}
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "stopped (received SIGINT)" in stdout
+    after = {int(p.name) for p in (run / "checkpoints").glob("*") if p.name.isdigit()}
+    assert max(after) >= max(before)  # the final checkpoint at the stopped step
