@@ -45,7 +45,7 @@ from selfplay.checkpoints import Checkpointer
 from selfplay.envs import env_spec
 from selfplay.envs.pgx_env import PgxEnvState, pgx_functions
 from selfplay.lifetime import StopSignal, handle_signals
-from selfplay.metrics import MetricsLogger, plot_learning_curves
+from selfplay.metrics import MetricsLogger, StageTimer, plot_learning_curves
 
 __all__ = ["AnakinCarry", "AnakinPlan", "anakin_devices", "initial_carries", "learn_in_jit",
            "make_anakin_iteration", "plan_anakin", "sharded", "train_anakin", "windows"]
@@ -348,6 +348,7 @@ def train_anakin(config: ExperimentConfig, run_dir: str | os.PathLike, *,
     frames_at_log, step_at_log = 0, step
     episodes = np.zeros(3)  # ended episodes since the last log: count, return sum, length sum
     metrics: dict[str, Any] = {}
+    timer = StageTimer()
     stopped_by = "error"
 
     def save(final: bool = False) -> None:
@@ -373,14 +374,18 @@ def train_anakin(config: ExperimentConfig, run_dir: str | os.PathLike, *,
                 if learner.max_frames and frames >= learner.max_frames:
                     stopped_by = "max_frames"
                     break
-                replicated, carry, out = run_iteration(replicated, np.int32(index), carry)
                 learning = index >= plan.min_iterations
+                # Where the time goes: "play" (moves, targets, replay) and "learn" (the updates)
+                # where they are separate calls, else one "iteration" stage.
+                with timer.stage("iteration" if inside else "play"):
+                    replicated, carry, out = run_iteration(replicated, np.int32(index), carry)
+                    out = jax.device_get(out)  # waits for the device: the clocks stay honest
                 if learning and not inside:
-                    for u in range(plan.updates):
-                        replicated, learned = run_update(replicated, np.int32(index),
-                                                         np.int32(u), carry)
-                    out = {**out, **learned}
-                out = jax.device_get(out)  # waits for the iteration: the clocks stay honest
+                    with timer.stage("learn"):
+                        for u in range(plan.updates):
+                            replicated, learned = run_update(replicated, np.int32(index),
+                                                             np.int32(u), carry)
+                        out = {**out, **jax.device_get(learned)}
                 index += 1
                 frames += frames_per_iteration
                 step += plan.updates if learning else 0
@@ -397,6 +402,7 @@ def train_anakin(config: ExperimentConfig, run_dir: str | os.PathLike, *,
                         "updates_per_s": (step - step_at_log) / (now - last_log),
                         "replay_size": int(plan.written(index - 1)) * plan.devices,
                     })
+                    values.update(timer.summary("time/anakin/", reset=True))
                     if episodes[0]:
                         values.update({"episode_return": episodes[1] / episodes[0],
                                        "episode_length": episodes[2] / episodes[0],

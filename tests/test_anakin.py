@@ -105,6 +105,9 @@ def test_smoke_run_learns_logs_saves_and_resumes(preset, extra, tmp_path):
     learned = [r for r in records if "loss" in r]
     assert learned and all(np.isfinite(r["loss"]) for r in learned)
     assert any(r.get("episodes", 0) > 0 for r in records)
+    # Where the time goes (on a CPU the updates are their own stage).
+    assert any(r.get("time/anakin/play_s", 0) > 0 and r.get("time/anakin/learn_s", 0) > 0
+               for r in records)
     assert (run / "checkpoints" / "8").is_dir() and (run / "learning_curves.png").is_file()
 
     more = config.replace(learner=dataclasses.replace(config.learner, max_updates=12))
