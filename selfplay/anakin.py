@@ -39,16 +39,16 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import muzero
-from configs import ExperimentConfig, UsageError, to_dict
+from configs import ExperimentConfig, UsageError
 from selfplay.agent import Agent, make_agent
-from selfplay.checkpoints import Checkpointer
 from selfplay.envs import env_spec
 from selfplay.envs.pgx_env import PgxEnvState, pgx_functions
 from selfplay.lifetime import StopSignal, handle_signals
-from selfplay.metrics import MetricsLogger, StageTimer, plot_learning_curves
+from selfplay.metrics import MetricsLogger, StageTimer
 
-__all__ = ["AnakinCarry", "AnakinPlan", "anakin_devices", "initial_carries", "learn_in_jit",
-           "make_anakin_iteration", "plan_anakin", "sharded", "train_anakin", "windows"]
+__all__ = ["AnakinCarry", "AnakinPlan", "AnakinProgram", "anakin_devices", "initial_carries",
+           "learn_in_jit", "make_anakin_iteration", "make_anakin_program", "plan_anakin",
+           "sharded", "train_anakin", "windows"]
 
 
 class AnakinCarry(NamedTuple):
@@ -300,42 +300,53 @@ def initial_carries(init_carry, params, mesh, key: jax.Array):
     return jax.tree.map(to_global, carries)
 
 
-def train_anakin(config: ExperimentConfig, run_dir: str | os.PathLike, *,
-                 progress: bool = True, stop: StopSignal | None = None):
-    """Trains `config` (runtime "anakin") in `run_dir`, resuming from its newest checkpoint."""
-    from selfplay.train import MUST_MATCH, RunResult, prepare_run_dir
+class AnakinProgram(NamedTuple):
+    """An Anakin run's parts for a config and a mesh (see `make_anakin_program`)."""
 
-    run_dir = prepare_run_dir(run_dir, config)
-    devices = anakin_devices(config)
+    agent: Agent
+    plan: AnakinPlan
+    mesh: Any  # the 1-D device mesh (muzero.make_mesh)
+    init_carry: Callable  # (params, key) -> one device's AnakinCarry
+    iterate: Callable  # sharded iteration (state, index, carry, learn) -> (state, carry, metrics)
+    learn: Callable  # sharded learn_step (state, index, u, carry) -> (state, metrics)
+
+
+def make_anakin_program(config: ExperimentConfig, optimizer, devices) -> AnakinProgram:
+    """The agent, plan and sharded (unjitted) functions of `config` over `devices`."""
     mesh = muzero.make_mesh(devices)
     spec = env_spec(config.env.name, seed=config.seed, **config.env.options)
     agent = make_agent(config, spec)
     plan = plan_anakin(config, agent, len(devices))
-
-    key = jax.random.PRNGKey(config.seed)
-    init_key, state_key, carry_key = jax.random.split(key, 3)
-    optimizer = muzero.make_optimizer(config.optimizer)
-    state = muzero.init_train_state(jax.jit(agent.init)(init_key), optimizer, state_key)
-    checkpointer = Checkpointer(run_dir / "checkpoints", config.learner.keep_checkpoints,
-                                must_match=MUST_MATCH)
-    config_dict = to_dict(config)
-    resumed_from = checkpointer.latest_step()
-    if resumed_from is not None:
-        state = checkpointer.restore(target=state, config=config_dict)
-    step = last_saved = int(state.step)
-
     functions = pgx_functions(spec.name.split(":", 1)[1], plan.games)
     update = muzero.make_update(agent.loss_fn, optimizer, axis_name=muzero.AXIS)
     init_carry, iteration, learn_step = make_anakin_iteration(config, agent, plan, functions,
                                                               update)
     iterate, learn = sharded(iteration, learn_step, mesh)
+    return AnakinProgram(agent, plan, mesh, init_carry, iterate, learn)
+
+
+def train_anakin(config: ExperimentConfig, run_dir: str | os.PathLike, *,
+                 progress: bool = True, stop: StopSignal | None = None):
+    """Trains `config` (runtime "anakin") in `run_dir`, resuming from its newest checkpoint."""
+    from selfplay.train import RunResult, plot_run, prepare_run_dir, start_run
+
+    run_dir = prepare_run_dir(run_dir, config)
+    devices = anakin_devices(config)
+    optimizer = muzero.make_optimizer(config.optimizer)
+    program = make_anakin_program(config, optimizer, devices)
+    agent, plan, mesh = program.agent, program.plan, program.mesh
+    begun = start_run(config, agent, optimizer, run_dir)
+    state, checkpointer, config_dict = begun.state, begun.checkpointer, begun.config_dict
+    resumed_from = begun.resumed_from
+    step = last_saved = int(state.step)
+
     inside = learn_in_jit(devices)
     options = dict(agent.compiler_options)
-    run_iteration = jax.jit(functools.partial(iterate, learn=inside), donate_argnums=(0, 2),
-                            compiler_options=options)
-    run_update = jax.jit(learn, donate_argnums=(0,), compiler_options=options)
+    run_iteration = jax.jit(functools.partial(program.iterate, learn=inside),
+                            donate_argnums=(0, 2), compiler_options=options)
+    run_update = jax.jit(program.learn, donate_argnums=(0,), compiler_options=options)
     replicated = muzero.replicate(state, mesh)
-    carry = initial_carries(init_carry, state.params, mesh, carry_key)
+    carry = initial_carries(program.init_carry, state.params, mesh, begun.key)
     local_devices = sum(d.process_index == jax.process_index() for d in devices)
     frames_per_iteration = plan.examples * local_devices
 
@@ -416,9 +427,6 @@ def train_anakin(config: ExperimentConfig, run_dir: str | os.PathLike, *,
     finally:
         checkpointer.close()
         logger.close()
-    try:
-        plot_learning_curves(run_dir)
-    except Exception as error:  # noqa: BLE001 - a plot must never fail a finished run
-        print(f"podracer: could not plot learning curves: {error}")
+    plot_run(run_dir)
     return RunResult(pathlib.Path(run_dir), step, frames, time.monotonic() - start, stopped_by,
                      resumed_from)

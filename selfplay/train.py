@@ -182,16 +182,10 @@ def train(config: ExperimentConfig, run_dir: str | os.PathLike, *, progress: boo
     spec = env_spec(config.env.name, seed=config.seed, **config.env.options)
     agent = make_agent(config, spec)
 
-    key = jax.random.PRNGKey(config.seed)
-    init_key, state_key, actor_key = jax.random.split(key, 3)
     optimizer = muzero.make_optimizer(config.optimizer)
-    state = muzero.init_train_state(jax.jit(agent.init)(init_key), optimizer, state_key)
-    checkpointer = Checkpointer(run_dir / "checkpoints", config.learner.keep_checkpoints,
-                                must_match=MUST_MATCH)
-    config_dict = to_dict(config)
-    resumed_from = checkpointer.latest_step()
-    if resumed_from is not None:
-        state = checkpointer.restore(target=state, config=config_dict)
+    begun = start_run(config, agent, optimizer, run_dir)
+    state, checkpointer, config_dict = begun.state, begun.checkpointer, begun.config_dict
+    actor_key, resumed_from = begun.key, begun.resumed_from
     step = int(state.step)
 
     server = ParameterServer(actor_devices)
@@ -236,12 +230,42 @@ def train(config: ExperimentConfig, run_dir: str | os.PathLike, *, progress: boo
     finally:
         checkpointer.close()
         logger.close()
+    plot_run(run_dir)
+    return RunResult(run_dir, learner.step, stats.frames, time.monotonic() - learner.start,
+                     stopped_by, resumed_from)
+
+
+class RunStart(NamedTuple):
+    """A run's starting point, shared by both runtimes."""
+
+    state: muzero.TrainState  # fresh, or the newest checkpoint's
+    checkpointer: Checkpointer
+    config_dict: dict
+    resumed_from: int | None  # the checkpoint's step, or None
+    key: jax.Array  # for the runtime's own randomness (actors, games)
+
+
+def start_run(config: ExperimentConfig, agent: Agent, optimizer,
+              run_dir: pathlib.Path) -> RunStart:
+    """The train state for `optimizer` (from the newest checkpoint in `run_dir` if there is
+    one) and the checkpointer that keeps saving there."""
+    init_key, state_key, key = jax.random.split(jax.random.PRNGKey(config.seed), 3)
+    state = muzero.init_train_state(jax.jit(agent.init)(init_key), optimizer, state_key)
+    checkpointer = Checkpointer(run_dir / "checkpoints", config.learner.keep_checkpoints,
+                                must_match=MUST_MATCH)
+    config_dict = to_dict(config)
+    resumed_from = checkpointer.latest_step()
+    if resumed_from is not None:
+        state = checkpointer.restore(target=state, config=config_dict)
+    return RunStart(state, checkpointer, config_dict, resumed_from, key)
+
+
+def plot_run(run_dir: pathlib.Path) -> None:
+    """The run's learning curves; a failed plot is reported, never raised."""
     try:
         plot_learning_curves(run_dir)
     except Exception as error:  # noqa: BLE001 - a plot must never fail a finished run
         print(f"podracer: could not plot learning curves: {error}")
-    return RunResult(run_dir, learner.step, stats.frames, time.monotonic() - learner.start,
-                     stopped_by, resumed_from)
 
 
 def _make_replay(config: ExperimentConfig, agent: Agent, num_actor_threads: int):

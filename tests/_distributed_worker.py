@@ -194,9 +194,6 @@ def _anakin_iterations() -> tuple[dict[str, np.ndarray], object]:
     import configs
     import muzero
     from selfplay import anakin
-    from selfplay.agent import make_agent
-    from selfplay.envs import env_spec
-    from selfplay.envs.pgx_env import pgx_functions
 
     config = configs.load_config("tic_tac_toe_alphazero", [
         "runtime=anakin", "actors.envs_per_thread=4", "actors.unroll_length=4",
@@ -204,18 +201,13 @@ def _anakin_iterations() -> tuple[dict[str, np.ndarray], object]:
         "learner.batch_size=8", "replay.min_size=16", "replay.capacity=64",
         "replay.samples_per_insert=1"])
     devices = anakin.anakin_devices(config)
-    mesh = muzero.make_mesh(devices)
-    spec = env_spec(config.env.name)
-    agent = make_agent(config, spec)
-    plan = anakin.plan_anakin(config, agent, len(devices))
     optimizer = muzero.make_optimizer(config.optimizer)
-    params = jax.jit(agent.init)(jax.random.key(0))
-    update = muzero.make_update(agent.loss_fn, optimizer, axis_name=muzero.AXIS)
-    init_carry, iteration, learn_step = anakin.make_anakin_iteration(
-        config, agent, plan, pgx_functions("tic_tac_toe", plan.games), update)
-    step = jax.jit(anakin.sharded(iteration, learn_step, mesh)[0])
+    program = anakin.make_anakin_program(config, optimizer, devices)
+    plan, mesh = program.plan, program.mesh
+    params = jax.jit(program.agent.init)(jax.random.key(0))
+    step = jax.jit(program.iterate)
     state = muzero.replicate(_init_state(params, optimizer), mesh)
-    carry = anakin.initial_carries(init_carry, params, mesh, jax.random.key(1))
+    carry = anakin.initial_carries(program.init_carry, params, mesh, jax.random.key(1))
     iterations = plan.min_iterations + 2
     for index in range(iterations):
         state, carry, metrics = step(state, np.int32(index), carry)

@@ -18,9 +18,7 @@ from selfplay import anakin
 from selfplay import train as train_module
 from selfplay.agent import make_agent
 from selfplay.envs import env_spec
-from selfplay.envs.pgx_env import pgx_functions
-from tests.test_distributed import _free_port
-from tests.test_replication import WORKER, worker_env
+from tests.test_distributed import run_worker_processes
 from tests.test_train import _podracer, _wait_for_checkpoint
 
 TINY = [
@@ -130,24 +128,8 @@ def test_a_sebulba_run_resumes_under_anakin(tmp_path):
 def test_replicas_stay_identical_across_two_processes(tmp_path):
     # jax.distributed (gloo), 2 processes x 2 CPU devices: the mesh spans both processes, each
     # builds its own devices' games, and the pmean crosses processes.
-    port = _free_port()
-    outs = [tmp_path / f"process{i}.npz" for i in range(2)]
-    procs = [subprocess.Popen([sys.executable, str(WORKER), "anakin_process", str(port), str(i),
-                               "2", str(out)], env=worker_env(2), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
-             for i, out in enumerate(outs)]
-    logs = []
-    try:
-        for proc in procs:
-            logs.append(proc.communicate(timeout=300)[0])
-    finally:
-        for proc in procs:  # a hung peer fails the test instead of blocking it
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    for i, proc in enumerate(procs):
-        assert proc.returncode == 0, f"process {i}:\n{logs[i][-4000:] if i < len(logs) else ''}"
-    results = [dict(np.load(out)) for out in outs]
+    results = run_worker_processes("anakin_process",
+                                   [tmp_path / f"process{i}.npz" for i in range(2)], timeout=300)
     copies = [r[f"device{d}/params"] for r in results for d in range(2)]
     assert int(results[0]["devices"]) == 4
     for copy in copies[1:]:
@@ -186,18 +168,12 @@ def test_updates_inside_the_jit_equal_updates_called_one_by_one():
     # Accelerators take the U updates inside the iteration's jit, CPUs call them one by one
     # (`learn_in_jit`): from the same state, one learning iteration must give the same params.
     config = _tiny()
-    devices = anakin.anakin_devices(config)
-    mesh = muzero.make_mesh(devices)
-    agent = make_agent(config, env_spec(config.env.name))
-    plan = anakin.plan_anakin(config, agent, len(devices))
     optimizer = muzero.make_optimizer(config.optimizer)
-    params = jax.jit(agent.init)(jax.random.key(0))
-    update = muzero.make_update(agent.loss_fn, optimizer, axis_name=muzero.AXIS)
-    init_carry, iteration, learn_step = anakin.make_anakin_iteration(
-        config, agent, plan, pgx_functions("tic_tac_toe", plan.games), update)
-    iterate, learn = anakin.sharded(iteration, learn_step, mesh)
+    program = anakin.make_anakin_program(config, optimizer, anakin.anakin_devices(config))
+    plan, mesh, iterate, learn = program.plan, program.mesh, program.iterate, program.learn
+    params = jax.jit(program.agent.init)(jax.random.key(0))
     state = muzero.replicate(muzero.init_train_state(params, optimizer, jax.random.key(1)), mesh)
-    carry = anakin.initial_carries(init_carry, params, mesh, jax.random.key(2))
+    carry = anakin.initial_carries(program.init_carry, params, mesh, jax.random.key(2))
     for index in range(plan.min_iterations):  # fill the tail and the ring, no updates yet
         state, carry, metrics = jax.jit(iterate, static_argnums=3)(state, np.int32(index),
                                                                    carry, False)

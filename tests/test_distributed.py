@@ -22,15 +22,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("distributed")
+def run_worker_processes(mode: str, outs, timeout: float = 120.0) -> list[dict]:
+    """Runs `_distributed_worker.py MODE PORT I N OUT_I` for each of the N `outs` together (one
+    `jax.distributed` job, 2 CPU devices each) and returns what each saved."""
     port = _free_port()
-    outs = [tmp / f"process{i}.npz" for i in range(NUM_PROCESSES)]
     procs = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), "process", str(port), str(i), str(NUM_PROCESSES),
-             str(out)],
+            [sys.executable, str(WORKER), mode, str(port), str(i), str(len(outs)), str(out)],
             env=worker_env(2), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         for i, out in enumerate(outs)
@@ -38,7 +36,7 @@ def results(tmp_path_factory):
     logs = []
     try:
         for proc in procs:
-            logs.append(proc.communicate(timeout=120)[0])
+            logs.append(proc.communicate(timeout=timeout)[0])
     finally:
         for proc in procs:  # a hung peer fails the test instead of blocking it
             if proc.poll() is None:
@@ -47,6 +45,13 @@ def results(tmp_path_factory):
     for i, proc in enumerate(procs):
         assert proc.returncode == 0, f"process {i}:\n{logs[i][-4000:] if i < len(logs) else ''}"
     return [dict(np.load(out)) for out in outs]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("distributed")
+    return run_worker_processes("process", [tmp / f"process{i}.npz"
+                                            for i in range(NUM_PROCESSES)])
 
 
 def test_processes_end_with_identical_updated_parameters(results):
