@@ -45,8 +45,10 @@ class BoardSymmetries(NamedTuple):
     height: int
     width: int
 
+    # S. The name shadows tuple.count(value) (mypy: an incompatible override); callers read
+    # `symmetries.count`, and nothing calls tuple.count on it, so the name stays.
     @property
-    def count(self) -> int:
+    def count(self) -> int:  # type: ignore[override]
         return int(self.cell_source.shape[0])
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+__all__ = ["ALGORITHMS", "QTRANSFORMS", "SearchConfig"]
+
 ALGORITHMS = ("muzero", "gumbel_muzero")
 QTRANSFORMS = ("by_parent_and_siblings", "by_min_max", "completed_by_mix_value")
 _DEFAULT_QTRANSFORM = {

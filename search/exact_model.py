@@ -26,6 +26,8 @@ import mctx
 
 from search.policy import mask_invalid_logits
 
+__all__ = ["PredictionFn", "StepFn", "make_exact_recurrent_fn"]
+
 # step_fn(state [B], action [B]) -> (next_state [B], reward [B], terminal [B], legal_mask [B, A])
 StepFn = Callable[[Any, chex.Array], tuple[Any, chex.Array, chex.Array, chex.Array]]
 # prediction_fn(params, state [B]) -> (prior_logits [B, A], value [B])

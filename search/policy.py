@@ -11,9 +11,11 @@ Two things are added on top of `mctx.muzero_policy` / `mctx.gumbel_muzero_policy
   wins. The explicit mask makes it a guarantee for every q-transform.
 * **Continuing from a tree.** `run(..., tree=t)` keeps `t`'s nodes and statistics (typically from
   `reuse_subtree`) and adds `num_simulations` more. mctx's `search` always starts from an empty
-  tree, so the loop below is mctx's own loop with a per-row starting node count.
+  tree, so `_simulate_from` is mctx's own loop with a per-row starting node count, built on the
+  mctx internals that `search._mctx_internals` re-exports.
 
-With no tree and no interior marks, `run` consumes the key exactly as mctx does and returns the same
+A fresh search (no tree) is `mctx.search` itself, given our masked selection functions. With no
+interior marks, `run` then consumes the key exactly as mctx's policies do and returns the same
 `action` and `action_weights` (tested against mctx).
 """
 
@@ -26,10 +28,11 @@ import chex
 import jax
 import jax.numpy as jnp
 import mctx
-from mctx._src import search as mctx_search  # simulate/expand/backward: mctx pinned in pyproject
-from mctx._src import seq_halving
 
+from search import _mctx_internals
 from search.config import SearchConfig
+
+__all__ = ["SearchOutput", "mask_invalid_logits", "run", "select_action"]
 
 
 class SearchOutput(NamedTuple):
@@ -171,15 +174,20 @@ def run(
     root = root.replace(prior_logits=mask_invalid_logits(noisy_logits, invalid_actions))
     selection_fn = functools.partial(_puct_selection, pb_c_init=config.pb_c_init,
                                      pb_c_base=config.pb_c_base, qtransform=qtransform)
-    if invalid_actions is None:
-        invalid_actions = jnp.zeros_like(root.prior_logits)
     if tree is None:
-        start = mctx_search.instantiate_tree_from_root(
-            root, config.num_simulations, root_invalid_actions=invalid_actions, extra_data=None)
+        # mctx.search uses the key as _simulate_from does on a fresh tree (the same splits, node
+        # `sim + 1`), so this is today's search, bit for bit, through mctx's public API.
+        search_tree = mctx.search(
+            params, search_key, root=root, recurrent_fn=recurrent_fn,
+            root_action_selection_fn=functools.partial(selection_fn, depth=0),
+            interior_action_selection_fn=selection_fn, num_simulations=config.num_simulations,
+            max_depth=max_depth, invalid_actions=invalid_actions)
     else:
+        if invalid_actions is None:
+            invalid_actions = jnp.zeros_like(root.prior_logits)
         start = _prepare_continued_tree(tree, root, invalid_actions, config.num_simulations)
-    search_tree = _simulate_from(params, search_key, start, recurrent_fn, selection_fn,
-                                 config.num_simulations, max_depth)
+        search_tree = _simulate_from(params, search_key, start, recurrent_fn, selection_fn,
+                                     config.num_simulations, max_depth)
     summary = search_tree.summary()
     action = select_action(rng_key, summary.visit_probs, config.temperature)
     return SearchOutput(action=action, action_weights=summary.visit_probs,
@@ -198,24 +206,20 @@ def _gumbel_muzero(params, rng_key, root, recurrent_fn, config, qtransform, inva
         mctx.gumbel_muzero_root_action_selection, num_simulations=config.num_simulations,
         max_num_considered_actions=config.max_num_considered_actions, qtransform=qtransform)
     interior_selection = functools.partial(_gumbel_interior_selection, qtransform=qtransform)
-
-    def selection_fn(key, tree, node_index, depth):
-        return jax.lax.cond(depth == 0, lambda: root_selection(key, tree, node_index),
-                            lambda: interior_selection(key, tree, node_index, depth))
-
     if invalid_actions is None:
         invalid_actions = jnp.zeros_like(root.prior_logits)
-    start = mctx_search.instantiate_tree_from_root(
-        root, config.num_simulations, root_invalid_actions=invalid_actions,
+    search_tree = mctx.search(
+        params, rng_key, root=root, recurrent_fn=recurrent_fn,
+        root_action_selection_fn=root_selection, interior_action_selection_fn=interior_selection,
+        num_simulations=config.num_simulations, max_depth=max_depth,
+        invalid_actions=invalid_actions,
         extra_data=mctx.GumbelMuZeroExtraData(root_gumbel=gumbel))
-    search_tree = _simulate_from(params, rng_key, start, recurrent_fn, selection_fn,
-                                 config.num_simulations, max_depth)
     summary = search_tree.summary()
     # As mctx: act with the best of the most visited actions by gumbel + logits + completed q.
     considered_visit = jnp.max(summary.visit_counts, axis=-1, keepdims=True)
     completed_q = jax.vmap(qtransform, in_axes=[0, None])(search_tree, search_tree.ROOT_INDEX)
-    to_argmax = seq_halving.score_considered(considered_visit, gumbel, root.prior_logits,
-                                             completed_q, summary.visit_counts)
+    to_argmax = _mctx_internals.score_considered(considered_visit, gumbel, root.prior_logits,
+                                                 completed_q, summary.visit_counts)
     action = mctx_masked_argmax(to_argmax, invalid_actions.astype(bool))
     action_weights = jax.nn.softmax(
         mask_invalid_logits(root.prior_logits + completed_q, invalid_actions))
@@ -229,7 +233,8 @@ def _simulate_from(params, rng_key, tree, recurrent_fn, selection_fn, num_simula
     """mctx's simulation loop, started from a tree that may already hold nodes.
 
     New nodes are written after the existing ones: node index `num_existing + sim` for each row.
-    With a fresh tree `num_existing` is 1, which is exactly mctx's `sim + 1`.
+    With a fresh tree `num_existing` is 1, which is exactly mctx's `sim + 1`. Only the continued
+    search (`run(..., tree=t)`) needs this; a fresh one is `mctx.search`.
     """
     batch_size = tree.node_values.shape[0]
     batch_range = jnp.arange(batch_size)
@@ -239,13 +244,14 @@ def _simulate_from(params, rng_key, tree, recurrent_fn, selection_fn, num_simula
         rng_key, tree = loop_state
         rng_key, simulate_key, expand_key = jax.random.split(rng_key, 3)
         simulate_keys = jax.random.split(simulate_key, batch_size)
-        parent_index, action = mctx_search.simulate(simulate_keys, tree, selection_fn, max_depth)
+        parent_index, action = _mctx_internals.simulate(simulate_keys, tree, selection_fn,
+                                                        max_depth)
         next_node_index = tree.children_index[batch_range, parent_index, action]
         next_node_index = jnp.where(next_node_index == mctx.Tree.UNVISITED,
                                     num_existing + sim, next_node_index)
-        tree = mctx_search.expand(params, expand_key, tree, recurrent_fn, parent_index, action,
-                                  next_node_index)
-        tree = mctx_search.backward(tree, next_node_index)
+        tree = _mctx_internals.expand(params, expand_key, tree, recurrent_fn, parent_index,
+                                      action, next_node_index)
+        tree = _mctx_internals.backward(tree, next_node_index)
         return rng_key, tree
 
     _, tree = jax.lax.fori_loop(0, num_simulations, body, (rng_key, tree))

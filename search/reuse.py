@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import mctx
 
+__all__ = ["reuse_subtree"]
+
 _NODE_FILL = {  # what an empty slot holds, per per-node field of mctx.Tree
     "node_visits": 0,
     "raw_values": 0,

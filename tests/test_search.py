@@ -1,6 +1,8 @@
 """search/: equal to mctx, exact-model play on tic-tac-toe, masks, batch independence, reuse."""
 
+import ast
 import functools
+import pathlib
 
 import chex
 import jax
@@ -361,3 +363,37 @@ def test_config_is_frozen_and_replace_validates():
     with pytest.raises(ValueError, match="num_simulations"):
         config.replace(num_simulations=-1)
     chex.assert_trees_all_equal(config.qtransform_name, "by_parent_and_siblings")
+
+
+# --- mctx internals ---------------------------------------------------------------------------
+
+_REPO = pathlib.Path(__file__).resolve().parent.parent
+_PACKAGES = ["search", "muzero", "configs", "selfplay", "arena", "benchmarks", "tests"]
+
+
+def _imports_mctx_private(path: pathlib.Path) -> list[str]:
+    """The `mctx._src...` modules that `path` imports (`import`, `from ... import`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # `from mctx import _src` names the private package as an imported name.
+            modules = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found += [m for m in modules if m == "mctx._src" or m.startswith("mctx._src.")]
+    return found
+
+
+def test_only_mctx_internals_module_imports_mctx_private_api():
+    """mctx is pinned for its private `_src`: one module may use it, so an upgrade has one place."""
+    allowed = _REPO / "search" / "_mctx_internals.py"
+    offenders = {}
+    for package in _PACKAGES:
+        for path in sorted((_REPO / package).rglob("*.py")):
+            private = _imports_mctx_private(path)
+            if private and path != allowed:
+                offenders[str(path.relative_to(_REPO))] = sorted(set(private))
+    assert not offenders, f"import mctx._src only in search/_mctx_internals.py: {offenders}"
+    assert _imports_mctx_private(allowed), "search/_mctx_internals.py no longer imports mctx._src"
