@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+__all__ = ["ATARI_SCORES", "atari_key", "human_normalized_score", "is_atari57"]
+
 # game: (random, human)
 ATARI_SCORES: dict[str, tuple[float, float]] = {
     "alien": (227.8, 7127.7),

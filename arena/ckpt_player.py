@@ -6,9 +6,10 @@
                                       (V-trace runs: any temperature > 0 samples the policy)
 
 The run's `config.json` says which agent to build (`selfplay.make_agent`); the parameters come from
-`checkpoints/` (`selfplay.restore_params`). The search is evaluation's
-(`selfplay.evaluation.greedy_config`: no root Dirichlet noise) at the spec's temperature.
-MuZero and V-trace runs trained on OpenSpiel see the training adapter's observations
+`checkpoints/` (`selfplay.restore_params`, at the step `selfplay.checkpoints.checkpoint_step`
+resolves). The search is evaluation's (`selfplay.evaluation.greedy_config`: no root Dirichlet
+noise) at the spec's temperature. The agent acts through `selfplay.evaluation.BoardActor`, as in
+evaluation: MuZero and V-trace runs trained on OpenSpiel see the training adapter's observations
 (`OpenSpielEnv.observe`); AlphaZero runs trained on pgx (tic_tac_toe, connect_four, whose action
 ids equal OpenSpiel's) get pgx states rebuilt by replaying each game's moves, since their search
 steps the real rules. Loaded runs are cached, so the tournament's many `make_player` calls and a
@@ -24,14 +25,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 import pyspiel
 
 from arena.players import BatchedPlayer, PlayerSpec, _float, _int, _no_settings, register_player
 from configs import ExperimentConfig, UsageError
-from selfplay import Agent, Checkpointer, EnvSpec, make_agent
-from selfplay.evaluation import greedy_config, read_run_config, restore_agent
+from selfplay import Agent, EnvSpec, make_agent
+from selfplay.checkpoints import checkpoint_step
+from selfplay.evaluation import BoardActor, greedy_config, read_run_config, restore_agent
 
 __all__ = ["CheckpointPlayer", "LoadedRun", "load_run"]
 
@@ -49,26 +49,6 @@ class LoadedRun(NamedTuple):
     params: Any  # the network's parameters, with the network's structure
 
 
-def _checkpoint_step(run_dir: Path, step: int | None) -> int:
-    """The newest (or checked) complete checkpoint step of a run; UsageError if none."""
-    directory = run_dir / "checkpoints"
-    if not directory.is_dir():
-        raise UsageError(f"{run_dir} has no checkpoints/ folder: it is not a trained run "
-                         "(or training has not saved a checkpoint yet)")
-    checkpointer = Checkpointer(directory, max_to_keep=None, read_only=True)
-    try:
-        steps = checkpointer.all_steps()
-    finally:
-        checkpointer.close()
-    if not steps:
-        raise UsageError(f"no complete checkpoint in {directory}")
-    if step is None:
-        return steps[-1]
-    if step not in steps:
-        raise UsageError(f"no checkpoint for step {step} in {directory}; saved steps: {steps}")
-    return step
-
-
 def load_run(run_dir: str | os.PathLike, step: int | None = None) -> LoadedRun:
     """Loads a run's config and the parameters of its newest (or given) checkpoint.
 
@@ -77,7 +57,7 @@ def load_run(run_dir: str | os.PathLike, step: int | None = None) -> LoadedRun:
     """
     run_dir = Path(run_dir).absolute()
     read_run_config(run_dir)  # a missing or bad config.json is named before any checkpoint error
-    step = _checkpoint_step(run_dir, step)
+    step = checkpoint_step(run_dir, step)
     return _load_cached(run_dir, step, _stamp(run_dir, step))
 
 
@@ -128,19 +108,13 @@ def _next_power_of_two(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
-def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
-    """x [N, ...] -> [rows, ...], repeating the first row (valid input; its results are dropped)."""
-    if rows == len(x):
-        return x
-    return np.concatenate([x, np.repeat(x[:1], rows - len(x), axis=0)])
-
-
 class CheckpointPlayer(BatchedPlayer):
     """A trained agent's search over OpenSpiel states; all waiting games in one `agent.act`.
 
     Batches are padded to the next power of two, at least `min_batch`, so that jit compiles a few
     shapes only (one for up to `min_batch` games; a benchmark of one game at a time passes 1).
     `act_calls` and `states_searched` count the searches run and the real states they covered.
+    The inputs and the padding rows (copies of the first state) are `BoardActor`'s.
     `agent`, when given, must be `make_agent` of the run's config with this search (`ckpt` specs
     pass a cached one, so that players of one spec share its compiled search).
     """
@@ -160,16 +134,7 @@ class CheckpointPlayer(BatchedPlayer):
         self._key = jax.random.PRNGKey(seed % 2**32)
         self.act_calls = 0
         self.states_searched = 0
-        name = run.config.env.name.partition(":")[2]
-        if self.agent.uses_env_state:
-            from selfplay.envs.pgx_env import pgx_replay  # pgx starts JAX: only when needed
-
-            self._replay = pgx_replay(name)
-            self._max_length = game.max_game_length()
-        else:
-            from selfplay.envs.openspiel import OpenSpielEnv
-
-            self._observer = OpenSpielEnv(name, 1, **run.config.env.options)
+        self._actor = BoardActor(run.config, self.agent)
 
     def step_many(self, states: Sequence[pyspiel.State]) -> list[int]:
         count = len(states)
@@ -177,25 +142,10 @@ class CheckpointPlayer(BatchedPlayer):
             return []
         rows = _next_power_of_two(max(count, self.min_batch))
         self._key, key = jax.random.split(self._key)
-        greedy = np.full(rows, self._greedy)
-        if self.agent.uses_env_state:
-            moves = np.zeros((rows, self._max_length), np.int32)
-            lengths = np.zeros(rows, np.int32)
-            for i, state in enumerate(states):
-                history = state.history()
-                moves[i, :len(history)] = history
-                lengths[i] = len(history)
-            env_state = self._replay(moves, lengths)
-            out = self.agent.act(self.run.params, key,
-                                 env_state.observation.astype(jnp.float32),
-                                 env_state.legal_action_mask, greedy, env_state)
-        else:
-            observation, legal_mask, _ = self._observer.observe(states)
-            out = self.agent.act(self.run.params, key, _pad_rows(observation, rows),
-                                 _pad_rows(legal_mask, rows), greedy, None)
+        out, _ = self._actor.act(self.run.params, key, states, rows, self._greedy)
         self.act_calls += 1
         self.states_searched += count
-        actions = np.asarray(out.action)[:count].tolist()
+        actions = out.action.tolist()
         for state, action in zip(states, actions, strict=True):
             if action not in state.legal_actions():
                 raise RuntimeError(f"{self.spec!r} chose illegal action {action} in:\n{state}")

@@ -22,6 +22,18 @@ import numpy as np
 
 from arena.atari_scores import human_normalized_score, is_atari57
 
+__all__ = [
+    "NOOP_STARTS",
+    "STICKY_ACTIONS",
+    "Estimate",
+    "EvalProtocol",
+    "EvalResult",
+    "Summary",
+    "evaluate_policy",
+    "iqm",
+    "summarize",
+]
+
 
 @dataclasses.dataclass(frozen=True)
 class EvalProtocol:

@@ -26,6 +26,19 @@ import pyspiel
 from arena.players import is_batched, make_player, parse_spec
 from configs import UsageError
 
+__all__ = [
+    "GameRecord",
+    "ScheduledGame",
+    "check_two_player",
+    "game_seed",
+    "load_game",
+    "play_game",
+    "play_games",
+    "player_seed",
+    "run_tournament",
+    "schedule",
+]
+
 FORMATS = ("round-robin", "gauntlet")
 GAMES_FILE = "games.jsonl"
 MANIFEST_FILE = "tournament.json"

@@ -30,6 +30,23 @@ from open_spiel.python.algorithms import mcts, minimax
 
 from configs import UsageError
 
+__all__ = [
+    "BatchedPlayer",
+    "HumanPlayer",
+    "MCTSPlayer",
+    "MinimaxPlayer",
+    "Player",
+    "PlayerSpec",
+    "RandomPlayer",
+    "describe_players",
+    "is_batched",
+    "make_player",
+    "parse_spec",
+    "register_player",
+    "registered_players",
+    "split_specs",
+]
+
 # A game whose longest game has at most this many plies is small enough to solve exactly with
 # alpha-beta on every move (tic-tac-toe: 9). Anything longer needs `minimax:depth=D`.
 MAX_FULL_MINIMAX_LENGTH = 12

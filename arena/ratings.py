@@ -26,6 +26,20 @@ import numpy as np
 
 from arena.matches import GameRecord
 
+__all__ = [
+    "Outcome",
+    "Ratings",
+    "crosstable",
+    "default_anchor",
+    "fit_ratings",
+    "format_table",
+    "outcomes",
+    "plot_rating_curve",
+    "plot_ratings",
+    "results_dict",
+    "write_results",
+]
+
 ELO_PER_NAT = 400.0 / math.log(10.0)  # Elo points per unit of log-odds
 PRIOR_SD_ELO = 1000.0
 _Z95 = 1.959963984540054

@@ -32,7 +32,7 @@ time too); `--set` overrides any config field, e.g. `replay.samples_per_insert=0
 actors run free of the learner.
 
 `--actors-only`: no learner. The parameters are published once and the actor threads of the
-runtime (`selfplay.train._actor_loop`, the same code) act into a store that drops what it is
+runtime (`selfplay.actors.start_actors`, the same code) act into a store that drops what it is
 given, for `--seconds` after every thread's first steps (compiled) and `--warmup-actors` s more.
 
 `--reference` adds, per AlphaZero configuration, the same search and the same pgx rules fully
@@ -82,6 +82,15 @@ from selfplay.params import ParameterServer  # noqa: E402
 
 # The module, not the `train` function that `selfplay` re-exports under the same name.
 train_module = importlib.import_module("selfplay.train")
+
+
+def _actors_module():
+    """`selfplay.actors`, or None in a checkout from before it existed (to compare the runtime's
+    speed against an older commit, run this file with that commit first on PYTHONPATH)."""
+    try:
+        return importlib.import_module("selfplay.actors")
+    except ImportError:
+        return None
 
 _AZ = ["network.channels=32", "network.representation_blocks=2", "network.prediction_blocks=1"]
 # name: (preset, overrides, reference positions/s of pgx's example or None)
@@ -215,7 +224,8 @@ class _DropStore:
 
 def bench_actors(name: str, args) -> dict:
     config = make_config(name, args)
-    actor_devices, _ = train_module.split_devices(config)
+    actors = importlib.import_module("selfplay.actors")
+    actor_devices, _ = importlib.import_module("selfplay.sebulba").split_devices(config)
     probe = make_env(config.env.name, 1, seed=config.seed, **config.env.options)
     spec = probe.spec
     probe.close()
@@ -223,17 +233,12 @@ def bench_actors(name: str, args) -> dict:
     params = jax.jit(agent.init)(jax.random.PRNGKey(config.seed))
     server = ParameterServer(actor_devices)
     server.publish(params, version=0)
-    stats = train_module.ActorStats()
+    stats = actors.ActorStats()
     stop = StopSignal()
     key = jax.random.PRNGKey(config.seed + 1)
     with ThreadGroup(stop, join_timeout=60.0) as threads:
-        index = 0
-        for device in actor_devices:
-            for _ in range(config.actors.threads_per_device):
-                threads.start(f"actor-{index}", train_module._actor_loop, index, device, config,
-                              agent, server, _DropStore(), stats, stop,
-                              jax.random.fold_in(key, index))
-                index += 1
+        index = actors.start_actors(threads, actor_devices, config, agent, server, _DropStore(),
+                                    stats, stop, key)
         # Past compilation: every thread has stepped at least twice.
         per_step = config.actors.envs_per_thread
         deadline = time.monotonic() + 600
@@ -386,8 +391,16 @@ def bench_pgx_loop(name: str, args) -> dict | None:
             return env_state, step
 
         _, trajectory = jax.lax.scan(body, env_state, jax.random.split(scan_key, length))
-        return muzero.alphazero_batch(trajectory, td_steps=length, discount=config.loss.discount,
-                                      two_player=True)
+        # As pgx's example: every position of the trajectory, its value target the outcome (or,
+        # for a game still running at the end, the last search value).
+        d = muzero.ply_discount(trajectory.discount, config.loss.discount, two_player=True)
+        z = muzero.n_step_values(trajectory.reward, d, trajectory.search_value, length)  # [T, B]
+        flat = lambda x: x.reshape((length * num_envs,) + x.shape[2:])  # noqa: E731
+        ones = jnp.ones(length * num_envs, jnp.float32)
+        return muzero.AlphaZeroBatch(
+            observation=flat(trajectory.observation.astype(jnp.float32)),
+            policy_target=flat(trajectory.search_policy.astype(jnp.float32)),
+            value_target=flat(z), mask=ones, importance_weight=ones)
 
     @jax.jit
     def minibatches(batch, key):  # shuffled, [updates, loop_batch, ...]
@@ -433,7 +446,7 @@ def pgx_step_share(name: str, args, calls: int = 8) -> float:
     agent = make_agent(config, env.spec)
     params = jax.jit(agent.init)(jax.random.PRNGKey(config.seed))
     env.reset(config.seed)
-    fused = train_module._fused_pgx_act_step(agent, env)
+    fused = _actors_module().fused_pgx_act_step(agent, env)
     step = jax.jit(env.functions.step)
     state = env.env_state
     greedy = np.zeros(config.actors.envs_per_thread, bool)
@@ -491,7 +504,7 @@ def main(argv=None) -> None:
             result["reference_positions_per_s"] = reference
             result["ratio_to_reference"] = round(result["positions_per_s"] / reference, 3)
             result["two_core_estimate_ratio"] = round(result["two_core_estimate"] / reference, 3)
-        if CONFIGS[name][0].endswith("alphazero") and hasattr(train_module, "_fused_pgx_act_step"):
+        if CONFIGS[name][0].endswith("alphazero") and _actors_module() is not None:
             result["pgx_step_share_of_act_step"] = round(pgx_step_share(name, args), 4)
         if args.pgx_loop:
             _add_ceiling(result, "pgx_loop", bench_pgx_loop(name, args))

@@ -1,5 +1,7 @@
 """The one exception type for bad input from a user."""
 
+__all__ = ["UsageError"]
+
 
 class UsageError(Exception):
     """Bad input (config value, game name, checkpoint, path): printed as one line, exit code 2.

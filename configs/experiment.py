@@ -9,8 +9,19 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from muzero import LossConfig, NetworkConfig, OptimizerConfig
-from search import SearchConfig
+from muzero.config import LossConfig, NetworkConfig, OptimizerConfig
+from search.config import SearchConfig
+
+__all__ = [
+    "MODES",
+    "RUNTIMES",
+    "ActorConfig",
+    "DevicesConfig",
+    "EnvConfig",
+    "ExperimentConfig",
+    "LearnerConfig",
+    "ReplayConfig",
+]
 
 MODES = ("muzero", "alphazero", "vtrace")
 RUNTIMES = ("sebulba", "anakin")

@@ -11,10 +11,13 @@ import json
 import pathlib
 import types
 import typing
+from collections.abc import Sequence
 from typing import Any
 
 from configs.errors import UsageError
 from configs.experiment import ExperimentConfig
+
+__all__ = ["apply_overrides", "describe_fields", "from_dict", "load_config", "to_dict"]
 
 
 def to_dict(config) -> dict:
@@ -46,7 +49,8 @@ def apply_overrides(config: ExperimentConfig, overrides: list[str]) -> Experimen
                              f"(for example search.num_simulations=64)")
         key, raw = override.split("=", 1)
         parts = key.strip().split(".")
-        cls, node = ExperimentConfig, data
+        cls: Any = ExperimentConfig  # the dataclass of the section `node` holds
+        node = data
         for depth, part in enumerate(parts):
             names = [f.name for f in dataclasses.fields(cls)]
             where = ".".join(parts[: depth + 1])
@@ -66,7 +70,7 @@ def apply_overrides(config: ExperimentConfig, overrides: list[str]) -> Experimen
     return from_dict(data)
 
 
-def load_config(spec: str | None, overrides: list[str] = ()) -> ExperimentConfig:
+def load_config(spec: str | None, overrides: Sequence[str] = ()) -> ExperimentConfig:
     """The config named by a preset name or a JSON file path (None: the default), overridden."""
     from configs import presets
 

@@ -18,8 +18,23 @@ from configs.experiment import (
     LearnerConfig,
     ReplayConfig,
 )
-from muzero import LossConfig, NetworkConfig, OptimizerConfig
-from search import SearchConfig
+from muzero.config import LossConfig, NetworkConfig, OptimizerConfig
+from search.config import SearchConfig
+
+__all__ = [
+    "DEFAULT",
+    "atari_muzero",
+    "atari_vtrace",
+    "cartpole_vtrace",
+    "connect_four_alphazero",
+    "connect_four_muzero",
+    "get",
+    "go9_muzero",
+    "names",
+    "pong_muzero_small",
+    "tic_tac_toe_alphazero",
+    "tic_tac_toe_muzero",
+]
 
 DEFAULT = "tic_tac_toe_alphazero"
 

@@ -1,12 +1,21 @@
 """Configs owned by `muzero`: each a frozen dataclass that checks itself when built.
 
 Library code raises `ValueError` naming the field; the commands turn it into a `UsageError`.
+This module imports no JAX, flax or optax, so the experiment's config (and `podracer train
+--help`) loads without them.
 """
 
-import dataclasses
-from typing import Literal
+from __future__ import annotations
 
-__all__ = ["OptimizerConfig"]
+import dataclasses
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from muzero.transforms import ValueTransform
+
+__all__ = ["LossConfig", "NetworkConfig", "OptimizerConfig"]
+
+_TORSOS = ("auto", "resnet", "mlp", "impala")
 
 _OPTIMIZERS = ("adam", "sgd")
 _SCHEDULES = ("constant", "cosine", "linear")
@@ -61,3 +70,136 @@ def _is_real(x) -> bool:
 
 def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkConfig:
+    """Sizes of the networks. The defaults are small; `atari_muzero()` has the paper's sizes."""
+
+    torso: Literal["auto", "resnet", "mlp", "impala"] = "auto"  # auto: resnet for planes, mlp else.
+    channels: int = 32  # Channels of the resnet's residual blocks (and of a conv latent).
+    representation_blocks: int = 2  # Residual blocks of h (and of AlphaZero's/actor-critic torso).
+    dynamics_blocks: int = 2  # Residual blocks of the dynamics g.
+    prediction_blocks: int = 1  # Residual blocks of the prediction f before its heads.
+    downsample: bool = False  # Atari stem (MuZero appendix): strided convs + pools, 84x84 -> 6x6.
+    head_channels: int = 4  # Channels of the 1x1 conv that starts each head of a conv latent.
+    head_hidden: int = 32  # Width of the hidden dense layer of each policy/value/reward head.
+    mlp_sizes: tuple[int, ...] = (64, 64)  # Hidden widths of the MLP torso (vector observations).
+    latent_size: int = 64  # Width of an MLP latent state.
+    impala_channels: tuple[int, ...] = (16, 32, 32)  # Channels of the IMPALA torso's 3 stacks.
+    impala_dense: int = 256  # Width of the dense layer after the IMPALA torso.
+    value_support: int = 10  # Categorical value support [-S, S] of h(value); 0: one scalar output.
+    reward_support: int = 10  # Categorical reward support [-S, S] of h(reward); 0: scalar.
+    transform_eps: float = 1e-3  # The eps of h(x) = sign(x)(sqrt(|x|+1)-1) + eps x.
+    # How a conv dynamics sees the action: "board" marks the cell (or column) played, "constant"
+    # gives A constant one-hot planes (Atari); "auto": board when the actions fit the board and
+    # the latent is not downsampled.
+    action_planes: Literal["auto", "board", "constant"] = "auto"
+    # The latent state's scale: "min_max" rescales each example to [0, 1] (the MuZero paper);
+    # "none" keeps it raw. On tic-tac-toe's 3x3 latent "min_max" slowed the learning of the
+    # reward of a winning move several-fold (benchmarks/tictactoe_perfect.py; BENCHMARKS.md).
+    latent_scaling: Literal["min_max", "none"] = "min_max"
+    # Normalization inside each residual block: "layer" (LayerNorm over channels, stateless)
+    # or "none" (plain pre-activation blocks).
+    block_norm: Literal["layer", "none"] = "layer"
+
+    def __post_init__(self):
+        def check(ok: bool, field: str, expected: str):
+            if not ok:
+                raise ValueError(
+                    f"NetworkConfig.{field} must be {expected}, got {getattr(self, field)!r}")
+
+        def positive_ints(xs) -> bool:
+            return isinstance(xs, tuple) and all(_is_int(x) and x > 0 for x in xs)
+
+        check(self.torso in _TORSOS, "torso", f"one of {_TORSOS}")
+        check(self.action_planes in ("auto", "board", "constant"), "action_planes",
+              "'auto', 'board' or 'constant'")
+        check(self.latent_scaling in ("min_max", "none"), "latent_scaling", "'min_max' or 'none'")
+        check(self.block_norm in ("layer", "none"), "block_norm", "'layer' or 'none'")
+        for name in ("channels", "head_channels", "head_hidden", "latent_size", "impala_dense"):
+            check(_is_int(getattr(self, name)) and getattr(self, name) > 0, name,
+                  "an integer > 0")
+        for name in ("representation_blocks", "dynamics_blocks", "prediction_blocks",
+                     "value_support", "reward_support"):
+            check(_is_int(getattr(self, name)) and getattr(self, name) >= 0, name,
+                  "an integer >= 0")
+        check(isinstance(self.downsample, bool), "downsample", "a bool")
+        check(positive_ints(self.mlp_sizes), "mlp_sizes", "a tuple of integers > 0")
+        check(positive_ints(self.impala_channels) and len(self.impala_channels) > 0,
+              "impala_channels", "a non-empty tuple of integers > 0")
+        check(isinstance(self.transform_eps, float | int) and self.transform_eps > 0,
+              "transform_eps", "> 0")
+
+    @classmethod
+    def atari_muzero(cls, **overrides) -> NetworkConfig:
+        """MuZero's Atari network: 84x84 frames downsampled to 6x6, 16 blocks of 256 channels.
+
+        The paper's support of 601 bins (S = 300) for values and rewards.
+        """
+        sizes = dict(torso="resnet", channels=256, representation_blocks=16, dynamics_blocks=16,
+                     prediction_blocks=0, downsample=True, head_channels=2, head_hidden=256,
+                     value_support=300, reward_support=300)
+        return cls(**{**sizes, **overrides})
+
+    @classmethod
+    def atari_impala(cls, **overrides) -> NetworkConfig:
+        """The IMPALA "deep" ResNet torso (16/32/32 channels, dense 256) for V-trace on Atari."""
+        return cls(**{"torso": "impala", **overrides})
+
+    def value_transform(self) -> ValueTransform:
+        """The transform of the value head: categorical over `value_support`, or scalar."""
+        from muzero.transforms import make_transform  # JAX only once a network is built
+
+        return make_transform(self.value_support, self.transform_eps)
+
+    def reward_transform(self) -> ValueTransform:
+        """The transform of the reward head: categorical over `reward_support`, or scalar."""
+        from muzero.transforms import make_transform
+
+        return make_transform(self.reward_support, self.transform_eps)
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    """Targets and weights of the MuZero, AlphaZero and V-trace losses."""
+
+    unroll_steps: int = 5  # K: dynamics steps unrolled from each sampled state (MuZero).
+    td_steps: int = 10  # n: rewards summed before bootstrapping from a stored search value.
+    discount: float = 0.997  # Learning discount per step (1.0 for board games).
+    two_player: bool = False  # Alternating two-player zero-sum game: discount between plies < 0.
+    value_loss_weight: float = 0.25  # Weight of the value loss (MuZero Reanalyze uses 0.25).
+    reward_loss_weight: float = 1.0  # Weight of the reward loss (MuZero).
+    policy_loss_weight: float = 1.0  # Weight of the policy cross-entropy.
+    dynamics_gradient_scale: float = 0.5  # Gradient into the latent kept at each unroll step.
+    baseline_cost: float = 0.5  # V-trace: weight of the value loss 0.5 * (v_s - V(x))^2.
+    entropy_cost: float = 0.01  # V-trace: weight of the policy-entropy bonus.
+    clip_rho_threshold: float = 1.0  # V-trace: clip of the importance ratio in the value target.
+    clip_pg_rho_threshold: float = 1.0  # V-trace: clip of the importance ratio in the gradient.
+    vtrace_lambda: float = 1.0  # V-trace: lambda mixing n-step and 1-step targets.
+
+    def __post_init__(self):
+        def check(ok: bool, field: str, expected: str):
+            if not ok:
+                raise ValueError(
+                    f"LossConfig.{field} must be {expected}, got {getattr(self, field)!r}")
+
+        check(_is_int(self.unroll_steps) and self.unroll_steps >= 1, "unroll_steps",
+              "an integer >= 1")
+        check(_is_int(self.td_steps) and self.td_steps >= 1, "td_steps", "an integer >= 1")
+        check(_is_real(self.discount) and 0 <= self.discount <= 1, "discount", "in [0, 1]")
+        check(isinstance(self.two_player, bool), "two_player", "a bool")
+        for name in ("value_loss_weight", "reward_loss_weight", "policy_loss_weight",
+                     "baseline_cost", "entropy_cost"):
+            check(_is_real(getattr(self, name)) and getattr(self, name) >= 0, name, ">= 0")
+        check(_is_real(self.dynamics_gradient_scale) and 0 <= self.dynamics_gradient_scale <= 1,
+              "dynamics_gradient_scale", "in [0, 1]")
+        for name in ("clip_rho_threshold", "clip_pg_rho_threshold"):
+            check(_is_real(getattr(self, name)) and getattr(self, name) > 0, name, "> 0")
+        check(_is_real(self.vtrace_lambda) and 0 <= self.vtrace_lambda <= 1, "vtrace_lambda",
+              "in [0, 1]")
+
+    @property
+    def window_length(self) -> int:
+        """L = K + n + 1: the length of the replay windows `muzero.targets.muzero_batch` takes."""
+        return self.unroll_steps + self.td_steps + 1

@@ -38,6 +38,7 @@ from muzero.learner import Batch, LossFn, UpdateFn, make_update
 
 __all__ = [
     "AXIS",
+    "from_process_local",
     "global_devices",
     "make_mesh",
     "make_replicated_update",
@@ -86,13 +87,20 @@ def _batch_spec(batch_axis: int) -> P:
     return P(*([None] * batch_axis), AXIS)
 
 
-def _to_global(tree, sharding: NamedSharding):
+def from_process_local(tree, sharding: NamedSharding):
+    """Global arrays laid out by `sharding`, from each process's part of every leaf (the whole
+    leaf where `sharding` replicates it). Typed PRNG keys travel as their key data."""
     if jax.process_count() == 1:
         return jax.device_put(tree, sharding)
-    # Each process holds only its part; this assembles the global arrays from the parts.
-    return jax.tree.map(
-        lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), tree
-    )
+
+    def put(x):
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            # make_array_from_process_local_data takes no typed keys.
+            data = put(jax.random.key_data(x))
+            return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+        return jax.make_array_from_process_local_data(sharding, np.asarray(x))
+
+    return jax.tree.map(put, tree)
 
 
 def replicate(tree, devices: Devices):
@@ -103,15 +111,7 @@ def replicate(tree, devices: Devices):
         # may_alias=False): the replicated update donates its state, and must not delete the
         # caller's arrays with it.
         tree = jax.tree.map(lambda x: x.copy() if isinstance(x, jax.Array) else x, tree)
-        return jax.device_put(tree, sharding)
-
-    def put(x):
-        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            data = replicate(jax.random.key_data(x), devices)
-            return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
-        return jax.make_array_from_process_local_data(sharding, np.asarray(x))
-
-    return jax.tree.map(put, tree)
+    return from_process_local(tree, sharding)
 
 
 def unreplicate(tree):
@@ -134,7 +134,7 @@ def shard_batch(batch: Batch, devices: Devices, batch_axis: int = 0) -> Batch:
                 f"batch leaf {jax.tree_util.keystr(path) or 'batch'} with shape {shape} needs a "
                 f"batch axis {batch_axis} of a size divisible by {local} local devices"
             )
-    return _to_global(batch, NamedSharding(mesh, _batch_spec(batch_axis)))
+    return from_process_local(batch, NamedSharding(mesh, _batch_spec(batch_axis)))
 
 
 def make_replicated_update(

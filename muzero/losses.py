@@ -13,7 +13,6 @@ by the batch's importance weights (prioritized replay) and averaged over the bat
     replay.update_priorities(indices, make_muzero_priority_fn(nets)(params, batch))
 """
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -21,11 +20,11 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from muzero.config import LossConfig
 from muzero.networks import AlphaZeroNetworks, MuZeroNetworks
 from muzero.types import AlphaZeroBatch, MuZeroBatch
 
 __all__ = [
-    "LossConfig",
     "LossFn",
     "make_muzero_loss",
     "make_alphazero_loss",
@@ -35,51 +34,6 @@ __all__ = [
 ]
 
 LossFn = Callable[[Any, Any, chex.PRNGKey], tuple[chex.Array, dict[str, chex.Array]]]
-
-
-@dataclasses.dataclass(frozen=True)
-class LossConfig:
-    """Targets and weights of the MuZero, AlphaZero and V-trace losses."""
-
-    unroll_steps: int = 5  # K: dynamics steps unrolled from each sampled state (MuZero).
-    td_steps: int = 10  # n: rewards summed before bootstrapping from a stored search value.
-    discount: float = 0.997  # Learning discount per step (1.0 for board games).
-    two_player: bool = False  # Alternating two-player zero-sum game: discount between plies < 0.
-    value_loss_weight: float = 0.25  # Weight of the value loss (MuZero Reanalyze uses 0.25).
-    reward_loss_weight: float = 1.0  # Weight of the reward loss (MuZero).
-    policy_loss_weight: float = 1.0  # Weight of the policy cross-entropy.
-    dynamics_gradient_scale: float = 0.5  # Gradient into the latent kept at each unroll step.
-    baseline_cost: float = 0.5  # V-trace: weight of the value loss 0.5 * (v_s - V(x))^2.
-    entropy_cost: float = 0.01  # V-trace: weight of the policy-entropy bonus.
-    clip_rho_threshold: float = 1.0  # V-trace: clip of the importance ratio in the value target.
-    clip_pg_rho_threshold: float = 1.0  # V-trace: clip of the importance ratio in the gradient.
-    vtrace_lambda: float = 1.0  # V-trace: lambda mixing n-step and 1-step targets.
-
-    def __post_init__(self):
-        def check(ok: bool, field: str, expected: str):
-            if not ok:
-                raise ValueError(
-                    f"LossConfig.{field} must be {expected}, got {getattr(self, field)!r}")
-
-        check(_is_int(self.unroll_steps) and self.unroll_steps >= 1, "unroll_steps",
-              "an integer >= 1")
-        check(_is_int(self.td_steps) and self.td_steps >= 1, "td_steps", "an integer >= 1")
-        check(_is_real(self.discount) and 0 <= self.discount <= 1, "discount", "in [0, 1]")
-        check(isinstance(self.two_player, bool), "two_player", "a bool")
-        for name in ("value_loss_weight", "reward_loss_weight", "policy_loss_weight",
-                     "baseline_cost", "entropy_cost"):
-            check(_is_real(getattr(self, name)) and getattr(self, name) >= 0, name, ">= 0")
-        check(_is_real(self.dynamics_gradient_scale) and 0 <= self.dynamics_gradient_scale <= 1,
-              "dynamics_gradient_scale", "in [0, 1]")
-        for name in ("clip_rho_threshold", "clip_pg_rho_threshold"):
-            check(_is_real(getattr(self, name)) and getattr(self, name) > 0, name, "> 0")
-        check(_is_real(self.vtrace_lambda) and 0 <= self.vtrace_lambda <= 1, "vtrace_lambda",
-              "in [0, 1]")
-
-    @property
-    def window_length(self) -> int:
-        """L = K + n + 1: the length of the replay windows `muzero.targets.muzero_batch` takes."""
-        return self.unroll_steps + self.td_steps + 1
 
 
 def scale_gradient(x: chex.Array, scale: float) -> chex.Array:
@@ -206,9 +160,3 @@ def _entropy(logits: chex.Array) -> chex.Array:
     return -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_real(x) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)

@@ -7,9 +7,8 @@ channel axis is added), or `[B, D]` vectors (an MLP torso). uint8 observations (
 scaled by 1/255 inside the network.
 """
 
-import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import chex
 import flax.linen as nn
@@ -17,11 +16,11 @@ import jax
 import jax.numpy as jnp
 import mctx
 
+from muzero.config import NetworkConfig
 from muzero.pooling import max_pool_3x3_stride2
-from muzero.transforms import ValueTransform, categorical_transform, scalar_transform
+from muzero.transforms import ValueTransform
 
 __all__ = [
-    "NetworkConfig",
     "MuZeroNetworks",
     "AlphaZeroNetworks",
     "ActorCriticNetworks",
@@ -34,91 +33,6 @@ __all__ = [
 ]
 
 Params = Any
-_TORSOS = ("auto", "resnet", "mlp", "impala")
-
-
-@dataclasses.dataclass(frozen=True)
-class NetworkConfig:
-    """Sizes of the networks. The defaults are small; `atari_muzero()` has the paper's sizes."""
-
-    torso: Literal["auto", "resnet", "mlp", "impala"] = "auto"  # auto: resnet for planes, mlp else.
-    channels: int = 32  # Channels of the resnet's residual blocks (and of a conv latent).
-    representation_blocks: int = 2  # Residual blocks of h (and of AlphaZero's/actor-critic torso).
-    dynamics_blocks: int = 2  # Residual blocks of the dynamics g.
-    prediction_blocks: int = 1  # Residual blocks of the prediction f before its heads.
-    downsample: bool = False  # Atari stem (MuZero appendix): strided convs + pools, 84x84 -> 6x6.
-    head_channels: int = 4  # Channels of the 1x1 conv that starts each head of a conv latent.
-    head_hidden: int = 32  # Width of the hidden dense layer of each policy/value/reward head.
-    mlp_sizes: tuple[int, ...] = (64, 64)  # Hidden widths of the MLP torso (vector observations).
-    latent_size: int = 64  # Width of an MLP latent state.
-    impala_channels: tuple[int, ...] = (16, 32, 32)  # Channels of the IMPALA torso's 3 stacks.
-    impala_dense: int = 256  # Width of the dense layer after the IMPALA torso.
-    value_support: int = 10  # Categorical value support [-S, S] of h(value); 0: one scalar output.
-    reward_support: int = 10  # Categorical reward support [-S, S] of h(reward); 0: scalar.
-    transform_eps: float = 1e-3  # The eps of h(x) = sign(x)(sqrt(|x|+1)-1) + eps x.
-    # How a conv dynamics sees the action: "board" marks the cell (or column) played, "constant"
-    # gives A constant one-hot planes (Atari); "auto": board when the actions fit the board and
-    # the latent is not downsampled.
-    action_planes: Literal["auto", "board", "constant"] = "auto"
-    # The latent state's scale: "min_max" rescales each example to [0, 1] (the MuZero paper);
-    # "none" keeps it raw. On tic-tac-toe's 3x3 latent "min_max" slowed the learning of the
-    # reward of a winning move several-fold (benchmarks/tictactoe_perfect.py; BENCHMARKS.md).
-    latent_scaling: Literal["min_max", "none"] = "min_max"
-    # Normalization inside each residual block: "layer" (LayerNorm over channels, stateless)
-    # or "none" (plain pre-activation blocks).
-    block_norm: Literal["layer", "none"] = "layer"
-
-    def __post_init__(self):
-        def check(ok: bool, field: str, expected: str):
-            if not ok:
-                raise ValueError(
-                    f"NetworkConfig.{field} must be {expected}, got {getattr(self, field)!r}")
-
-        def positive_ints(xs) -> bool:
-            return isinstance(xs, tuple) and all(_is_int(x) and x > 0 for x in xs)
-
-        check(self.torso in _TORSOS, "torso", f"one of {_TORSOS}")
-        check(self.action_planes in ("auto", "board", "constant"), "action_planes",
-              "'auto', 'board' or 'constant'")
-        check(self.latent_scaling in ("min_max", "none"), "latent_scaling", "'min_max' or 'none'")
-        check(self.block_norm in ("layer", "none"), "block_norm", "'layer' or 'none'")
-        for name in ("channels", "head_channels", "head_hidden", "latent_size", "impala_dense"):
-            check(_is_int(getattr(self, name)) and getattr(self, name) > 0, name,
-                  "an integer > 0")
-        for name in ("representation_blocks", "dynamics_blocks", "prediction_blocks",
-                     "value_support", "reward_support"):
-            check(_is_int(getattr(self, name)) and getattr(self, name) >= 0, name,
-                  "an integer >= 0")
-        check(isinstance(self.downsample, bool), "downsample", "a bool")
-        check(positive_ints(self.mlp_sizes), "mlp_sizes", "a tuple of integers > 0")
-        check(positive_ints(self.impala_channels) and len(self.impala_channels) > 0,
-              "impala_channels", "a non-empty tuple of integers > 0")
-        check(isinstance(self.transform_eps, float | int) and self.transform_eps > 0,
-              "transform_eps", "> 0")
-
-    @classmethod
-    def atari_muzero(cls, **overrides) -> "NetworkConfig":
-        """MuZero's Atari network: 84x84 frames downsampled to 6x6, 16 blocks of 256 channels.
-
-        The paper's support of 601 bins (S = 300) for values and rewards.
-        """
-        sizes = dict(torso="resnet", channels=256, representation_blocks=16, dynamics_blocks=16,
-                     prediction_blocks=0, downsample=True, head_channels=2, head_hidden=256,
-                     value_support=300, reward_support=300)
-        return cls(**{**sizes, **overrides})
-
-    @classmethod
-    def atari_impala(cls, **overrides) -> "NetworkConfig":
-        """The IMPALA "deep" ResNet torso (16/32/32 channels, dense 256) for V-trace on Atari."""
-        return cls(**{"torso": "impala", **overrides})
-
-    def value_transform(self) -> ValueTransform:
-        """The transform of the value head: categorical over `value_support`, or scalar."""
-        return _transform(self.value_support, self.transform_eps)
-
-    def reward_transform(self) -> ValueTransform:
-        """The transform of the reward head: categorical over `reward_support`, or scalar."""
-        return _transform(self.reward_support, self.transform_eps)
 
 
 class MuZeroNetworks(NamedTuple):
@@ -286,14 +200,6 @@ def make_recurrent_fn(networks: MuZeroNetworks, *, discount: float = 1.0,
         return output, next_embedding
 
     return recurrent_fn
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _transform(support: int, eps: float) -> ValueTransform:
-    return categorical_transform(support, eps) if support > 0 else scalar_transform()
 
 
 def _choose_torso(config: NetworkConfig, observation_shape: Sequence[int],

@@ -139,28 +139,31 @@ def muzero_batch(window: Trajectory, importance_weight: chex.Array, *, unroll_st
     )
 
 
-def alphazero_batch(trajectory: Trajectory, *, td_steps: int, discount: float,
-                    two_player: bool, drop_last: int = 0) -> AlphaZeroBatch:
-    """Flatten a `[T, B]` trajectory into `T * B` states with n-step (or outcome) value targets.
+def alphazero_batch(window: Trajectory, importance_weight: chex.Array, *, td_steps: int,
+                    discount: float, two_player: bool) -> AlphaZeroBatch:
+    """The first state of each window with its n-step value target (AlphaZero's training example).
 
-    With `td_steps >= T` and `discount == 1` the value target of every step whose episode ends
-    within the trajectory is the game's outcome for the player to move. `drop_last` masks out the
-    last steps (their targets bootstrap after fewer than n steps).
+    Args:
+      window: a `Trajectory` with leaves [L, N, ...], L = td_steps + 1, starting at the sampled
+        state. Only `observation[0]`, `search_policy[0]` and the rewards, discounts and search
+        values are read (observation may be [1, N, ...]).
+      importance_weight: [N] prioritized replay's weights.
+      td_steps: n; with n past the game's end and `discount == 1` the target is the game's
+        outcome for the player to move.
+      discount: the learning discount (1 for board games).
+      two_player: negate the discount between plies (alternating two-player games).
     """
-    chex.assert_rank([trajectory.reward, trajectory.discount, trajectory.search_value], 2)
-    t, b = trajectory.reward.shape
-    d = ply_discount(trajectory.discount.astype(jnp.float32), discount, two_player)
-    z = n_step_values(trajectory.reward.astype(jnp.float32), d,
-                      trajectory.search_value.astype(jnp.float32), td_steps)
-    mask = (jnp.arange(t) < t - drop_last).astype(jnp.float32)[:, None] * jnp.ones((t, b))
-
-    def flat(x):
-        return x.reshape((t * b,) + x.shape[2:])
-
+    chex.assert_rank([window.reward, window.discount, window.search_value], 2)
+    if window.reward.shape[0] != td_steps + 1:
+        raise ValueError(f"windows must have length td_steps + 1 = {td_steps + 1}, got "
+                         f"{window.reward.shape[0]}")
+    d = ply_discount(window.discount.astype(jnp.float32), discount, two_player)
+    z = n_step_values(window.reward.astype(jnp.float32), d,
+                      window.search_value.astype(jnp.float32), td_steps)  # [L, N]
     return AlphaZeroBatch(
-        observation=jax.tree.map(flat, trajectory.observation),
-        policy_target=flat(trajectory.search_policy.astype(jnp.float32)),
-        value_target=flat(z),
-        mask=flat(mask),
-        importance_weight=jnp.ones((t * b,), jnp.float32),
+        observation=jax.tree.map(lambda o: o[0].astype(jnp.float32), window.observation),
+        policy_target=window.search_policy[0].astype(jnp.float32),
+        value_target=z[0],
+        mask=jnp.ones_like(z[0]),
+        importance_weight=jnp.asarray(importance_weight, jnp.float32),
     )

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 __all__ = [
     "ValueTransform",
+    "make_transform",
     "h_transform",
     "h_inverse",
     "scalar_to_two_hot",
@@ -125,3 +126,8 @@ def scalar_transform() -> ValueTransform:
         return jnp.square(decode_logits(logits) - jax.lax.stop_gradient(target_scalar))
 
     return ValueTransform(1, encode, decode_logits, loss)
+
+
+def make_transform(support: int, eps: float = DEFAULT_EPS) -> ValueTransform:
+    """Categorical over [-support, support] of h-transformed scalars, or a scalar output at 0."""
+    return categorical_transform(support, eps) if support > 0 else scalar_transform()

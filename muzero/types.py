@@ -9,6 +9,8 @@ from typing import NamedTuple
 
 import chex
 
+__all__ = ["AlphaZeroBatch", "MuZeroBatch", "Trajectory", "VTraceBatch"]
+
 
 class Trajectory(NamedTuple):
     """T consecutive steps of B environments, time-major, as an actor records them.

@@ -11,12 +11,26 @@ Public API (one page: search/README.md):
 * `mask_invalid_logits(logits, invalid_actions)`: how a model marks illegal actions in the tree.
 
 This package imports only jax, chex, numpy and mctx.
+
+Names are imported on first use: `search.config` (and the configs built on it) loads without
+JAX.
 """
 
-from search.config import SearchConfig
-from search.exact_model import PredictionFn, StepFn, make_exact_recurrent_fn
-from search.policy import SearchOutput, mask_invalid_logits, run, select_action
-from search.reuse import reuse_subtree
+import importlib
+from typing import TYPE_CHECKING
+
+# Each public name and the module that defines it, imported on first use.
+_SOURCES = {
+    "PredictionFn": "search.exact_model",
+    "SearchConfig": "search.config",
+    "SearchOutput": "search.policy",
+    "StepFn": "search.exact_model",
+    "make_exact_recurrent_fn": "search.exact_model",
+    "mask_invalid_logits": "search.policy",
+    "reuse_subtree": "search.reuse",
+    "run": "search.policy",
+    "select_action": "search.policy",
+}
 
 __all__ = [
     "PredictionFn",
@@ -29,3 +43,22 @@ __all__ = [
     "run",
     "select_action",
 ]
+
+
+def __getattr__(name: str):
+    if name not in _SOURCES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_SOURCES[name]), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:
+    from search.config import SearchConfig
+    from search.exact_model import PredictionFn, StepFn, make_exact_recurrent_fn
+    from search.policy import SearchOutput, mask_invalid_logits, run, select_action
+    from search.reuse import reuse_subtree

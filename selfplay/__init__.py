@@ -1,8 +1,17 @@
-"""The Sebulba self-play runtime: environments, actors, replay, learner loop, checkpoints.
+"""The runtimes: self-play and learning, from a config to a run directory.
 
-`selfplay.train.train(config, run_dir)` runs a whole experiment (what `podracer train` calls).
-The pieces it is built from are public for other runtimes: environment adapters (`make_env`), the
-replay and queue, the parameter server, checkpoints, metrics and the thread lifetime.
+    train.train(config, run_dir)   a whole experiment (what `podracer train` calls)
+    run          one run loop for both runtimes: run directory, resume, limits, signals, logs,
+                 checkpoints, plot
+    sebulba      actor threads + a replicated learner fed from a store
+    actors       Sebulba's actor threads (sync, envpool async, the fused pgx act+step)
+    anakin       acting and learning in one jitted iteration per device (pgx games)
+    agent        what depends on the mode (MuZero, AlphaZero, V-trace), as pure functions
+    replay       the stores between actors and learner (prioritized windows; a FIFO queue)
+    envs, params, checkpoints, metrics, lifetime, evaluation: the parts they are built from
+
+The pieces are public for other runtimes: environment adapters (`make_env`), the stores, the
+parameter server, checkpoints, metrics and the thread lifetime.
 """
 
 from selfplay.agent import ActOutput, Agent, make_agent
@@ -18,7 +27,7 @@ from selfplay.metrics import (
     read_metrics,
 )
 from selfplay.params import ParameterServer, ParamsSnapshot
-from selfplay.replay import FifoQueue, RateLimiter, ReplaySample, SequenceReplay
+from selfplay.replay import FifoQueue, RateLimiter, ReplaySample, SequenceReplay, Store
 
 __all__ = [
     "ActOutput",
@@ -33,6 +42,7 @@ __all__ = [
     "RateLimiter",
     "ReplaySample",
     "SequenceReplay",
+    "Store",
     "StageTimer",
     "StopSignal",
     "ThreadFailure",

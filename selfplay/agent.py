@@ -2,8 +2,10 @@
 
 `make_agent(config, spec)` returns an `Agent`: parameter init, the jitted `act` an actor thread
 calls on its device (search for MuZero and AlphaZero, sampling from the policy for V-trace), the
-loss, and `make_batch`, which turns replay samples into the loss's batch on the learner device.
-No threads, queues or files here: `selfplay.train` wires these into the Sebulba runtime.
+loss, `make_batch`, which turns replay samples into the loss's batch on the learner device, and
+what the runtime needs to know of the mode: how long the actors' trajectories are, how much
+consecutive ones overlap, and which store sits between actors and learner (`make_store`). The
+runtimes (`selfplay.sebulba`, `selfplay.anakin`) never branch on the mode themselves.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ import muzero
 import search
 from configs import ExperimentConfig, UsageError
 from selfplay.envs import EnvSpec
+from selfplay.replay import FifoQueue, Store, make_sequence_replay
+
+__all__ = ["ActOutput", "Agent", "compiler_options", "make_agent"]
 
 
 class ActOutput(NamedTuple):
@@ -46,6 +51,10 @@ class Agent(NamedTuple):
     window_length: int  # L: steps per replay window (V-trace: steps per trajectory, T + 1)
     batch_axis: int  # the batch's axis for the replicated update
     uses_env_state: bool  # act needs the pgx state (AlphaZero's exact model)
+    segment_length: int  # steps of each trajectory an actor pushes
+    segment_overlap: int  # steps a push repeats from the previous one (V-trace's bootstrap: 1)
+    # make_store(num_streams) -> the store between `num_streams` actor threads and the learner
+    make_store: Callable[[int], Store]
     # XLA compile options of `act` and of the learner's update, as (name, value) pairs (hashable:
     # jitted functions are cached per agent); empty: XLA's defaults
     compiler_options: tuple[tuple[str, str], ...] = ()
@@ -164,9 +173,12 @@ def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> 
         priorities = muzero.value_priorities(window.search_value[0], batch.value_target[:, 0])
         return batch, priorities
 
+    window_length = config.loss.window_length
     return Agent(init=networks.init, act=act, loss_fn=loss_fn,
-                 make_batch=jax.jit(make_batch), window_length=config.loss.window_length,
-                 batch_axis=0, uses_env_state=False)
+                 make_batch=jax.jit(make_batch), window_length=window_length,
+                 batch_axis=0, uses_env_state=False,
+                 segment_length=config.actors.unroll_length, segment_overlap=0,
+                 make_store=functools.partial(make_sequence_replay, config, window_length))
 
 
 def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> Agent:
@@ -176,7 +188,7 @@ def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) 
                                               spec.num_actions)
     loss_fn = _augmented(muzero.make_alphazero_loss(networks, config.loss), config, spec,
                          muzero.augment_alphazero_batch)
-    exact_step = pgx_exact_step(spec.name.split(":", 1)[1])
+    exact_step = pgx_exact_step(spec.env_id)
 
     def step_fn(state, action):  # search.StepFn over the real rules
         result = exact_step(state, action)
@@ -201,22 +213,16 @@ def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) 
 
     def make_batch(window, importance_weight):
         # The first state of each window, with its n-step (to the game's end) value target.
-        d = muzero.ply_discount(window.discount.astype(jnp.float32), config.loss.discount,
-                                two_player)
-        z = muzero.n_step_values(window.reward.astype(jnp.float32), d,
-                                 window.search_value.astype(jnp.float32), config.loss.td_steps)
-        batch = muzero.AlphaZeroBatch(
-            observation=window.observation[0].astype(jnp.float32),
-            policy_target=window.search_policy[0].astype(jnp.float32),
-            value_target=z[0],
-            mask=jnp.ones_like(z[0]),
-            importance_weight=jnp.asarray(importance_weight, jnp.float32),
-        )
-        return batch, muzero.value_priorities(window.search_value[0], z[0])
+        batch = muzero.alphazero_batch(window, importance_weight, td_steps=config.loss.td_steps,
+                                       discount=config.loss.discount, two_player=two_player)
+        return batch, muzero.value_priorities(window.search_value[0], batch.value_target)
 
+    window_length = config.loss.td_steps + 1
     return Agent(init=networks.init, act=act, loss_fn=loss_fn,
-                 make_batch=jax.jit(make_batch), window_length=config.loss.td_steps + 1,
-                 batch_axis=0, uses_env_state=True)
+                 make_batch=jax.jit(make_batch), window_length=window_length,
+                 batch_axis=0, uses_env_state=True,
+                 segment_length=config.actors.unroll_length, segment_overlap=0,
+                 make_store=functools.partial(make_sequence_replay, config, window_length))
 
 
 def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
@@ -236,11 +242,9 @@ def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
         del importance_weight
         return muzero.VTraceBatch.from_trajectory(trajectory), None
 
+    # Trajectories of T + 1 steps that overlap by one: the last step bootstraps the previous.
+    length = config.actors.unroll_length + 1
     return Agent(init=networks.init, act=act, loss_fn=loss_fn,
-                 make_batch=jax.jit(make_batch), window_length=config.actors.unroll_length + 1,
-                 batch_axis=1, uses_env_state=False)
-
-
-def concat_trajectories(items: list[muzero.Trajectory]) -> muzero.Trajectory:
-    """V-trace: several actors' [T, B_i] trajectories side by side as one [T, sum B_i]."""
-    return jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *items)
+                 make_batch=jax.jit(make_batch), window_length=length,
+                 batch_axis=1, uses_env_state=False, segment_length=length, segment_overlap=1,
+                 make_store=lambda num_streams: FifoQueue(config.replay.queue_size))

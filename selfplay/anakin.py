@@ -16,18 +16,17 @@ iteration, one `jit` (a `shard_map` over the same 1-D mesh as the Sebulba learne
                 (`pmean`), once the rings hold `replay.min_size` examples
 
 The first ceil((L - 1) / T) iterations' moves only fill the window tail (their windows would read
-moves from before the games began). The host loop in `train_anakin` only checks the stop
-conditions, logs and saves checkpoints between iterations (on a CPU it also calls the updates one
-by one: `learn_in_jit`); a checkpoint holds the train state, as a Sebulba run's does, so
-either runtime resumes the other's runs (the games and the rings start afresh).
+moves from before the games began). `AnakinRuntime` runs one iteration per step of the run loop
+(`selfplay.run`), which checks the stop conditions, logs and saves checkpoints between iterations
+(on a CPU it also calls the updates one by one: `learn_in_jit`); a checkpoint holds the train
+state, as a Sebulba run's does, so either runtime resumes the other's runs (the games and the
+rings start afresh).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import os
-import pathlib
-import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -43,12 +42,12 @@ from configs import ExperimentConfig, UsageError
 from selfplay.agent import Agent, make_agent
 from selfplay.envs import env_spec
 from selfplay.envs.pgx_env import PgxEnvState, pgx_functions
-from selfplay.lifetime import StopSignal, handle_signals
-from selfplay.metrics import MetricsLogger, StageTimer
+from selfplay.lifetime import StopSignal
+from selfplay.metrics import StageTimer
 
-__all__ = ["AnakinCarry", "AnakinPlan", "AnakinProgram", "anakin_devices", "initial_carries",
-           "learn_in_jit", "make_anakin_iteration", "make_anakin_program", "plan_anakin",
-           "sharded", "train_anakin", "windows"]
+__all__ = ["AnakinCarry", "AnakinPlan", "AnakinProgram", "AnakinRuntime", "anakin_devices",
+           "initial_carries", "learn_in_jit", "make_anakin_iteration", "make_anakin_program",
+           "plan_anakin", "sharded", "windows"]
 
 
 class AnakinCarry(NamedTuple):
@@ -287,17 +286,7 @@ def initial_carries(init_carry, params, mesh, key: jax.Array):
     local = [i for i, d in enumerate(devices) if d.process_index == jax.process_index()]
     keys = jnp.stack([jax.random.fold_in(key, i) for i in local])
     carries = jax.jit(jax.vmap(init_carry, in_axes=(None, 0)))(params, keys)
-    sharding = NamedSharding(mesh, P(muzero.AXIS))
-    if jax.process_count() == 1:
-        return jax.device_put(carries, sharding)
-
-    def to_global(x):  # this process's devices' rows of the global [devices, ...] array
-        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            return jax.random.wrap_key_data(to_global(jax.random.key_data(x)),
-                                            impl=jax.random.key_impl(x))
-        return jax.make_array_from_process_local_data(sharding, np.asarray(x))
-
-    return jax.tree.map(to_global, carries)
+    return muzero.from_process_local(carries, NamedSharding(mesh, P(muzero.AXIS)))
 
 
 class AnakinProgram(NamedTuple):
@@ -317,7 +306,7 @@ def make_anakin_program(config: ExperimentConfig, optimizer, devices) -> AnakinP
     spec = env_spec(config.env.name, seed=config.seed, **config.env.options)
     agent = make_agent(config, spec)
     plan = plan_anakin(config, agent, len(devices))
-    functions = pgx_functions(spec.name.split(":", 1)[1], plan.games)
+    functions = pgx_functions(spec.env_id, plan.games)
     update = muzero.make_update(agent.loss_fn, optimizer, axis_name=muzero.AXIS)
     init_carry, iteration, learn_step = make_anakin_iteration(config, agent, plan, functions,
                                                               update)
@@ -325,108 +314,81 @@ def make_anakin_program(config: ExperimentConfig, optimizer, devices) -> AnakinP
     return AnakinProgram(agent, plan, mesh, init_carry, iterate, learn)
 
 
-def train_anakin(config: ExperimentConfig, run_dir: str | os.PathLike, *,
-                 progress: bool = True, stop: StopSignal | None = None):
-    """Trains `config` (runtime "anakin") in `run_dir`, resuming from its newest checkpoint."""
-    from selfplay.train import RunResult, plot_run, prepare_run_dir, start_run
+class AnakinRuntime:
+    """Anakin for the run loop (`selfplay.run.run`): each `learn` is one iteration on every
+    device (play, targets, replay, and the updates once the rings hold `replay.min_size`)."""
 
-    run_dir = prepare_run_dir(run_dir, config)
-    devices = anakin_devices(config)
-    optimizer = muzero.make_optimizer(config.optimizer)
-    program = make_anakin_program(config, optimizer, devices)
-    agent, plan, mesh = program.agent, program.plan, program.mesh
-    begun = start_run(config, agent, optimizer, run_dir)
-    state, checkpointer, config_dict = begun.state, begun.checkpointer, begun.config_dict
-    resumed_from = begun.resumed_from
-    step = last_saved = int(state.step)
+    def __init__(self, config: ExperimentConfig, optimizer):
+        self.devices = anakin_devices(config)
+        self.program = make_anakin_program(config, optimizer, self.devices)
+        self.agent, self.plan = self.program.agent, self.program.plan
+        self.learner = config.learner
+        self.inside = learn_in_jit(self.devices)
+        options = dict(self.agent.compiler_options)
+        self._iterate = jax.jit(functools.partial(self.program.iterate, learn=self.inside),
+                                donate_argnums=(0, 2), compiler_options=options)
+        self._update = jax.jit(self.program.learn, donate_argnums=(0,), compiler_options=options)
+        local = sum(d.process_index == jax.process_index() for d in self.devices)
+        self.frames_per_iteration = self.plan.examples * local
+        self.timer = StageTimer()
+        self._step = self._frames = self._index = 0
+        self._state: Any = None  # replicated over the mesh
+        self._carry: Any = None
+        self._metrics: dict[str, float] = {}  # the newest iteration's update's
+        self._episodes = np.zeros(3)  # ended since the last log: count, return sum, length sum
 
-    inside = learn_in_jit(devices)
-    options = dict(agent.compiler_options)
-    run_iteration = jax.jit(functools.partial(program.iterate, learn=inside),
-                            donate_argnums=(0, 2), compiler_options=options)
-    run_update = jax.jit(program.learn, donate_argnums=(0,), compiler_options=options)
-    replicated = muzero.replicate(state, mesh)
-    carry = initial_carries(program.init_carry, state.params, mesh, begun.key)
-    local_devices = sum(d.process_index == jax.process_index() for d in devices)
-    frames_per_iteration = plan.examples * local_devices
+    def start(self, state: muzero.TrainState, key: jax.Array) -> None:
+        self._step = int(state.step)
+        self._state = muzero.replicate(state, self.program.mesh)
+        self._carry = initial_carries(self.program.init_carry, state.params, self.program.mesh,
+                                      key)
 
-    logger = MetricsLogger(run_dir, progress=progress,
-                           total_steps=config.learner.max_updates or None)
-    stop = stop if stop is not None else StopSignal()
-    learner = config.learner
-    frames, index = 0, 0
-    start = last_log = time.monotonic()
-    frames_at_log, step_at_log = 0, step
-    episodes = np.zeros(3)  # ended episodes since the last log: count, return sum, length sum
-    metrics: dict[str, Any] = {}
-    timer = StageTimer()
-    stopped_by = "error"
+    def running(self, stop: StopSignal) -> contextlib.AbstractContextManager[None]:
+        del stop  # nothing runs beside the loop
+        return contextlib.nullcontext()
 
-    def save(final: bool = False) -> None:
-        nonlocal last_saved
-        if step == last_saved and not final:
-            return
-        checkpointer.save(step, jax.device_get(muzero.unreplicate(replicated)), config_dict,
-                          metadata={"frames": frames, "final": final, "runtime": "anakin"})
-        last_saved = step
+    @property
+    def step(self) -> int:
+        return self._step
 
-    try:
-        with handle_signals(stop):
-            while True:
-                if stop.is_set():
-                    stopped_by = stop.reason or "stopped"
-                    break
-                if learner.max_updates and step >= learner.max_updates:
-                    stopped_by = "max_updates"
-                    break
-                if learner.max_seconds and time.monotonic() - start >= learner.max_seconds:
-                    stopped_by = "max_seconds"
-                    break
-                if learner.max_frames and frames >= learner.max_frames:
-                    stopped_by = "max_frames"
-                    break
-                learning = index >= plan.min_iterations
-                # Where the time goes: "play" (moves, targets, replay) and "learn" (the updates)
-                # where they are separate calls, else one "iteration" stage.
-                with timer.stage("iteration" if inside else "play"):
-                    replicated, carry, out = run_iteration(replicated, np.int32(index), carry)
-                    out = jax.device_get(out)  # waits for the device: the clocks stay honest
-                if learning and not inside:
-                    with timer.stage("learn"):
-                        for u in range(plan.updates):
-                            replicated, learned = run_update(replicated, np.int32(index),
-                                                             np.int32(u), carry)
-                        out = {**out, **jax.device_get(learned)}
-                index += 1
-                frames += frames_per_iteration
-                step += plan.updates if learning else 0
-                episodes += [out.pop("episodes"), out.pop("episode_return_sum"),
-                             out.pop("episode_length_sum")]
-                if learning:
-                    metrics = {name: float(value) for name, value in out.items()}
-                now = time.monotonic()
-                if now - last_log >= learner.log_every_s:
-                    values = dict(metrics)
-                    values.update({
-                        "frames": frames,
-                        "frames_per_s": (frames - frames_at_log) / (now - last_log),
-                        "updates_per_s": (step - step_at_log) / (now - last_log),
-                        "replay_size": int(plan.written(index - 1)) * plan.devices,
-                    })
-                    values.update(timer.summary("time/anakin/", reset=True))
-                    if episodes[0]:
-                        values.update({"episode_return": episodes[1] / episodes[0],
-                                       "episode_length": episodes[2] / episodes[0],
-                                       "episodes": int(episodes[0])})
-                    logger.log(step, values)
-                    episodes[:] = 0
-                    last_log, frames_at_log, step_at_log = now, frames, step
-                if step - last_saved >= learner.checkpoint_every:
-                    save()
-        save(final=True)
-    finally:
-        checkpointer.close()
-        logger.close()
-    plot_run(run_dir)
-    return RunResult(pathlib.Path(run_dir), step, frames, time.monotonic() - start, stopped_by,
-                     resumed_from)
+    @property
+    def frames(self) -> int:
+        return self._frames
+
+    def learn(self) -> bool:
+        plan, index = self.plan, self._index
+        learning = index >= plan.min_iterations
+        # Where the time goes: "play" (moves, targets, replay) and "learn" (the updates) where
+        # they are separate calls, else one "iteration" stage.
+        with self.timer.stage("iteration" if self.inside else "play"):
+            self._state, self._carry, out = self._iterate(self._state, np.int32(index),
+                                                          self._carry)
+            out = jax.device_get(out)  # waits for the device: the clocks stay honest
+        if learning and not self.inside:
+            with self.timer.stage("learn"):
+                for u in range(plan.updates):
+                    self._state, learned = self._update(self._state, np.int32(index),
+                                                        np.int32(u), self._carry)
+                out = {**out, **jax.device_get(learned)}
+        self._index += 1
+        self._frames += self.frames_per_iteration
+        self._step += plan.updates if learning else 0
+        self._episodes += [out.pop("episodes"), out.pop("episode_return_sum"),
+                           out.pop("episode_length_sum")]
+        if learning:
+            self._metrics = {name: float(value) for name, value in out.items()}
+        return True
+
+    def log_values(self) -> dict[str, Any]:
+        values: dict[str, Any] = dict(self._metrics)
+        values["replay_size"] = int(self.plan.written(self._index - 1)) * self.plan.devices
+        values.update(self.timer.summary("time/anakin/", reset=True))
+        count, return_sum, length_sum = self._episodes
+        if count:
+            values.update({"episode_return": return_sum / count,
+                           "episode_length": length_sum / count, "episodes": int(count)})
+        self._episodes[:] = 0
+        return values
+
+    def train_state(self) -> muzero.TrainState:
+        return jax.device_get(muzero.unreplicate(self._state))

@@ -23,7 +23,7 @@ import orbax.checkpoint as ocp
 
 from configs import UsageError
 
-__all__ = ["Checkpointer", "config_differences", "restore_params"]
+__all__ = ["Checkpointer", "checkpoint_step", "config_differences", "restore_params"]
 
 
 def _is_key(x: Any) -> bool:
@@ -191,6 +191,8 @@ class Checkpointer:
         self._manager.close()
 
     def _step_or_latest(self, step: int | None) -> int:
+        """The newest complete step, or `step` checked to be saved: the one rule every restore
+        and `checkpoint_step` resolve a step by. UsageError, one line, when there is none."""
         steps = self.all_steps()
         if step is None:
             if not steps:
@@ -307,6 +309,28 @@ class Checkpointer:
         return self._restore_items(step, state=args).state[field]
 
 
+def checkpoint_step(run_dir: str | os.PathLike, step: int | None = None) -> int:
+    """The step of a run's newest complete checkpoint, or `step` checked to be one of its saved.
+
+    `run_dir` is a run directory holding `checkpoints/`. Resolving the step before restoring
+    names the checkpoint read even while training saves newer ones.
+
+    Raises:
+      UsageError: one line, for no `checkpoints/` folder, no complete checkpoint in it, or no
+        checkpoint for `step` (the saved steps listed).
+    """
+    run_dir = Path(run_dir)
+    directory = run_dir / "checkpoints"
+    if not directory.is_dir():
+        raise UsageError(f"{run_dir} has no checkpoints/ folder: it is not a trained run "
+                         "(or training has not saved a checkpoint yet)")
+    ckpt = Checkpointer(directory, max_to_keep=None, read_only=True)
+    try:
+        return ckpt._step_or_latest(step)
+    finally:
+        ckpt.close()
+
+
 def restore_params(
     run_dir: str | os.PathLike, step: int | None = None, target: Any = None, field: str = "params"
 ) -> Any:
@@ -314,7 +338,8 @@ def restore_params(
 
     `run_dir` is a run directory holding `checkpoints/`, or a checkpoint directory itself. With
     `target` (the params' structure) the result has its structure and dtypes; otherwise nested
-    dicts of arrays. The state saved must have a top-level `params` field (or key).
+    dicts of arrays. The state saved must have a top-level `params` field (or key). The step is
+    resolved as `checkpoint_step` resolves it, with the same errors.
     """
     run_dir = Path(run_dir)
     directory = run_dir / "checkpoints" if (run_dir / "checkpoints").is_dir() else run_dir

@@ -4,6 +4,9 @@
     report = perfect_play_report("runs/ttt")              # every opponent strategy, both seats
     report["perfect"], report["losses_as_first"], report["losses_as_second"]
 
+`BoardActor(config, agent).act(params, key, states, rows, greedy)` runs a board-game run's agent
+on OpenSpiel states in one padded batch; `search_policy` and the arena's `ckpt:` player use it.
+
 `exhaustive_play(policy, ...)` is the game-tree walk on its own: the player under test answers
 each position with `policy(states)`, while every legal reply of the opponent is explored, so the
 games played cover every opponent strategy. Positions are expanded level by level (one ply at a
@@ -14,6 +17,7 @@ runs one batched search per ply over all positions of that ply.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -26,11 +30,12 @@ import numpy as np
 import pyspiel
 
 from configs import ExperimentConfig, UsageError, from_dict
-from selfplay.agent import Agent, make_agent
-from selfplay.checkpoints import restore_params
+from selfplay.agent import ActOutput, Agent, make_agent
+from selfplay.checkpoints import checkpoint_step, restore_params
 from selfplay.envs import EnvSpec, env_spec
 
 __all__ = [
+    "BoardActor",
     "exhaustive_play",
     "greedy_config",
     "load_agent",
@@ -109,9 +114,83 @@ def load_agent(run_dir: str | os.PathLike, *, step: int | None = None,
     return config, agent, params
 
 
-def _pad_rows(x: np.ndarray, n: int) -> np.ndarray:
-    """Repeats the last row of x [N, ...] up to n rows (valid inputs, results discarded)."""
-    return np.concatenate([x, np.repeat(x[-1:], n - len(x), axis=0)]) if n > len(x) else x
+def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
+    """x [N, ...] -> [rows, ...], repeating the first row (valid input; its results are dropped)."""
+    return np.concatenate([x, np.repeat(x[:1], rows - len(x), axis=0)]) if rows > len(x) else x
+
+
+@functools.cache
+def _pgx_replay(game_name: str) -> Callable[[Any, Any], Any]:
+    """`pgx_replay` once per game: every actor of a game shares its compiled replay."""
+    from selfplay.envs.pgx_env import pgx_replay  # pgx starts JAX: only when needed
+
+    return pgx_replay(game_name)
+
+
+class BoardActor:
+    """A board-game run's agent acting on OpenSpiel states, all of them in one `agent.act`.
+
+    The agent sees what it trained on: a run on OpenSpiel (MuZero, V-trace) the adapter's
+    observations and legal masks (`OpenSpielEnv.observe`); a run on pgx (AlphaZero, whose search
+    steps the real rules) pgx states rebuilt by replaying each state's moves (`pgx_replay`; the
+    action ids of tic_tac_toe and connect_four are OpenSpiel's), and their observations. The
+    batch is padded to `rows` by repeating the first state (a valid input; its results are
+    dropped), so that callers using few batch sizes compile few shapes.
+    """
+
+    def __init__(self, config: ExperimentConfig, agent: Agent):
+        """`agent` is `make_agent` of `config` (any search settings); `config.env` names the game.
+
+        Raises UsageError for a run that did not train on a board game (openspiel:, pgx:).
+        """
+        self.agent = agent
+        self._family, _, game_name = config.env.name.partition(":")
+        if self._family == "openspiel":
+            from selfplay.envs.openspiel import OpenSpielEnv
+
+            self._observer = OpenSpielEnv(game_name, 1, **config.env.options)
+        elif self._family == "pgx":
+            self._replay = _pgx_replay(game_name)
+        else:
+            raise UsageError(f"only a run on a board game (openspiel:, pgx:) plays from OpenSpiel "
+                             f"states, not one on {config.env.name}")
+
+    def act(self, params: Any, key: jax.Array, states: Sequence[pyspiel.State], rows: int,
+            greedy: bool) -> tuple[ActOutput, np.ndarray]:
+        """One `agent.act` over `states` padded to `rows` rows; the padding rows' results dropped.
+
+        Args:
+          params: the agent's parameters.
+          key: the search's key (the same key and rows give the same results for a state).
+          states: N >= 1 non-terminal OpenSpiel states of the run's game, N <= rows.
+          rows: the batch the agent searches (its shape: one compilation per value).
+          greedy: `agent.act`'s greedy flag for every row (the most visited action, or the
+            policy's argmax for V-trace); False samples at the search's temperature.
+        Returns:
+          The act output of the N states and their legal mask [N, A], as numpy arrays.
+        """
+        count = len(states)
+        if not 1 <= count <= rows:
+            raise ValueError(f"act takes 1 to rows={rows} states, got {count}")
+        if self._family == "openspiel":
+            observation, legal_mask, _ = self._observer.observe(states)  # [N, ...], [N, A]
+            env_state = None
+            observation, legal_mask = _pad_rows(observation, rows), _pad_rows(legal_mask, rows)
+        else:
+            max_length = states[0].get_game().max_game_length()
+            moves = np.zeros((count, max_length), np.int32)  # [N, L] each game's moves so far
+            lengths = np.zeros(count, np.int32)  # [N]
+            for i, state in enumerate(states):
+                history = state.history()
+                moves[i, :len(history)] = history
+                lengths[i] = len(history)
+            env_state = self._replay(_pad_rows(moves, rows), _pad_rows(lengths, rows))
+            observation = env_state.observation.astype(jnp.float32)  # [rows, ...]
+            legal_mask = env_state.legal_action_mask  # [rows, A]
+        out = self.agent.act(params, key, observation, legal_mask, np.full(rows, greedy),
+                             env_state)
+        out, legal_mask = jax.device_get((out, legal_mask))
+        return jax.tree.map(lambda x: x[:count], out), legal_mask[:count]
 
 
 def _most_visited(visits: np.ndarray, prior_logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
@@ -132,44 +211,18 @@ def search_policy(config: ExperimentConfig, agent: Agent, params: Any, *, seed: 
                   batch_size: int = 128) -> Policy:
     """The agent's batched search as a `Policy` over OpenSpiel states of the run's game.
 
-    MuZero (OpenSpiel-trained) sees the adapter's observations; AlphaZero (pgx-trained) gets pgx
-    states rebuilt by replaying each state's moves (the same action ids). States are searched
-    `batch_size` at a time (the last batch padded), so the search compiles once.
+    The agent acts through a `BoardActor`: MuZero (OpenSpiel-trained) sees the adapter's
+    observations; AlphaZero (pgx-trained) gets pgx states rebuilt by replaying each state's moves.
+    States are searched `batch_size` at a time (the last batch padded), so the search compiles
+    once; the move is `_most_visited`'s, which depends on the position only. Raises UsageError
+    for a run that did not train on a board game.
     """
-    family, game_name = config.env.name.split(":", 1)
+    actor = BoardActor(config, agent)
     key = jax.random.PRNGKey(seed)
-    greedy = jnp.ones(batch_size, bool)
-    if family == "openspiel":
-        from selfplay.envs.openspiel import OpenSpielEnv
-
-        observer = OpenSpielEnv(game_name, 1, **config.env.options)
-    elif family == "pgx":
-        from selfplay.envs.pgx_env import pgx_replay
-
-        replay = pgx_replay(game_name)
-        max_length = pyspiel.load_game(game_name).max_game_length()
-    else:
-        raise UsageError(f"search_policy plays board games (openspiel:, pgx:), not "
-                         f"{config.env.name}")
 
     def search(states: Sequence[pyspiel.State]) -> np.ndarray:
-        if family == "openspiel":
-            obs, mask, _ = observer.observe(states)
-            mask = _pad_rows(mask, batch_size)
-            out = agent.act(params, key, _pad_rows(obs, batch_size), mask, greedy, None)
-        else:
-            moves = np.zeros((batch_size, max_length), np.int32)
-            lengths = np.zeros(batch_size, np.int32)
-            for i, state in enumerate(states):
-                history = state.history()
-                moves[i, :len(history)] = history
-                lengths[i] = len(history)
-            env_state = replay(moves, lengths)  # padding rows: the initial position
-            mask = env_state.legal_action_mask
-            out = agent.act(params, key, env_state.observation.astype(jnp.float32), mask, greedy,
-                            env_state)
-        visits, logits, mask = jax.device_get((out.search_policy, out.behaviour_logits, mask))
-        return _most_visited(visits, logits, mask)[:len(states)]
+        out, legal_mask = actor.act(params, key, states, batch_size, greedy=True)
+        return _most_visited(out.search_policy, out.behaviour_logits, legal_mask)
 
     def policy(states: Sequence[pyspiel.State]) -> np.ndarray:
         states = list(states)
@@ -230,16 +283,11 @@ def perfect_play_report(run_dir: str | os.PathLike, *, step: int | None = None,
     """Checks a tic-tac-toe run's greedy agent against every opponent strategy, in both seats.
 
     Returns `tic_tac_toe_report`'s dict for the run's newest (or given) checkpoint, with `step`.
+    Raises UsageError, one line, for a missing or bad run directory or checkpoint.
     """
+    read_run_config(run_dir)  # a missing or bad config.json is named before any checkpoint error
+    step = checkpoint_step(run_dir, step)  # resolved first: the report names the step it loads
     config, agent, params = load_agent(run_dir, step=step, num_simulations=num_simulations)
-    if step is None:
-        from selfplay.checkpoints import Checkpointer
-
-        ckpt = Checkpointer(pathlib.Path(run_dir) / "checkpoints", None, read_only=True)
-        try:
-            step = ckpt.latest_step()
-        finally:
-            ckpt.close()
     return {**tic_tac_toe_report(config, agent, params, seed=seed), "step": step}
 
 

@@ -1,6 +1,10 @@
 """Replay for the Sebulba runtime: prioritised sequences (MuZero), a FIFO queue (V-trace), and a
 rate limiter between what actors produce and what the learner consumes.
 
+Both stores implement one interface, `Store`: actors `add` time-major trajectories, the learner
+`sample`s batches and writes back `update_priorities`, and `close` wakes every waiting thread at
+shutdown. The runtime never asks which store it holds: the agent picks it (`Agent.make_store`).
+
 Every blocking call takes a timeout and, when it passes (or the structure is closed), returns a
 value that says so (`None` or `False`) instead of raising: a thread's loop then checks its stop
 signal and tries again. Errors in the caller's input raise `ValueError`; a configuration that
@@ -23,22 +27,54 @@ import collections
 import threading
 import time
 from collections.abc import Hashable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import numpy as np
 
-from configs import UsageError
+from configs import ExperimentConfig, UsageError
 
-__all__ = ["FifoQueue", "RateLimiter", "ReplaySample", "SequenceReplay"]
+__all__ = ["FifoQueue", "RateLimiter", "ReplaySample", "SequenceReplay", "Store",
+           "make_sequence_replay"]
 
 
 class ReplaySample(NamedTuple):
-    """A batch of N windows of L steps, sampled in proportion to priority ** alpha."""
+    """A sampled batch: N windows of L steps (replay), or N trajectories side by side (queue)."""
 
     batch: Any  # the stored pytree with leaves [L, N, ...], time-major
-    indices: np.ndarray  # [N] int64 ids to pass back to `update_priorities`
-    weights: np.ndarray  # [N] float32 importance weights (N_valid * P(i)) ** -beta / max over batch
+    indices: np.ndarray | None  # [N] int64 ids to pass back to `update_priorities`; None: FIFO
+    # [N] float32 importance weights (N_valid * P(i)) ** -beta / max over batch; None: FIFO
+    weights: np.ndarray | None
+
+
+class Store(Protocol):
+    """What actors write to and the learner reads from (`SequenceReplay`, `FifoQueue`).
+
+    Every blocking call takes a timeout and returns False / None when it passes or the store is
+    closed, so the caller's loop can check its stop signal.
+    """
+
+    def add(self, trajectory: Any, stream: Hashable | None = None,
+            timeout: float | None = None) -> bool:
+        """Stores a [T, B, ...] trajectory of the actor `stream`; False if not stored in time."""
+        ...
+
+    def sample(self, batch_size: int, timeout: float | None = None) -> ReplaySample | None:
+        """A batch for one update, or None if none could be drawn in time."""
+        ...
+
+    def update_priorities(self, indices: np.ndarray | None, priorities: Any) -> None:
+        """Writes back a sampled batch's new priorities (a store without priorities ignores it)."""
+        ...
+
+    def close(self) -> None:
+        """Wakes every waiting thread; later adds and samples return at once."""
+        ...
+
+    @property
+    def size(self) -> int:
+        """Transitions held."""
+        ...
 
 
 class _SumTree:
@@ -137,6 +173,7 @@ class SequenceReplay:
         self._num_starts = 0
         self._next_uid = 0  # the slot of a transition is its id modulo capacity
         self._tails: dict[Hashable, list[np.ndarray]] = {}  # last L - 1 steps per stream
+        self._closed = False
 
     @property
     def size(self) -> int:
@@ -149,6 +186,14 @@ class SequenceReplay:
         """Windows that can be sampled now."""
         with self._cond:
             return self._num_starts
+
+    def close(self) -> None:
+        """Wakes every thread waiting to add or sample; later calls return False / None."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self.rate_limiter is not None:
+            self.rate_limiter.close()
 
     def add(
         self,
@@ -171,8 +216,9 @@ class SequenceReplay:
             priority seen so far, so new data is sampled soon.
 
         Returns:
-          True when stored; False when the rate limiter did not allow it within `timeout` or was
-          closed (the trajectory is not stored: try again after checking the stop signal).
+          True when stored; False when the rate limiter did not allow it within `timeout`, or the
+          replay was closed (the trajectory is not stored: try again after checking the stop
+          signal).
         """
         leaves, treedef = jax.tree_util.tree_flatten(trajectory)
         leaves = [np.asarray(x) for x in leaves]
@@ -200,6 +246,8 @@ class SequenceReplay:
         ):
             return False
         with self._cond:
+            if self._closed:
+                return False
             if self._treedef is None:
                 self._allocate(leaves, treedef)
             self._check_structure(leaves, treedef)
@@ -265,11 +313,12 @@ class SequenceReplay:
 
         Waits up to `timeout` seconds (None: for ever) for a window to exist and for the rate
         limiter, if any, to allow `batch_size` more samples; returns None if either does not
-        happen in time (or the limiter is closed). `beta` overrides the exponent for annealing.
+        happen in time (or the replay is closed). `beta` overrides the exponent for annealing.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            if not self._cond.wait_for(lambda: self._num_starts > 0, timeout):
+            ready = self._cond.wait_for(lambda: self._closed or self._num_starts > 0, timeout)
+            if not ready or self._closed:
                 return None
         if self.rate_limiter is not None:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -292,11 +341,13 @@ class SequenceReplay:
         batch = jax.tree_util.tree_unflatten(self._treedef, leaves)
         return ReplaySample(batch, indices, weights)
 
-    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+    def update_priorities(self, indices: np.ndarray | None, priorities: Any) -> None:
         """Sets the priorities of sampled windows (e.g. |value target - predicted value|).
 
         Indices whose transitions were evicted since they were sampled are skipped.
         """
+        if indices is None:
+            raise ValueError("update_priorities needs the sample's indices")
         indices = np.asarray(indices, np.int64).reshape(-1)
         priorities = np.maximum(np.asarray(priorities, np.float64).reshape(-1), self.min_priority)
         if indices.shape != priorities.shape:
@@ -421,10 +472,11 @@ class RateLimiter:
 
 
 class FifoQueue:
-    """A bounded first-in first-out queue for V-trace trajectories, closable for shutdown.
+    """A bounded first-in first-out queue of trajectories for V-trace, closable for shutdown.
 
-    `put` blocks while full, which is the backpressure that keeps actors from running ahead of
-    the learner; `close` wakes every blocked thread.
+    `put` (and `add`) blocks while full, which is the backpressure that keeps actors from running
+    ahead of the learner; `close` wakes every blocked thread. `sample(n)` hands out the n oldest
+    trajectories [T, B_i] side by side as one [T, sum B_i] batch, each exactly once.
     """
 
     def __init__(self, maxsize: int) -> None:
@@ -435,6 +487,9 @@ class FifoQueue:
         self._items: collections.deque = collections.deque()
         self._cond = threading.Condition()
         self._closed = False
+        # Items a `sample` took before its timeout: the next sample starts with them, so a batch
+        # larger than the queue still fills and no trajectory is dropped.
+        self._taken: list[Any] = []
 
     def put(self, item: Any, timeout: float | None) -> bool:
         """Appends `item`, waiting while full; False on timeout or when closed (not stored)."""
@@ -460,6 +515,30 @@ class FifoQueue:
             self._cond.notify_all()
             return item
 
+    def add(self, trajectory: Any, stream: Hashable | None = None,
+            timeout: float | None = None) -> bool:
+        """`Store.add`: `put` (the stream does not matter: trajectories are used whole)."""
+        del stream
+        return self.put(trajectory, timeout)
+
+    def sample(self, batch_size: int, timeout: float | None = None) -> ReplaySample | None:
+        """The `batch_size` oldest trajectories [T, B_i] as one [T, sum B_i] batch, or None if
+        they did not all arrive within `timeout` (those that did wait for the next call)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(self._taken) < batch_size:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            item = self.get(remaining)
+            if item is None:
+                return None
+            self._taken.append(item)
+        items, self._taken = self._taken, []
+        batch = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *items)
+        return ReplaySample(batch, None, None)
+
+    def update_priorities(self, indices: np.ndarray | None, priorities: Any) -> None:
+        """No priorities in a FIFO queue: every trajectory is used once, in order."""
+        del indices, priorities
+
     def close(self) -> None:
         """Wakes every waiting thread; puts fail from now on, gets drain what is left."""
         with self._cond:
@@ -474,3 +553,31 @@ class FifoQueue:
     def qsize(self) -> int:
         with self._cond:
             return len(self._items)
+
+    @property
+    def size(self) -> int:
+        """Transitions queued (T x B of every trajectory held)."""
+        with self._cond:
+            items = list(self._items)
+        return sum(int(np.prod(np.shape(jax.tree.leaves(item)[0])[:2])) for item in items)
+
+
+def make_sequence_replay(config: ExperimentConfig, window_length: int,
+                         num_streams: int) -> SequenceReplay:
+    """The prioritised replay of a MuZero / AlphaZero run with `num_streams` actor threads, its
+    rate limiter sized so that neither side can starve the other."""
+    per_push = config.actors.unroll_length * config.actors.envs_per_thread
+    spi = config.replay.samples_per_insert or None
+    error_buffer = None
+    if spi:
+        # Room for every actor's push and a learner batch, so neither side can starve the other.
+        error_buffer = max(per_push * spi, config.learner.batch_size) * (num_streams + 1)
+    # A window spans several pushes of one actor's stream. The learner starts once the actors
+    # together pushed that many each, so some stream holds a window: a smaller start could let
+    # the limiter stop the actors before any window exists while the learner waits for one.
+    pushes_per_window = -(-window_length // config.actors.unroll_length)  # ceil
+    min_size = max(config.replay.min_size, pushes_per_window * per_push * num_streams)
+    limiter = RateLimiter(min_size, spi, error_buffer)
+    return SequenceReplay(config.replay.capacity, window_length,
+                          alpha=config.replay.priority_alpha, beta=config.replay.priority_beta,
+                          rate_limiter=limiter, seed=config.seed)

@@ -105,9 +105,10 @@ def replicate_main(out: str) -> None:
 
 def _muzero_results() -> dict[str, np.ndarray]:
     """The same comparison through the real MuZero loss on a tiny MLP model (K = 2)."""
+    from muzero.config import LossConfig, NetworkConfig
     from muzero.distributed import make_replicated_update, replicate, shard_batch, unreplicate
-    from muzero.losses import LossConfig, make_muzero_loss
-    from muzero.networks import NetworkConfig, make_muzero_networks
+    from muzero.losses import make_muzero_loss
+    from muzero.networks import make_muzero_networks
     from muzero.types import MuZeroBatch
 
     devices = jax.devices()

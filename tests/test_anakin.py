@@ -151,7 +151,7 @@ def test_replicas_stay_identical_across_two_processes(tmp_path):
 ])
 def test_bad_runtime_gets_one_line_and_exit_2(overrides, message, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "arena.cli", "train", "--config", "tic_tac_toe_muzero",
+        [sys.executable, "-m", "podracer", "train", "--config", "tic_tac_toe_muzero",
          "--run-dir", str(tmp_path / "run"), *overrides],
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
@@ -199,7 +199,7 @@ def test_updates_inside_the_jit_equal_updates_called_one_by_one():
 def test_podracer_train_splits_the_cpu_into_devices_for_anakin(tmp_path):
     # devices.cpu_devices=2 reaches JAX before it starts: every iteration plays on both devices.
     proc = subprocess.run(
-        [sys.executable, "-m", "arena.cli", "train", "--config", "tic_tac_toe_alphazero",
+        [sys.executable, "-m", "podracer", "train", "--config", "tic_tac_toe_alphazero",
          "--run-dir", str(tmp_path / "run"), "--quiet", *TINY, "devices.cpu_devices=2",
          "learner.max_updates=4"],
         capture_output=True, text=True, timeout=300)

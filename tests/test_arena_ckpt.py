@@ -11,14 +11,15 @@ import pytest
 import arena
 import configs
 import muzero
-from arena.cli import main
 from arena.matches import play_games
 from configs import UsageError
+from podracer.cli import main
 from selfplay.agent import make_agent
 from selfplay.checkpoints import Checkpointer
 from selfplay.envs import make_env
 from selfplay.envs.pgx_env import pgx_replay
-from selfplay.train import MUST_MATCH, prepare_run_dir, train
+from selfplay.run import MUST_MATCH, prepare_run_dir
+from selfplay.train import train
 
 # The same tiny run as tests/test_evaluation.py, so the suite's compilation cache serves both.
 TINY = [

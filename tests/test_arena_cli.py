@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from arena.cli import main
+from podracer.cli import main
 
 
 def test_arena_command_prints_the_table_and_writes_results(tmp_path, capsys):

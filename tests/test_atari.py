@@ -10,7 +10,7 @@ import pytest
 
 import configs
 import muzero
-from arena import cli
+from podracer import cli
 from selfplay.agent import _compiles_with, make_agent
 from selfplay.envs import env_spec, envpool_env
 from selfplay.train import train

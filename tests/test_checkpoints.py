@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 
 from configs import UsageError
-from selfplay.checkpoints import Checkpointer, config_differences, restore_params
+from selfplay.checkpoints import (
+    Checkpointer,
+    checkpoint_step,
+    config_differences,
+    restore_params,
+)
 
 CONFIG = {"env": {"name": "tic_tac_toe"}, "network": {"width": 8}, "learner": {"lr": 1e-3}}
 
@@ -152,6 +157,27 @@ def test_restore_params_from_a_run_directory(tmp_path):
     # The config is plain JSON next to the arrays: readable without this code.
     config_files = (tmp_path / "checkpoints" / "2" / "config").glob("*")
     assert CONFIG in [_json_or_none(p.read_text()) for p in config_files if p.is_file()]
+
+
+def test_checkpoint_step_is_the_newest_or_a_saved_one_else_one_line(tmp_path):
+    def error(step=None):
+        with pytest.raises(UsageError) as raised:
+            checkpoint_step(tmp_path, step)
+        assert "\n" not in str(raised.value)
+        return str(raised.value)
+
+    assert "has no checkpoints/ folder" in error()
+    (tmp_path / "checkpoints").mkdir()
+    assert "no complete checkpoint in" in error()
+    ckpt = Checkpointer(tmp_path / "checkpoints")
+    for step in (4, 9):
+        ckpt.save(step, _state(step=step), CONFIG)
+    ckpt.close()
+    assert checkpoint_step(tmp_path) == 9 and checkpoint_step(str(tmp_path), 4) == 4
+    assert "no checkpoint for step 5 in" in error(5) and error(5).endswith("saved steps: [4, 9]")
+    # restore_params resolves the step by the same rule, with the same words.
+    with pytest.raises(UsageError, match=r"no checkpoint for step 5 .* saved steps: \[4, 9\]"):
+        restore_params(tmp_path, step=5)
 
 
 def _json_or_none(text: str):

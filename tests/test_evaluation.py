@@ -1,4 +1,5 @@
-"""selfplay.evaluation: the exhaustive tic-tac-toe walk, and the report on a tiny trained run."""
+"""selfplay.evaluation: the exhaustive tic-tac-toe walk, the board actor's padded batches, and the
+report on a tiny trained run."""
 
 import json
 
@@ -14,7 +15,7 @@ from selfplay import evaluation
 from selfplay.agent import make_agent
 from selfplay.checkpoints import Checkpointer
 from selfplay.envs import make_env
-from selfplay.train import MUST_MATCH, prepare_run_dir
+from selfplay.run import MUST_MATCH, prepare_run_dir
 from tests import fakes
 
 
@@ -145,3 +146,48 @@ def test_the_search_policy_depends_on_the_position_only(tmp_path):
     shuffled = np.asarray(policy([states[i] for i in order]))
     np.testing.assert_array_equal(moves[order], shuffled)
     assert all(m in s.legal_actions() for m, s in zip(moves, states, strict=True))
+
+
+def _agent_and_params(preset):
+    """A greedy agent of `preset` with the tiny network of `_untrained_run`, and its init params."""
+    config = evaluation.greedy_config(configs.load_config(
+        preset, ["search.num_simulations=4", "network.channels=8", "network.head_hidden=8"]))
+    env = make_env(config.env.name, 1)
+    agent = make_agent(config, env.spec)
+    env.close()
+    return config, agent, jax.jit(agent.init)(jax.random.PRNGKey(0))
+
+
+@pytest.mark.parametrize("preset", ["tic_tac_toe_muzero", "tic_tac_toe_alphazero"])
+def test_board_actor_pads_without_changing_the_real_rows(preset):
+    config, agent, params = _agent_and_params(preset)
+    actor = evaluation.BoardActor(config, agent)
+    game = pyspiel.load_game("tic_tac_toe")
+    states = [game.new_initial_state().child(a) for a in range(8)]  # X in cell a, O to move
+    key = jax.random.PRNGKey(1)
+    padded, legal = actor.act(params, key, states[:3], 8, greedy=True)
+    assert padded.action.shape == (3,) and padded.search_policy.shape == (3, 9)
+    np.testing.assert_array_equal(legal, [[b != a for b in range(9)] for a in range(3)])
+    # The padding rows (copies of the first state) are dropped: the real rows get what they get
+    # in a batch of the same size filled with other positions.
+    filled, _ = actor.act(params, key, states, 8, greedy=True)
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y[:3], rtol=1e-5, atol=1e-6),
+                 padded, filled)
+    # And an unpadded batch gives the real rows the same moves, as search_policy chooses them.
+    unpadded, _ = actor.act(params, key, states[:3], 3, greedy=True)
+    np.testing.assert_array_equal(
+        evaluation._most_visited(padded.search_policy, padded.behaviour_logits, legal),
+        evaluation._most_visited(unpadded.search_policy, unpadded.behaviour_logits, legal))
+    with pytest.raises(ValueError, match="1 to rows=2 states, got 3"):
+        actor.act(params, key, states[:3], 2, greedy=True)
+
+
+def test_board_actor_and_report_errors_are_one_line(tmp_path):
+    with pytest.raises(UsageError, match="board game .* not one on envpool:CartPole"):
+        evaluation.BoardActor(configs.presets.get("cartpole_vtrace"), agent=None)
+    run = _untrained_run("tic_tac_toe_muzero", tmp_path / "run")
+    with pytest.raises(UsageError, match=r"no checkpoint for step 5 .* saved steps: \[0\]$"):
+        evaluation.perfect_play_report(run, step=5)
+    (run / "config.json").unlink()
+    with pytest.raises(UsageError, match="no config.json"):  # named before the checkpoints
+        evaluation.perfect_play_report(run)

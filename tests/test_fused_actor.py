@@ -1,15 +1,12 @@
 """The pgx actor's fused act+step is the same as acting on the host and stepping the env."""
 
-import importlib
-
 import jax
 import numpy as np
 
 import configs
+from selfplay.actors import fused_pgx_act_step
 from selfplay.agent import make_agent
 from selfplay.envs import make_env
-
-train_module = importlib.import_module("selfplay.train")
 
 TINY = ["search.num_simulations=4", "network.channels=8", "network.head_hidden=8",
         "network.representation_blocks=1"]
@@ -21,7 +18,7 @@ def test_fused_pgx_step_equals_act_then_env_step():
     device_env = make_env(config.env.name, 4, seed=3)
     agent = make_agent(config, host_env.spec)
     params = jax.jit(agent.init)(jax.random.PRNGKey(0))
-    fused = train_module._fused_pgx_act_step(agent, device_env)
+    fused = fused_pgx_act_step(agent, device_env)
     assert fused is not None
     timestep = host_env.reset(7)
     device_env.reset(7)
@@ -49,4 +46,4 @@ def test_fused_pgx_step_equals_act_then_env_step():
 def test_other_envs_keep_the_host_step():
     config = configs.load_config("tic_tac_toe_muzero", TINY)
     env = make_env(config.env.name, 2, seed=0)
-    assert train_module._fused_pgx_act_step(make_agent(config, env.spec), env) is None
+    assert fused_pgx_act_step(make_agent(config, env.spec), env) is None

@@ -130,10 +130,17 @@ def test_priorities_are_distance_of_search_value_to_target():
 
 
 def test_alphazero_targets_are_outcomes_for_the_player_to_move():
-    traj = trajectory([0, 0, -1, 0, 1], [1, 1, 0, 1, 1], [0, 0, 0, 0, 0.5])
-    batch = alphazero_batch(traj, td_steps=100, discount=1.0, two_player=True, drop_last=1)
-    # The first game: the mover at ply 2 loses (-1); the second bootstraps from v_4 = 0.5.
-    np.testing.assert_allclose(batch.value_target, [-1.0, 1.0, -1.0, -0.5, 0.5])
-    np.testing.assert_allclose(batch.mask, [1, 1, 1, 1, 0])
-    assert batch.policy_target.shape == (5, A)
-    assert batch.observation.shape == (5, 1)
+    traj = trajectory([0, 0, -1, 0, 1, 0], [1, 1, 0, 1, 1, 1], [0, 0, 0, 0, 0.5, 0])
+    n = 3  # windows of n + 1 = 4 steps start at steps 0, 1, 2
+    window = jax.tree.map(lambda x: jnp.stack([x[t:t + n + 1, 0] for t in range(3)], axis=1),
+                          traj)  # [4, 3]
+    batch = alphazero_batch(window, jnp.full((3,), 0.5), td_steps=n, discount=1.0,
+                            two_player=True)
+    # The first game: the mover at ply 2 loses (-1), so the movers at plies 0 and 1 get -1 and 1.
+    np.testing.assert_allclose(batch.value_target, [-1.0, 1.0, -1.0])
+    np.testing.assert_allclose(batch.mask, [1, 1, 1])
+    np.testing.assert_allclose(batch.importance_weight, [0.5, 0.5, 0.5])
+    assert batch.policy_target.shape == (3, A)
+    assert batch.observation.shape == (3, 1)
+    with pytest.raises(ValueError, match="td_steps \\+ 1 = 3"):
+        alphazero_batch(window, jnp.ones((3,)), td_steps=2, discount=1.0, two_player=True)

@@ -11,7 +11,8 @@ import time
 import pytest
 
 import configs
-from arena import cli
+from podracer import cli
+from selfplay import actors
 from selfplay import train as train_module
 from tests import fakes
 
@@ -54,7 +55,7 @@ def test_smoke_run_of_each_mode(preset, extra, tmp_path):
 
 
 def test_a_failing_actor_thread_stops_the_run_with_its_message(tmp_path, monkeypatch):
-    real_make_env = train_module.make_env
+    real_make_env = actors.make_env
     calls = []
 
     def make_failing_env(name, num_envs, seed=0, **options):
@@ -63,7 +64,7 @@ def test_a_failing_actor_thread_stops_the_run_with_its_message(tmp_path, monkeyp
         # The first env is the spec probe; the actors' envs fail after a few steps.
         return env if len(calls) == 1 else fakes.FailingEnv(env, fail_after=3)
 
-    monkeypatch.setattr(train_module, "make_env", make_failing_env)
+    monkeypatch.setattr(actors, "make_env", make_failing_env)
     started = time.monotonic()
     with pytest.raises(RuntimeError, match="environment exploded"):
         train_module.train(_tiny("tic_tac_toe_muzero", "learner.max_updates=1000"),
@@ -73,7 +74,7 @@ def test_a_failing_actor_thread_stops_the_run_with_its_message(tmp_path, monkeyp
 
 def _podracer(*args, **kwargs):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-m", "arena.cli", *args], env=env,
+    return subprocess.Popen([sys.executable, "-m", "podracer", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
 
 

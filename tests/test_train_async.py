@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 import configs
-from arena import cli
-from selfplay import train as train_module
+from podracer import cli
+from selfplay import actors
 from selfplay.agent import make_agent
 from selfplay.envs import env_spec
 from selfplay.lifetime import StopSignal
 from selfplay.params import ParameterServer
+from selfplay.train import train
 from tests import fakes
 
 _SMALL = ["learner.batch_size=2", "actors.threads_per_device=1", "actors.envs_per_thread=8",
@@ -28,7 +29,7 @@ def _config(*extra: str) -> configs.ExperimentConfig:
 
 def test_async_smoke_run_on_envpool_cartpole(tmp_path):
     config = _config("actors.threads_per_device=2", "learner.max_updates=4")
-    result = train_module.train(config, tmp_path / "run", progress=False)
+    result = train(config, tmp_path / "run", progress=False)
     assert result.stopped_by == "max_updates"
     assert result.updates == 4
     assert result.frames > 0
@@ -44,15 +45,15 @@ def _run_actor(config, spec, num_pushes: int, monkeypatch):
     device = jax.local_devices()[0]
     server = ParameterServer([device])
     server.publish(jax.jit(agent.init)(jax.random.PRNGKey(0)), version=7)
-    stop, stats, pushed = StopSignal(), train_module.ActorStats(), []
+    stop, stats, pushed = StopSignal(), actors.ActorStats(), []
 
     def record(store, trajectory, stream, stop):
         pushed.append((trajectory, stream))
         if len(pushed) == num_pushes:
             stop.set("enough pushes")
 
-    monkeypatch.setattr(train_module, "_push", record)
-    train_module._async_actor_loop(0, device, config, agent, server, None, stats, stop,
+    monkeypatch.setattr(actors, "push", record)
+    actors.async_actor_loop(0, device, config, agent, server, None, stats, stop,
                                    jax.random.PRNGKey(1))
     return pushed, stats
 
@@ -67,7 +68,7 @@ def test_each_column_is_one_envs_consecutive_steps(mode, monkeypatch):
         made.append(fakes.FakeAsyncEnv(num_envs, batch_size, seed))
         return made[-1]
 
-    monkeypatch.setattr(train_module, "make_env", make_fake)
+    monkeypatch.setattr(actors, "make_env", make_fake)
     pushed, stats = _run_actor(config, fakes.FakeAsyncEnv(8, 4).spec, 4, monkeypatch)
     env = made[0]
     assert env.closed

@@ -7,13 +7,11 @@ a limiter that stops the actors after fewer pushes leaves the learner waiting fo
 no actor may write: both sides wait for ever.
 """
 
-import importlib
 import threading
 
 import configs
-
-train_module = importlib.import_module("selfplay.train")
-
+from selfplay.lifetime import StopSignal
+from selfplay.train import train
 
 # Windows of td_steps + 1 = 10 steps from pushes of 2 steps x 4 envs: 5 pushes per stream before
 # the first window, more than one learner batch (16) of inserts at 1 sample per insert.
@@ -29,7 +27,7 @@ TINY = [
 def test_windows_longer_than_the_inserts_allowed_before_sampling_still_train(tmp_path):
     config = configs.load_config("tic_tac_toe_alphazero",
                                  [*TINY, "learner.max_updates=3", "learner.max_seconds=150"])
-    result = train_module.train(config, tmp_path / "run", progress=False)
+    result = train(config, tmp_path / "run", progress=False)
     assert result.stopped_by == "max_updates"
     assert result.updates == 3
 
@@ -37,11 +35,11 @@ def test_windows_longer_than_the_inserts_allowed_before_sampling_still_train(tmp
 def test_the_callers_stop_signal_ends_the_run(tmp_path):
     config = configs.load_config("tic_tac_toe_alphazero",
                                  [*TINY, "learner.max_updates=100000", "learner.max_seconds=150"])
-    stop = train_module.StopSignal()  # not set when train starts: falsy, still the one used
+    stop = StopSignal()  # not set when train starts: falsy, still the one used
     timer = threading.Timer(8.0, stop.set, ["stopped by the caller"])
     timer.start()
     try:
-        result = train_module.train(config, tmp_path / "run", progress=False, stop=stop)
+        result = train(config, tmp_path / "run", progress=False, stop=stop)
     finally:
         timer.cancel()
     assert result.stopped_by == "stopped by the caller"

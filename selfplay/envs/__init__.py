@@ -1,14 +1,16 @@
 """Environment adapters: OpenSpiel, pgx and envpool behind one batched interface.
 
 `make_env("openspiel:connect_four", num_envs=64, seed=0)` returns a `BatchedEnv`; see
-`selfplay/envs/base.py` for the conventions (same-step auto-reset, points of view, layouts).
+`selfplay/envs/base.py` for the conventions (same-step auto-reset, points of view, layouts) and
+`selfplay/envs/registry.py` for the names.
 The family modules (`openspiel`, `pgx_env`, `envpool_env`) are imported on first use of one of
 their names, so that a run on one family never loads the libraries of the others.
 """
 
 import importlib
 
-from selfplay.envs.base import FAMILIES, BatchedEnv, EnvSpec, TimeStep, env_spec, make_env
+from selfplay.envs.base import FAMILIES, BatchedEnv, EnvSpec, TimeStep
+from selfplay.envs.registry import env_spec, make_env, parse_env_name
 
 _LAZY = {
     "OpenSpielEnv": "selfplay.envs.openspiel",
@@ -23,7 +25,10 @@ _LAZY = {
     "EnvPoolEnv": "selfplay.envs.envpool_env",
 }
 
-__all__ = ["FAMILIES", "BatchedEnv", "EnvSpec", "TimeStep", "env_spec", "make_env", *_LAZY]
+__all__ = [
+    "FAMILIES", "BatchedEnv", "EnvSpec", "TimeStep", "env_spec", "make_env", "parse_env_name",
+    *_LAZY,
+]
 
 
 def __getattr__(name: str):

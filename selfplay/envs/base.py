@@ -28,8 +28,6 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-from configs.errors import UsageError
-
 __all__ = [
     "FAMILIES",
     "BatchedEnv",
@@ -37,8 +35,10 @@ __all__ = [
     "SyncSendRecv",
     "TimeStep",
     "check_actions",
-    "make_env",
 ]
+
+# The environment families `make_env` knows (selfplay.envs.registry), by name prefix.
+FAMILIES = ("openspiel", "pgx", "envpool")
 
 
 class TimeStep(NamedTuple):
@@ -73,9 +73,14 @@ class EnvSpec:
     deterministic: bool  # next state is a function of (state, action): an exact model may search
     max_episode_steps: int | None  # a time limit that truncates episodes, None if none
 
+    @property
+    def env_id(self) -> str:
+        """The name within its family: "connect_four" of "openspiel:connect_four"."""
+        return self.name.partition(":")[2]
+
     def __post_init__(self):
-        if self.family not in ("openspiel", "pgx", "envpool"):
-            raise ValueError(f"EnvSpec.family must be openspiel, pgx or envpool, got {self.family}")
+        if self.family not in FAMILIES:
+            raise ValueError(f"EnvSpec.family must be one of {FAMILIES}, got {self.family}")
         if self.num_actions < 1:
             raise ValueError(f"EnvSpec.num_actions must be >= 1, got {self.num_actions}")
         if self.num_players not in (1, 2):
@@ -153,56 +158,3 @@ class SyncSendRecv:
             raise ValueError("recv called without send")
         actions, self._pending = self._pending, None
         return self.step(actions)
-
-
-FAMILIES = ("openspiel", "pgx", "envpool")
-
-
-def make_env(name: str, num_envs: int, seed: int = 0, **options: Any) -> BatchedEnv:
-    """Builds `num_envs` environments named `"<family>:<id>"`; UsageError on a bad name or option.
-
-    Families and their options:
-      - `openspiel:<game string>` (e.g. `openspiel:go(board_size=9)`): `to_play_plane`,
-        `max_episode_steps`.
-      - `pgx:<env id>` (e.g. `pgx:connect_four`): no options.
-      - `envpool:<task id>` (e.g. `envpool:Pong-v5`): `batch_size` (async when < num_envs) and any
-        `envpool.make` option (`episodic_life`, `reward_clip`, `repeat_action_probability`, ...).
-    The families' modules are imported here, on use, so that a run on one never loads the others.
-    """
-    family, sep, env_id = name.partition(":")
-    if not sep or family not in FAMILIES or not env_id:
-        raise UsageError(
-            f"bad environment name {name!r}: expected '<family>:<id>' with family one of "
-            f"{', '.join(FAMILIES)} (e.g. openspiel:connect_four, pgx:tic_tac_toe, "
-            "envpool:CartPole-v1)"
-        )
-    if family == "openspiel":
-        from selfplay.envs.openspiel import OpenSpielEnv
-
-        allowed = {"to_play_plane", "max_episode_steps"}
-        _check_options(name, options, allowed)
-        return OpenSpielEnv(env_id, num_envs, seed, **options)
-    if family == "pgx":
-        from selfplay.envs.pgx_env import PgxEnv
-
-        _check_options(name, options, set())
-        return PgxEnv(env_id, num_envs, seed)
-    from selfplay.envs.envpool_env import EnvPoolEnv
-
-    return EnvPoolEnv(env_id, num_envs, seed, **options)
-
-
-def env_spec(name: str, seed: int = 0, **options: Any) -> EnvSpec:
-    """The `EnvSpec` of `make_env(name, ...)`, from one environment opened and closed again."""
-    env = make_env(name, 1, seed=seed, **options)
-    try:
-        return env.spec
-    finally:
-        env.close()
-
-
-def _check_options(name: str, options: dict[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(options) - allowed)
-    if unknown:
-        accepted = ", ".join(sorted(allowed)) or "none"
-        raise UsageError(f"unknown option(s) {', '.join(unknown)} for {name}; accepted: {accepted}")

@@ -12,11 +12,12 @@ from arena.players import describe_players, split_specs
 from arena.ratings import default_anchor, fit_ratings, format_table, results_dict, write_results
 from configs import UsageError
 
+__all__ = ["make_parser", "run"]
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "arena",
-        help="rate players (bots, checkpoints, you) against each other in a two-player game",
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="podracer arena",
         description="Play a round-robin or gauntlet tournament and fit Elo ratings with 95% CIs. "
                     "Run again with the same --out to continue a stopped tournament.",
         epilog=describe_players(),
@@ -41,7 +42,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="games of a pairing played at once (default: all for batched "
                              "players, else 1)")
     parser.add_argument("--quiet", action="store_true", help="no line per finished game")
-    parser.set_defaults(run=run)
     return parser
 
 

@@ -10,7 +10,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from muzero.losses import LossConfig, LossFn
+from muzero.config import LossConfig
+from muzero.losses import LossFn
 from muzero.networks import ActorCriticNetworks
 from muzero.types import VTraceBatch
 

@@ -10,6 +10,8 @@ import traceback
 import configs
 from configs import UsageError
 
+__all__ = ["make_parser", "run"]
+
 _EXAMPLES = """examples:
   podracer train                                    # the default: tic-tac-toe, AlphaZero, CPU
   podracer train --config connect_four_alphazero --run-dir runs/c4
@@ -19,12 +21,10 @@ _EXAMPLES = """examples:
 """
 
 
-def add_parser(subparsers) -> None:
+def make_parser() -> argparse.ArgumentParser:
     presets = ", ".join(configs.presets.names())
-    parser = subparsers.add_parser(
-        "train",
-        help="train an agent by self-play (Sebulba: actor threads + replicated learner; "
-             "Anakin for pgx games)",
+    parser = argparse.ArgumentParser(
+        prog="podracer train",
         description=("Train by self-play. Runs in --run-dir (config.json, metrics.jsonl, "
                      "TensorBoard events, checkpoints/, learning_curves.png); running again "
                      "with the same --run-dir resumes from the newest checkpoint."),
@@ -39,8 +39,9 @@ def add_parser(subparsers) -> None:
                         help="where the run goes (default runs/<preset>-<time>)")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
     parser.add_argument("overrides", nargs="*", metavar="key.path=value",
-                        help="override config fields, e.g. search.num_simulations=64")
-    parser.set_defaults(run=run)
+                        help="override config fields, e.g. search.num_simulations=64 (before "
+                             "or after the options)")
+    return parser
 
 
 def run(args) -> int:

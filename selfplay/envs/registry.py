@@ -1,0 +1,69 @@
+"""Environments by name, `"<family>:<id>"`: the one place that parses such names and picks the
+family's adapter. The families' modules are imported on use, so that a run on one never loads the
+libraries of the others.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from configs.errors import UsageError
+from selfplay.envs.base import FAMILIES, BatchedEnv, EnvSpec
+
+__all__ = ["env_spec", "make_env", "parse_env_name"]
+
+
+def parse_env_name(name: str) -> tuple[str, str]:
+    """`(family, id)` of `"<family>:<id>"`; UsageError, one line, for anything else."""
+    family, sep, env_id = name.partition(":")
+    if not sep or family not in FAMILIES or not env_id:
+        raise UsageError(
+            f"bad environment name {name!r}: expected '<family>:<id>' with family one of "
+            f"{', '.join(FAMILIES)} (e.g. openspiel:connect_four, pgx:tic_tac_toe, "
+            "envpool:CartPole-v1)"
+        )
+    return family, env_id
+
+
+def make_env(name: str, num_envs: int, seed: int = 0, **options: Any) -> BatchedEnv:
+    """Builds `num_envs` environments named `"<family>:<id>"`; UsageError on a bad name or option.
+
+    Families and their options:
+      - `openspiel:<game string>` (e.g. `openspiel:go(board_size=9)`): `to_play_plane`,
+        `max_episode_steps`.
+      - `pgx:<env id>` (e.g. `pgx:connect_four`): no options.
+      - `envpool:<task id>` (e.g. `envpool:Pong-v5`): `batch_size` (async when < num_envs) and any
+        `envpool.make` option (`episodic_life`, `reward_clip`, `repeat_action_probability`, ...).
+    The families' modules are imported here, on use, so that a run on one never loads the others.
+    """
+    family, env_id = parse_env_name(name)
+    if family == "openspiel":
+        from selfplay.envs.openspiel import OpenSpielEnv
+
+        allowed = {"to_play_plane", "max_episode_steps"}
+        _check_options(name, options, allowed)
+        return OpenSpielEnv(env_id, num_envs, seed, **options)
+    if family == "pgx":
+        from selfplay.envs.pgx_env import PgxEnv
+
+        _check_options(name, options, set())
+        return PgxEnv(env_id, num_envs, seed)
+    from selfplay.envs.envpool_env import EnvPoolEnv
+
+    return EnvPoolEnv(env_id, num_envs, seed, **options)
+
+
+def env_spec(name: str, seed: int = 0, **options: Any) -> EnvSpec:
+    """The `EnvSpec` of `make_env(name, ...)`, from one environment opened and closed again."""
+    env = make_env(name, 1, seed=seed, **options)
+    try:
+        return env.spec
+    finally:
+        env.close()
+
+
+def _check_options(name: str, options: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        accepted = ", ".join(sorted(allowed)) or "none"
+        raise UsageError(f"unknown option(s) {', '.join(unknown)} for {name}; accepted: {accepted}")
