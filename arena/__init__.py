@@ -1,9 +1,9 @@
 """Arena: players, matches, tournaments and ratings (`podracer arena`), and one-player evaluation.
 
-    import arena
-    game = arena.load_game("tic_tac_toe")
-    records = arena.run_tournament(game, ["minimax", "mcts:50", "random"], 10, out_dir="runs/t")
-    ratings = arena.fit_ratings(records)
+import arena
+game = arena.load_game("tic_tac_toe")
+records = arena.run_tournament(game, ["minimax", "mcts:50", "random"], 10, out_dir="runs/t")
+ratings = arena.fit_ratings(records)
 """
 
 from arena.atari_scores import ATARI_SCORES, human_normalized_score

@@ -63,8 +63,10 @@ def load_run(run_dir: str | os.PathLike, step: int | None = None) -> LoadedRun:
 
 def _stamp(run_dir: Path, step: int) -> tuple[int, int]:
     """Part of the cache keys: a run rewritten in the same folder is loaded again."""
-    return ((run_dir / "config.json").stat().st_mtime_ns,
-            (run_dir / "checkpoints" / str(step)).stat().st_mtime_ns)
+    return (
+        (run_dir / "config.json").stat().st_mtime_ns,
+        (run_dir / "checkpoints" / str(step)).stat().st_mtime_ns,
+    )
 
 
 @functools.lru_cache(maxsize=4)
@@ -82,26 +84,36 @@ def _check_game(config: ExperimentConfig, game: pyspiel.Game, text: str) -> None
         trained = str(pyspiel.load_game(name))
     elif family == "pgx":
         if name not in PGX_TO_OPENSPIEL:
-            raise UsageError(f"player {text!r}: the run trained on pgx:{name}, which the arena "
-                             f"cannot referee; pgx runs can play {', '.join(PGX_TO_OPENSPIEL)}")
+            raise UsageError(
+                f"player {text!r}: the run trained on pgx:{name}, which the arena "
+                f"cannot referee; pgx runs can play {', '.join(PGX_TO_OPENSPIEL)}"
+            )
         trained = PGX_TO_OPENSPIEL[name]
     else:
-        raise UsageError(f"player {text!r}: the run trained on {config.env.name}, not a "
-                         "two-player board game (evaluate one-player agents with evaluate_policy)")
+        raise UsageError(
+            f"player {text!r}: the run trained on {config.env.name}, not a "
+            "two-player board game (evaluate one-player agents with evaluate_policy)"
+        )
     if trained != str(game):
-        raise UsageError(f"player {text!r}: the checkpoint was trained on {config.env.name} "
-                         f"but the arena plays {game}")
+        raise UsageError(
+            f"player {text!r}: the checkpoint was trained on {config.env.name} "
+            f"but the arena plays {game}"
+        )
 
 
-def _act_config(config: ExperimentConfig, simulations: int | None,
-                temperature: float) -> ExperimentConfig:
+def _act_config(
+    config: ExperimentConfig, simulations: int | None, temperature: float
+) -> ExperimentConfig:
     """The run's config with the arena's search: evaluation's (no root noise), at `temperature`."""
     greedy = greedy_config(config, simulations)
     if temperature == 0.0:
         return greedy
     # Sampling: visit counts at this temperature (PUCT), Gumbel noise as trained (Gumbel MuZero).
-    return greedy.replace(search=greedy.search.replace(
-        temperature=temperature, gumbel_scale=config.search.gumbel_scale))
+    return greedy.replace(
+        search=greedy.search.replace(
+            temperature=temperature, gumbel_scale=config.search.gumbel_scale
+        )
+    )
 
 
 def _next_power_of_two(n: int) -> int:
@@ -119,9 +131,17 @@ class CheckpointPlayer(BatchedPlayer):
     pass a cached one, so that players of one spec share its compiled search).
     """
 
-    def __init__(self, spec: str, run: LoadedRun, game: pyspiel.Game, seed: int,
-                 simulations: int | None = None, temperature: float = 0.0,
-                 agent: Agent | None = None, min_batch: int = 8):
+    def __init__(
+        self,
+        spec: str,
+        run: LoadedRun,
+        game: pyspiel.Game,
+        seed: int,
+        simulations: int | None = None,
+        temperature: float = 0.0,
+        agent: Agent | None = None,
+        min_batch: int = 8,
+    ):
         super().__init__(spec)
         if min_batch < 1:
             raise ValueError(f"min_batch must be >= 1, got {min_batch}")
@@ -153,8 +173,9 @@ class CheckpointPlayer(BatchedPlayer):
 
 
 @functools.lru_cache(maxsize=8)
-def _cached_agent(run_dir: Path, step: int, stamp: tuple[int, int], simulations: int | None,
-                  temperature: float) -> Agent:
+def _cached_agent(
+    run_dir: Path, step: int, stamp: tuple[int, int], simulations: int | None, temperature: float
+) -> Agent:
     run = _load_cached(run_dir, step, stamp)
     return make_agent(_act_config(run.config, simulations, temperature), run.env_spec)
 
@@ -173,11 +194,15 @@ def _make_ckpt(spec: PlayerSpec, game: pyspiel.Game, seed: int) -> CheckpointPla
     if sims is not None and config.mode == "vtrace":
         raise UsageError(f"player {spec.text!r}: sims does not apply to a V-trace run (no search)")
     run = load_run(spec.arg, None if step is None else _int(spec, "step", step, 0))
-    agent = _cached_agent(run.run_dir, run.step, _stamp(run.run_dir, run.step), simulations,
-                          temperature)
+    agent = _cached_agent(
+        run.run_dir, run.step, _stamp(run.run_dir, run.step), simulations, temperature
+    )
     return CheckpointPlayer(spec.text, run, game, seed, simulations, temperature, agent)
 
 
-register_player("ckpt", _make_ckpt,
-                "ckpt:RUN_DIR[,sims=N][,temperature=0][,step=S]: a trained run's agent (newest "
-                "checkpoint, the run's simulations, no noise, greedy at temperature 0)")
+register_player(
+    "ckpt",
+    _make_ckpt,
+    "ckpt:RUN_DIR[,sims=N][,temperature=0][,step=S]: a trained run's agent (newest "
+    "checkpoint, the run's simulations, no noise, greedy at temperature 0)",
+)

@@ -93,17 +93,23 @@ class EvalResult(NamedTuple):
     protocol: str  # the protocol's name, or "env default"
 
     def as_dict(self) -> dict:
-        out = {"episodes": int(self.returns.size), "protocol": self.protocol,
-               "returns": _summary_dict(self.summary),
-               "mean_length": float(np.mean(self.lengths)) if self.lengths.size else 0.0}
+        out = {
+            "episodes": int(self.returns.size),
+            "protocol": self.protocol,
+            "returns": _summary_dict(self.summary),
+            "mean_length": float(np.mean(self.lengths)) if self.lengths.size else 0.0,
+        }
         if self.normalized is not None:
             out["human_normalized"] = _summary_dict(self.normalized)
         return out
 
 
 def _summary_dict(summary: Summary) -> dict:
-    return {k: {"value": v.value, "ci95": [v.low, v.high]}
-            for k, v in summary._asdict().items() if k != "count"}
+    return {
+        k: {"value": v.value, "ci95": [v.low, v.high]}
+        for k, v in summary._asdict().items()
+        if k != "count"
+    }
 
 
 def iqm(values: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -114,8 +120,9 @@ def iqm(values: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.take(values, np.arange(cut, n - cut), axis=axis).mean(axis=axis)
 
 
-def summarize(values, num_bootstrap: int = 2000, seed: int = 0,
-              confidence: float = 0.95) -> Summary:
+def summarize(
+    values, num_bootstrap: int = 2000, seed: int = 0, confidence: float = 0.95
+) -> Summary:
     """Mean, median and IQM of `values` [N] with percentile-bootstrap intervals over the values."""
     x = np.asarray(values, dtype=np.float64).reshape(-1)  # [N]
     if x.size == 0:
@@ -124,9 +131,11 @@ def summarize(values, num_bootstrap: int = 2000, seed: int = 0,
     resampled = x[rng.integers(0, x.size, size=(num_bootstrap, x.size))]  # [R, N]
     tail = 100 * (1 - confidence) / 2
     out = []
-    for stat, boot in ((np.mean(x), resampled.mean(axis=1)),
-                       (np.median(x), np.median(resampled, axis=1)),
-                       (iqm(x), iqm(resampled, axis=1))):
+    for stat, boot in (
+        (np.mean(x), resampled.mean(axis=1)),
+        (np.median(x), np.median(resampled, axis=1)),
+        (iqm(x), iqm(resampled, axis=1)),
+    ):
         low, high = np.percentile(boot, [tail, 100 - tail])
         out.append(Estimate(float(stat), float(low), float(high)))
     return Summary(*out, count=int(x.size))
@@ -172,8 +181,10 @@ def evaluate_policy(
         steps = 0
         while any(len(returns[e]) < quota[e] for e in range(num_envs)):
             if max_steps is not None and steps >= max_steps:
-                raise RuntimeError(f"evaluation passed {max_steps} steps with "
-                                   f"{sum(map(len, returns))} of {num_episodes} episodes done")
+                raise RuntimeError(
+                    f"evaluation passed {max_steps} steps with "
+                    f"{sum(map(len, returns))} of {num_episodes} episodes done"
+                )
             step = env.step(np.asarray(policy(step)))
             steps += 1
             ended = np.asarray(getattr(step, "episode_end", step.done))
@@ -192,5 +203,10 @@ def evaluate_policy(
     normalized = None
     if game is not None and is_atari57(game):
         normalized = summarize([human_normalized_score(game, r) for r in all_returns], seed=seed)
-    return EvalResult(all_returns, all_lengths, summarize(all_returns, seed=seed), normalized,
-                      protocol.name if protocol is not None else "env default")
+    return EvalResult(
+        all_returns,
+        all_lengths,
+        summarize(all_returns, seed=seed),
+        normalized,
+        protocol.name if protocol is not None else "env default",
+    )

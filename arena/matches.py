@@ -63,8 +63,11 @@ class GameRecord(NamedTuple):
     @property
     def score(self) -> float:
         """Seat 0's score: 1 win, 0.5 draw, 0 loss."""
-        return 1.0 if self.returns[0] > self.returns[1] else (
-            0.5 if self.returns[0] == self.returns[1] else 0.0)
+        return (
+            1.0
+            if self.returns[0] > self.returns[1]
+            else (0.5 if self.returns[0] == self.returns[1] else 0.0)
+        )
 
     @property
     def result(self) -> str:
@@ -107,8 +110,10 @@ def load_game(name: str) -> pyspiel.Game:
     """Loads a game by name (`tic_tac_toe`, `go(board_size=9)`); UsageError if unknown."""
     short = name.partition("(")[0].strip()
     if short not in pyspiel.registered_names():
-        raise UsageError(f"unknown game {name!r}; see pyspiel.registered_names() for the list "
-                         "(e.g. tic_tac_toe, connect_four, go(board_size=9))")
+        raise UsageError(
+            f"unknown game {name!r}; see pyspiel.registered_names() for the list "
+            "(e.g. tic_tac_toe, connect_four, go(board_size=9))"
+        )
     try:
         return pyspiel.load_game(name)
     except pyspiel.SpielError as error:
@@ -119,12 +124,15 @@ def check_two_player(game: pyspiel.Game) -> None:
     """Refuses games the tournament cannot referee (not two-player or not turn-based)."""
     kind = game.get_type()
     if game.num_players() != 2 or kind.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
-        raise UsageError(f"tournaments need a turn-based two-player game; {game} has "
-                         f"{game.num_players()} player(s) (one-player tasks: evaluate_policy)")
+        raise UsageError(
+            f"tournaments need a turn-based two-player game; {game} has "
+            f"{game.num_players()} player(s) (one-player tasks: evaluate_policy)"
+        )
 
 
-def schedule(num_players: int, games_per_pairing: int, seed: int,
-             format: str = "round-robin") -> list[ScheduledGame]:
+def schedule(
+    num_players: int, games_per_pairing: int, seed: int, format: str = "round-robin"
+) -> list[ScheduledGame]:
     """All the games of a tournament, in the order they are played."""
     if format not in FORMATS:
         raise UsageError(f"unknown tournament format {format!r}; use one of {', '.join(FORMATS)}")
@@ -136,7 +144,8 @@ def schedule(num_players: int, games_per_pairing: int, seed: int,
         pairings = [(0, j) for j in range(1, num_players)]
     return [
         ScheduledGame((i, j), r, (i, j) if r % 2 == 0 else (j, i), game_seed(seed, i, j, r))
-        for i, j in pairings for r in range(games_per_pairing)
+        for i, j in pairings
+        for r in range(games_per_pairing)
     ]
 
 
@@ -159,8 +168,10 @@ class _Table:
         state = self.state
         mover = state.current_player()
         if mover >= 0 and action not in state.legal_actions():
-            raise RuntimeError(f"player {getattr(self.players[mover], 'spec', mover)!r} chose "
-                               f"illegal action {action} in:\n{state}")
+            raise RuntimeError(
+                f"player {getattr(self.players[mover], 'spec', mover)!r} chose "
+                f"illegal action {action} in:\n{state}"
+            )
         self.actions.append(int(action))
         self.moves.append(state.action_to_string(mover, action))
         self.movers.append(int(mover))
@@ -177,16 +188,20 @@ class _Table:
             self.apply(int(self.rng.choice(outcomes, p=np.asarray(probs))))
 
 
-def play_games(game: pyspiel.Game, tables_players: Sequence[Sequence[pyspiel.Bot]],
-               seeds: Sequence[int],
-               on_finish: Callable[[int, pyspiel.State, _Table], None]) -> None:
+def play_games(
+    game: pyspiel.Game,
+    tables_players: Sequence[Sequence[pyspiel.Bot]],
+    seeds: Sequence[int],
+    on_finish: Callable[[int, pyspiel.State, _Table], None],
+) -> None:
     """Plays several games in lock step, calling `on_finish(k, final_state, table)` as each ends.
 
     Unbatched players move at once; each round then gives every batched player all the games
     waiting for it in one `step_many` call, so games against an unbatched opponent stay in phase.
     """
-    tables = [_Table(game, players, seed)
-              for players, seed in zip(tables_players, seeds, strict=True)]
+    tables = [
+        _Table(game, players, seed) for players, seed in zip(tables_players, seeds, strict=True)
+    ]
     live = list(range(len(tables)))
     while live:
         waiting: dict[int, list[int]] = {}  # id(batched player) -> games waiting for it
@@ -206,8 +221,10 @@ def play_games(game: pyspiel.Game, tables_players: Sequence[Sequence[pyspiel.Bot
         for key, ks in waiting.items():
             actions = batched[key].step_many([tables[k].state for k in ks])
             if len(actions) != len(ks):
-                raise RuntimeError(f"{batched[key]!r}.step_many returned {len(actions)} actions "
-                                   f"for {len(ks)} states")
+                raise RuntimeError(
+                    f"{batched[key]!r}.step_many returned {len(actions)} actions "
+                    f"for {len(ks)} states"
+                )
             for k, action in zip(ks, actions, strict=True):
                 tables[k].apply(int(action))
         still = []
@@ -220,13 +237,19 @@ def play_games(game: pyspiel.Game, tables_players: Sequence[Sequence[pyspiel.Bot
         live = still
 
 
-def _record(table: _Table, specs: Sequence[str], seed: int, pairing=(-1, -1),
-            round_: int = -1) -> GameRecord:
+def _record(
+    table: _Table, specs: Sequence[str], seed: int, pairing=(-1, -1), round_: int = -1
+) -> GameRecord:
     return GameRecord(
-        players=tuple(specs), seed=int(seed), actions=tuple(table.actions),
-        moves=tuple(table.moves), movers=tuple(table.movers),
-        returns=tuple(float(r) for r in table.state.returns()), pairing=tuple(pairing),
-        round=round_)
+        players=tuple(specs),
+        seed=int(seed),
+        actions=tuple(table.actions),
+        moves=tuple(table.moves),
+        movers=tuple(table.movers),
+        returns=tuple(float(r) for r in table.state.returns()),
+        pairing=tuple(pairing),
+        round=round_,
+    )
 
 
 def play_game(game: pyspiel.Game, specs: Sequence[str], seed: int) -> GameRecord:
@@ -234,8 +257,9 @@ def play_game(game: pyspiel.Game, specs: Sequence[str], seed: int) -> GameRecord
     check_two_player(game)
     players = [make_player(spec, game, player_seed(seed, seat)) for seat, spec in enumerate(specs)]
     records: list[GameRecord] = []
-    play_games(game, [players], [seed],
-               lambda k, state, table: records.append(_record(table, specs, seed)))
+    play_games(
+        game, [players], [seed], lambda k, state, table: records.append(_record(table, specs, seed))
+    )
     return records[0]
 
 
@@ -259,7 +283,8 @@ def _check_manifest(out: Path, manifest: dict) -> None:
             if saved.get(key) != manifest[key]:
                 raise UsageError(
                     f"{out} holds a tournament with {key} {saved.get(key)!r}, not "
-                    f"{manifest[key]!r}; use another --out or the same {key} to continue it")
+                    f"{manifest[key]!r}; use another --out or the same {key} to continue it"
+                )
     else:
         out.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -307,8 +332,16 @@ def run_tournament(
     done: list[GameRecord] = []
     out = None if out_dir is None else Path(out_dir)
     if out is not None:
-        _check_manifest(out, {"game": str(game), "players": specs, "format": format,
-                              "seed": seed, "games_per_pairing": games_per_pairing})
+        _check_manifest(
+            out,
+            {
+                "game": str(game),
+                "players": specs,
+                "format": format,
+                "seed": seed,
+                "games_per_pairing": games_per_pairing,
+            },
+        )
         done = _read_games(out / GAMES_FILE)
     finished = {(r.pairing[0], r.pairing[1], r.round) for r in done}
     todo = [g for g in plan if (*g.pairing, g.round) not in finished]
@@ -322,15 +355,20 @@ def run_tournament(
             any_batched = any(is_batched(prototypes[i]) for i in pairing)
             width = max_concurrent or (len(games) if any_batched else 1)
             for start in range(0, len(games), width):
-                chunk = games[start:start + width]
-                tables = [[prototypes[i] if is_batched(prototypes[i])
-                           else make_player(specs[i], game, player_seed(g.seed, seat))
-                           for seat, i in enumerate(g.seats)] for g in chunk]
+                chunk = games[start : start + width]
+                tables = [
+                    [
+                        prototypes[i]
+                        if is_batched(prototypes[i])
+                        else make_player(specs[i], game, player_seed(g.seed, seat))
+                        for seat, i in enumerate(g.seats)
+                    ]
+                    for g in chunk
+                ]
 
                 def finish(k, state, table, chunk=chunk):
                     g = chunk[k]
-                    record = _record(table, [specs[i] for i in g.seats], g.seed, g.pairing,
-                                     g.round)
+                    record = _record(table, [specs[i] for i in g.seats], g.seed, g.pairing, g.round)
                     done.append(record)
                     if sink is not None:
                         # One line per game, flushed at once: a crash loses no finished game.

@@ -118,8 +118,15 @@ class RandomPlayer(Player):
 class MCTSPlayer(Player):
     """OpenSpiel's MCTSBot (UCT with random rollouts), seeded."""
 
-    def __init__(self, spec: str, game: pyspiel.Game, seed: int, simulations: int,
-                 uct_c: float = 2.0, rollouts: int = 1):
+    def __init__(
+        self,
+        spec: str,
+        game: pyspiel.Game,
+        seed: int,
+        simulations: int,
+        uct_c: float = 2.0,
+        rollouts: int = 1,
+    ):
         super().__init__(spec)
         rng = np.random.RandomState(seed % 2**32)
         evaluator = mcts.RandomRolloutEvaluator(n_rollouts=rollouts, random_state=rng)
@@ -158,8 +165,12 @@ class MinimaxPlayer(Player):
                 values.append(0.0)
             else:
                 value, _ = minimax.alpha_beta_search(
-                    self._game, state=child, value_function=lambda s: 0.0,
-                    maximum_depth=depth, maximizing_player_id=me)
+                    self._game,
+                    state=child,
+                    value_function=lambda s: 0.0,
+                    maximum_depth=depth,
+                    maximizing_player_id=me,
+                )
                 values.append(value)
         values = np.asarray(values)
         best = np.flatnonzero(values >= values.max() - 1e-9)
@@ -203,13 +214,19 @@ class HumanPlayer(Player):
                 action = int(text)
                 if action in legal:
                     return action
-                print(f"{action} is not a legal move here; legal ids: "
-                      f"{', '.join(str(a) for a in legal)}", file=stdout)
+                print(
+                    f"{action} is not a legal move here; legal ids: "
+                    f"{', '.join(str(a) for a in legal)}",
+                    file=stdout,
+                )
                 continue
             if text.lower() in lowered:
                 return lowered[text.lower()]
-            print(f"{text!r} is not a legal move here: type a legal move's text "
-                  f"({', '.join(names)}) or its id", file=stdout)
+            print(
+                f"{text!r} is not a legal move here: type a legal move's text "
+                f"({', '.join(names)}) or its id",
+                file=stdout,
+            )
 
 
 PlayerFactory = Callable[[PlayerSpec, pyspiel.Game, int], pyspiel.Bot]
@@ -244,8 +261,10 @@ def registered_players() -> dict[str, str]:
 def describe_players() -> str:
     """The spec grammar and the registered players, for `--help` and error messages."""
     lines = [f"  {entry.usage}" for _, entry in sorted(_REGISTRY.items())]
-    return ("player spec: NAME[:SETTING[,KEY=VALUE...]] (only the first setting may be a bare "
-            "value); players:\n" + "\n".join(lines))
+    return (
+        "player spec: NAME[:SETTING[,KEY=VALUE...]] (only the first setting may be a bare "
+        "value); players:\n" + "\n".join(lines)
+    )
 
 
 def parse_spec(text: str) -> PlayerSpec:
@@ -253,8 +272,10 @@ def parse_spec(text: str) -> PlayerSpec:
     spec = text.strip()
     name, sep, rest = spec.partition(":")
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-        raise UsageError(f"malformed player spec {text!r}: it must start with a player name "
-                         f"such as {', '.join(sorted(_REGISTRY)) or 'random'}")
+        raise UsageError(
+            f"malformed player spec {text!r}: it must start with a player name "
+            f"such as {', '.join(sorted(_REGISTRY)) or 'random'}"
+        )
     if sep and not rest:
         raise UsageError(f"malformed player spec {text!r}: nothing after ':'")
     arg = None
@@ -268,8 +289,10 @@ def parse_spec(text: str) -> PlayerSpec:
         elif i == 0 and item:
             arg = item
         else:
-            raise UsageError(f"malformed player spec {text!r}: setting {item!r} must be KEY=VALUE "
-                             "(only the first setting may be a bare value)")
+            raise UsageError(
+                f"malformed player spec {text!r}: setting {item!r} must be KEY=VALUE "
+                "(only the first setting may be a bare value)"
+            )
     return PlayerSpec(name, arg, options, spec)
 
 
@@ -297,8 +320,10 @@ def make_player(spec: str, game: pyspiel.Game, seed: int = 0) -> pyspiel.Bot:
     parsed = parse_spec(spec)
     entry = _REGISTRY.get(parsed.name)
     if entry is None:
-        raise UsageError(f"unknown player {spec!r}; known players: "
-                         + "; ".join(u for u in registered_players().values()))
+        raise UsageError(
+            f"unknown player {spec!r}; known players: "
+            + "; ".join(u for u in registered_players().values())
+        )
     return entry.factory(parsed, game, seed)
 
 
@@ -328,8 +353,9 @@ def _no_settings(spec: PlayerSpec, allowed: Sequence[str] = (), arg: bool = Fals
     unknown = sorted(set(spec.options) - set(allowed))
     if unknown:
         accepted = ", ".join(allowed) or "none"
-        raise UsageError(f"player {spec.text!r}: unknown setting(s) {', '.join(unknown)} "
-                         f"(accepted: {accepted})")
+        raise UsageError(
+            f"player {spec.text!r}: unknown setting(s) {', '.join(unknown)} (accepted: {accepted})"
+        )
 
 
 def _two_player_sequential(spec: PlayerSpec, game: pyspiel.Game) -> None:
@@ -352,29 +378,38 @@ def _make_mcts(spec: PlayerSpec, game: pyspiel.Game, seed: int) -> Player:
     if game.get_type().reward_model != pyspiel.GameType.RewardModel.TERMINAL:
         raise UsageError(f"player {spec.text!r} needs a game with terminal rewards only")
     return MCTSPlayer(
-        spec.text, game, seed,
+        spec.text,
+        game,
+        seed,
         simulations=_int(spec, "simulations", sims, 1),
         uct_c=_float(spec, "uct_c", spec.options.get("uct_c", "2")),
-        rollouts=_int(spec, "rollouts", spec.options.get("rollouts", "1"), 1))
+        rollouts=_int(spec, "rollouts", spec.options.get("rollouts", "1"), 1),
+    )
 
 
 def _make_minimax(spec: PlayerSpec, game: pyspiel.Game, seed: int) -> Player:
     _no_settings(spec, ("depth",))
     kind = game.get_type()
-    if (game.num_players() != 2
-            or kind.chance_mode != pyspiel.GameType.ChanceMode.DETERMINISTIC
-            or kind.information != pyspiel.GameType.Information.PERFECT_INFORMATION
-            or kind.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL
-            or kind.utility != pyspiel.GameType.Utility.ZERO_SUM):
-        raise UsageError(f"player {spec.text!r} needs a deterministic, perfect-information, "
-                         f"turn-based, two-player zero-sum game; {game} is not")
+    if (
+        game.num_players() != 2
+        or kind.chance_mode != pyspiel.GameType.ChanceMode.DETERMINISTIC
+        or kind.information != pyspiel.GameType.Information.PERFECT_INFORMATION
+        or kind.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL
+        or kind.utility != pyspiel.GameType.Utility.ZERO_SUM
+    ):
+        raise UsageError(
+            f"player {spec.text!r} needs a deterministic, perfect-information, "
+            f"turn-based, two-player zero-sum game; {game} is not"
+        )
     depth = spec.options.get("depth")
     if depth is None and game.max_game_length() > MAX_FULL_MINIMAX_LENGTH:
         raise UsageError(
             f"player {spec.text!r}: {game} is too big to solve on every move (games up to "
-            f"{game.max_game_length()} plies); give a depth limit, e.g. minimax:depth=4")
-    return MinimaxPlayer(spec.text, game, seed,
-                         depth=None if depth is None else _int(spec, "depth", depth, 1))
+            f"{game.max_game_length()} plies); give a depth limit, e.g. minimax:depth=4"
+        )
+    return MinimaxPlayer(
+        spec.text, game, seed, depth=None if depth is None else _int(spec, "depth", depth, 1)
+    )
 
 
 def _make_human(spec: PlayerSpec, game: pyspiel.Game, seed: int) -> Player:
@@ -384,10 +419,16 @@ def _make_human(spec: PlayerSpec, game: pyspiel.Game, seed: int) -> Player:
 
 
 register_player("random", _make_random, "random: uniformly random legal moves")
-register_player("mcts", _make_mcts,
-                "mcts[:SIMS][,uct_c=2][,rollouts=1]: OpenSpiel UCT with random rollouts "
-                "(default 100 simulations)")
-register_player("minimax", _make_minimax,
-                f"minimax[:depth=D]: alpha-beta; without depth only for games of at most "
-                f"{MAX_FULL_MINIMAX_LENGTH} plies (horizon positions count as draws)")
+register_player(
+    "mcts",
+    _make_mcts,
+    "mcts[:SIMS][,uct_c=2][,rollouts=1]: OpenSpiel UCT with random rollouts "
+    "(default 100 simulations)",
+)
+register_player(
+    "minimax",
+    _make_minimax,
+    f"minimax[:depth=D]: alpha-beta; without depth only for games of at most "
+    f"{MAX_FULL_MINIMAX_LENGTH} plies (horizon positions count as draws)",
+)
 register_player("human", _make_human, "human: you, typing moves at the terminal")

@@ -64,8 +64,10 @@ class Ratings(NamedTuple):
     games: int
 
     def as_dict(self) -> dict[str, dict]:
-        return {p: {"elo": float(self.elo[k]), "ci95": [float(x) for x in self.ci95[k]]}
-                for k, p in enumerate(self.players)}
+        return {
+            p: {"elo": float(self.elo[k]), "ci95": [float(x) for x in self.ci95[k]]}
+            for k, p in enumerate(self.players)
+        }
 
 
 def outcomes(records: Iterable[GameRecord]) -> list[Outcome]:
@@ -74,8 +76,10 @@ def outcomes(records: Iterable[GameRecord]) -> list[Outcome]:
 
 
 def _as_outcomes(games: Iterable) -> list[Outcome]:
-    return [Outcome(g.players[0], g.players[1], g.score) if isinstance(g, GameRecord)
-            else Outcome(*g) for g in games]
+    return [
+        Outcome(g.players[0], g.players[1], g.score) if isinstance(g, GameRecord) else Outcome(*g)
+        for g in games
+    ]
 
 
 def default_anchor(players: Sequence[str]) -> str:
@@ -83,8 +87,12 @@ def default_anchor(players: Sequence[str]) -> str:
     return "random" if "random" in players else players[0]
 
 
-def fit_ratings(games: Iterable[Outcome | GameRecord | tuple], players: Sequence[str] | None = None,
-                anchor: str | None = None, prior_sd: float = PRIOR_SD_ELO) -> Ratings:
+def fit_ratings(
+    games: Iterable[Outcome | GameRecord | tuple],
+    players: Sequence[str] | None = None,
+    anchor: str | None = None,
+    prior_sd: float = PRIOR_SD_ELO,
+) -> Ratings:
     """Fits Bradley-Terry ratings (Elo scale) by maximum a posteriori to all games.
 
     Args:
@@ -150,14 +158,16 @@ def fit_ratings(games: Iterable[Outcome | GameRecord | tuple], players: Sequence
     return Ratings(players, elo, ci95, anchored, anchor, len(games))
 
 
-def crosstable(games: Iterable[Outcome | GameRecord | tuple],
-               players: Sequence[str] | None = None) -> dict[str, dict[str, dict[str, int]]]:
+def crosstable(
+    games: Iterable[Outcome | GameRecord | tuple], players: Sequence[str] | None = None
+) -> dict[str, dict[str, dict[str, int]]]:
     """`table[a][b] = {"wins", "draws", "losses"}` of a against b, both colours together."""
     games = _as_outcomes(games)
     if players is None:
         players = list(dict.fromkeys(p for g in games for p in (g.first, g.second)))
-    table = {a: {b: {"wins": 0, "draws": 0, "losses": 0} for b in players if b != a}
-             for a in players}
+    table = {
+        a: {b: {"wins": 0, "draws": 0, "losses": 0} for b in players if b != a} for a in players
+    }
     for g in games:
         for me, other, score in ((g.first, g.second, g.score), (g.second, g.first, 1 - g.score)):
             key = "wins" if score > 0.5 else ("draws" if score == 0.5 else "losses")
@@ -165,14 +175,12 @@ def crosstable(games: Iterable[Outcome | GameRecord | tuple],
     return table
 
 
-def results_dict(ratings: Ratings, games: Sequence[GameRecord | Outcome | tuple],
-                 **extra) -> dict:
+def results_dict(ratings: Ratings, games: Sequence[GameRecord | Outcome | tuple], **extra) -> dict:
     """The content of results.json: ratings, number of games, cross-table, and `extra` fields."""
     table = crosstable(games, ratings.players)
     rows = ratings.as_dict()
     for player, row in rows.items():
-        totals = {k: sum(v[k] for v in table[player].values())
-                  for k in ("wins", "draws", "losses")}
+        totals = {k: sum(v[k] for v in table[player].values()) for k in ("wins", "draws", "losses")}
         row.update(totals, games=sum(totals.values()))
     return {
         **extra,
@@ -181,7 +189,7 @@ def results_dict(ratings: Ratings, games: Sequence[GameRecord | Outcome | tuple]
         "games": len(games),
         "crosstable": table,
         "model": f"Bradley-Terry (Elo scale), MAP with N(0, {PRIOR_SD_ELO:g}^2) prior per rating; "
-                 "95% CI from the Hessian (Laplace); draws count half",
+        "95% CI from the Hessian (Laplace); draws count half",
     }
 
 
@@ -189,13 +197,16 @@ def format_table(results: dict) -> str:
     """The rating table as text for a terminal, best first."""
     rows = sorted(results["ratings"].items(), key=lambda kv: -kv[1]["elo"])
     width = max(len("player"), *(len(p) for p, _ in rows))
-    lines = [f"{'#':>2}  {'player':<{width}}  {'elo':>7}  {'95% CI':>17}  {'W-D-L':>11}",
-             "-" * (width + 45)]
+    lines = [
+        f"{'#':>2}  {'player':<{width}}  {'elo':>7}  {'95% CI':>17}  {'W-D-L':>11}",
+        "-" * (width + 45),
+    ]
     for rank, (player, r) in enumerate(rows, 1):
         lo, hi = r["ci95"]
         wdl = f"{r.get('wins', 0)}-{r.get('draws', 0)}-{r.get('losses', 0)}"
-        lines.append(f"{rank:>2}  {player:<{width}}  {r['elo']:>7.0f}  "
-                     f"[{lo:>7.0f}, {hi:>7.0f}]  {wdl:>11}")
+        lines.append(
+            f"{rank:>2}  {player:<{width}}  {r['elo']:>7.0f}  [{lo:>7.0f}, {hi:>7.0f}]  {wdl:>11}"
+        )
     lines.append(f"{results['games']} games; anchor {results['anchor']} = 0")
     return "\n".join(lines)
 
@@ -204,18 +215,32 @@ def write_results(out_dir: str | Path, results: dict) -> dict[str, Path]:
     """Writes results.json, ratings.csv, crosstable.csv and ratings.png; returns their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "results.json", "csv": out / "ratings.csv",
-             "crosstable": out / "crosstable.csv", "png": out / "ratings.png"}
+    paths = {
+        "json": out / "results.json",
+        "csv": out / "ratings.csv",
+        "crosstable": out / "crosstable.csv",
+        "png": out / "ratings.png",
+    }
     paths["json"].write_text(json.dumps(results, indent=2) + "\n")
     rows = sorted(results["ratings"].items(), key=lambda kv: -kv[1]["elo"])
     with open(paths["csv"], "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["player", "elo", "ci95_low", "ci95_high", "games", "wins", "draws",
-                         "losses"])
+        writer.writerow(
+            ["player", "elo", "ci95_low", "ci95_high", "games", "wins", "draws", "losses"]
+        )
         for player, r in rows:
-            writer.writerow([player, f"{r['elo']:.1f}", f"{r['ci95'][0]:.1f}",
-                             f"{r['ci95'][1]:.1f}", r.get("games", 0), r.get("wins", 0),
-                             r.get("draws", 0), r.get("losses", 0)])
+            writer.writerow(
+                [
+                    player,
+                    f"{r['elo']:.1f}",
+                    f"{r['ci95'][0]:.1f}",
+                    f"{r['ci95'][1]:.1f}",
+                    r.get("games", 0),
+                    r.get("wins", 0),
+                    r.get("draws", 0),
+                    r.get("losses", 0),
+                ]
+            )
     players = [p for p, _ in rows]
     with open(paths["crosstable"], "w", newline="") as f:
         writer = csv.writer(f)
@@ -247,8 +272,9 @@ def plot_ratings(results: dict, path: str | Path | None = None):
     elo = np.array([r["elo"] for _, r in rows])
     ci = np.array([r["ci95"] for _, r in rows]).reshape(-1, 2)
     fig, ax = plt.subplots(figsize=(7, 1.2 + 0.4 * len(rows)))
-    ax.errorbar(elo, np.arange(len(rows)), xerr=[elo - ci[:, 0], ci[:, 1] - elo], fmt="o",
-                capsize=4)
+    ax.errorbar(
+        elo, np.arange(len(rows)), xerr=[elo - ci[:, 0], ci[:, 1] - elo], fmt="o", capsize=4
+    )
     ax.set_yticks(np.arange(len(rows)), names)
     ax.axvline(0.0, color="grey", lw=0.8, ls="--")
     ax.set_xlabel(f"Elo (anchor {results.get('anchor', '?')} = 0), 95% CI")
@@ -260,8 +286,12 @@ def plot_ratings(results: dict, path: str | Path | None = None):
     return fig
 
 
-def plot_rating_curve(results: dict | Ratings, steps: Iterable[tuple[int, str]],
-                      path: str | Path | None = None, label: str = "agent"):
+def plot_rating_curve(
+    results: dict | Ratings,
+    steps: Iterable[tuple[int, str]],
+    path: str | Path | None = None,
+    label: str = "agent",
+):
     """Rating against training step, e.g. of a run's checkpoints rated in one tournament.
 
     Args:

@@ -39,9 +39,17 @@ from arena.matches import load_game, play_games, player_seed  # noqa: E402
 from arena.players import BatchedPlayer, make_player  # noqa: E402
 
 # The tiny run trained when no --run-dir is given: enough to have a real checkpoint, not to play.
-TINY_RUN = ("tic_tac_toe_muzero", [
-    "learner.max_updates=3", "replay.min_size=64", "actors.envs_per_thread=4",
-    "actors.threads_per_device=1", "learner.batch_size=16", "learner.checkpoint_every=3"])
+TINY_RUN = (
+    "tic_tac_toe_muzero",
+    [
+        "learner.max_updates=3",
+        "replay.min_size=64",
+        "actors.envs_per_thread=4",
+        "actors.threads_per_device=1",
+        "learner.batch_size=16",
+        "learner.checkpoint_every=3",
+    ],
+)
 
 
 class UniformSearchPlayer(BatchedPlayer):
@@ -56,19 +64,28 @@ class UniformSearchPlayer(BatchedPlayer):
         def search(key, legal):  # legal: [B, A] bool
             batch = legal.shape[0]
             zeros = jnp.zeros(batch)
-            root = mctx.RootFnOutput(prior_logits=jnp.zeros((batch, num_actions)), value=zeros,
-                                     embedding=zeros)
+            root = mctx.RootFnOutput(
+                prior_logits=jnp.zeros((batch, num_actions)), value=zeros, embedding=zeros
+            )
 
             def recurrent_fn(params, rng_key, action, embedding):
                 del params, rng_key, action
                 # Two-player convention: discount -1 between plies.
                 return mctx.RecurrentFnOutput(
-                    reward=zeros, discount=-jnp.ones(batch),
-                    prior_logits=jnp.zeros((batch, num_actions)), value=zeros), embedding
+                    reward=zeros,
+                    discount=-jnp.ones(batch),
+                    prior_logits=jnp.zeros((batch, num_actions)),
+                    value=zeros,
+                ), embedding
 
             out = mctx.gumbel_muzero_policy(
-                params=(), rng_key=key, root=root, recurrent_fn=recurrent_fn,
-                num_simulations=simulations, invalid_actions=~legal)
+                params=(),
+                rng_key=key,
+                root=root,
+                recurrent_fn=recurrent_fn,
+                num_simulations=simulations,
+                invalid_actions=~legal,
+            )
             return out.action  # [B]
 
         self._search = jax.jit(search)
@@ -119,8 +136,9 @@ def _ckpt_results(run_dir: str, games: int, simulations: int | None, seed: int) 
     game = _ckpt_game(run_dir)
     spec = f"ckpt:{run_dir}" + (f",sims={simulations}" if simulations else "")
     batched = make_player(spec, game, seed)
-    single = CheckpointPlayer(spec, batched.run, game, seed, simulations, agent=batched.agent,
-                              min_batch=1)
+    single = CheckpointPlayer(
+        spec, batched.run, game, seed, simulations, agent=batched.agent, min_batch=1
+    )
     _warm_up(batched, game, games)
     _warm_up(single, game, 1)
     one = _self_play(game, single, games, 1, seed)
@@ -143,11 +161,18 @@ def main(argv=None) -> dict:
     parser.add_argument("--simulations", type=int, default=16, help="search simulations per move")
     parser.add_argument("--also", default="mcts:50", help="an unbatched spec to time too, or ''")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--run-dir", default=None,
-                        help="a trained run for the ckpt agent (default: train a tiny one; '' "
-                             "skips the ckpt agent)")
-    parser.add_argument("--ckpt-sims", type=int, default=None,
-                        help="the ckpt agent's simulations (default: the run's)")
+    parser.add_argument(
+        "--run-dir",
+        default=None,
+        help="a trained run for the ckpt agent (default: train a tiny one; '' "
+        "skips the ckpt agent)",
+    )
+    parser.add_argument(
+        "--ckpt-sims",
+        type=int,
+        default=None,
+        help="the ckpt agent's simulations (default: the run's)",
+    )
     args = parser.parse_args(argv)
     game = load_game(args.game)
     player = UniformSearchPlayer("uniform_search", game, args.seed, args.simulations)

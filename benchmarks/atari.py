@@ -64,8 +64,12 @@ def ceiling(game: str, num_envs: int, seconds: float, seed: int = 0) -> dict:
     wall = time.perf_counter() - start
     cpu = time.process_time() - cpu
     pool.close()
-    return {"agent_steps_per_s": steps / wall, "frames_per_s": steps * FRAME_SKIP / wall,
-            "cpu_cores_busy": cpu / wall, "num_envs": num_envs}
+    return {
+        "agent_steps_per_s": steps / wall,
+        "frames_per_s": steps * FRAME_SKIP / wall,
+        "cpu_cores_busy": cpu / wall,
+        "num_envs": num_envs,
+    }
 
 
 def _rates(records: list[dict], warmup: float) -> dict:
@@ -74,7 +78,7 @@ def _rates(records: list[dict], warmup: float) -> dict:
         raise RuntimeError("the run logged fewer than 2 metric lines; give it more --seconds")
     first = next((i for i, r in enumerate(records) if r["time"] >= warmup), len(records) - 2)
     first = min(first, len(records) - 2)
-    start, window = records[first], records[first + 1:]
+    start, window = records[first], records[first + 1 :]
     end = window[-1]
     seconds = end["time"] - start["time"]
     steps = end["frames"] - start["frames"]
@@ -87,11 +91,19 @@ def _rates(records: list[dict], warmup: float) -> dict:
     for side in ("actors", "learner"):
         prefix = f"time/{side}/"
         side_total = sum(v for k, v in totals.items() if k.startswith(prefix)) or 1.0
-        stages[side] = {k[len(prefix):]: round(v / side_total, 3)
-                        for k, v in sorted(totals.items()) if k.startswith(prefix)}
-    return {"agent_steps_per_s": steps / seconds, "frames_per_s": steps * FRAME_SKIP / seconds,
-            "updates_per_s": (end["step"] - start["step"]) / seconds, "measured_s": seconds,
-            "stage_shares": stages, "policy_lag": float(np.mean([r["policy_lag"] for r in window]))}
+        stages[side] = {
+            k[len(prefix) :]: round(v / side_total, 3)
+            for k, v in sorted(totals.items())
+            if k.startswith(prefix)
+        }
+    return {
+        "agent_steps_per_s": steps / seconds,
+        "frames_per_s": steps * FRAME_SKIP / seconds,
+        "updates_per_s": (end["step"] - start["step"]) / seconds,
+        "measured_s": seconds,
+        "stage_shares": stages,
+        "policy_lag": float(np.mean([r["policy_lag"] for r in window])),
+    }
 
 
 def vtrace_costs(config: configs.ExperimentConfig, repeats: int = 5) -> dict:
@@ -133,9 +145,14 @@ def vtrace_costs(config: configs.ExperimentConfig, repeats: int = 5) -> dict:
 
     optimizer = muzero.make_optimizer(config.optimizer)
     devices = jax.local_devices()[:1]
-    update = muzero.make_replicated_update(agent.loss_fn, optimizer, devices,
-                                           batch_axis=agent.batch_axis, donate=True,
-                                           compiler_options=dict(agent.compiler_options))
+    update = muzero.make_replicated_update(
+        agent.loss_fn,
+        optimizer,
+        devices,
+        batch_axis=agent.batch_axis,
+        donate=True,
+        compiler_options=dict(agent.compiler_options),
+    )
     state = [muzero.replicate(muzero.init_train_state(params, optimizer, key), devices)]
     trajectory = muzero.Trajectory(
         observation=rng.integers(0, 256, (t, n, *spec.observation_shape), dtype=np.uint8),
@@ -147,7 +164,8 @@ def vtrace_costs(config: configs.ExperimentConfig, repeats: int = 5) -> dict:
         legal_mask=np.ones((t, n, a), bool),
         to_play=np.zeros((t, n), np.int32),
         behaviour_logits=rng.normal(size=(t, n, a)).astype(np.float32),
-        policy_version=np.zeros((t, n), np.int32))
+        policy_version=np.zeros((t, n), np.int32),
+    )
 
     def learn():
         batch, _ = agent.make_batch(trajectory, None)
@@ -159,14 +177,22 @@ def vtrace_costs(config: configs.ExperimentConfig, repeats: int = 5) -> dict:
     return {"act_cpu_ms_per_step": act / b, "learn_cpu_ms_per_step": learn_ms}
 
 
-def train_mode(preset: str, overrides: list[str], seconds: float, warmup: float,
-               log_every: float) -> dict:
+def train_mode(
+    preset: str, overrides: list[str], seconds: float, warmup: float, log_every: float
+) -> dict:
     """Trains `preset` for `warmup + seconds` in a temporary run directory; its throughput."""
     from selfplay.train import train
 
-    config = configs.load_config(preset, [
-        f"learner.max_seconds={warmup + seconds}", "learner.max_updates=0",
-        f"learner.log_every_s={log_every}", "learner.checkpoint_every=1000000", *overrides])
+    config = configs.load_config(
+        preset,
+        [
+            f"learner.max_seconds={warmup + seconds}",
+            "learner.max_updates=0",
+            f"learner.log_every_s={log_every}",
+            "learner.checkpoint_every=1000000",
+            *overrides,
+        ],
+    )
     with tempfile.TemporaryDirectory() as run_dir:
         cpu = time.process_time()
         start = time.perf_counter()
@@ -175,11 +201,17 @@ def train_mode(preset: str, overrides: list[str], seconds: float, warmup: float,
         lines = (pathlib.Path(run_dir) / "metrics.jsonl").read_text().splitlines()
     rates = _rates([json.loads(line) for line in lines], warmup)
     actors = config.actors
-    return {**rates, "cpu_cores_busy": cpu_busy, "updates": result.updates,
-            "actors": f"{actors.threads_per_device} threads x {actors.envs_per_thread} envs, "
-                      f"{actors.unroll_length}-step segments",
-            "learner_batch": config.learner.batch_size, "preset": preset,
-            "overrides": overrides, "game": config.env.name}
+    return {
+        **rates,
+        "cpu_cores_busy": cpu_busy,
+        "updates": result.updates,
+        "actors": f"{actors.threads_per_device} threads x {actors.envs_per_thread} envs, "
+        f"{actors.unroll_length}-step segments",
+        "learner_batch": config.learner.batch_size,
+        "preset": preset,
+        "overrides": overrides,
+        "game": config.env.name,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -187,13 +219,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--modes", default="ceiling,vtrace,muzero")
     parser.add_argument("--game", default="Pong-v5", help="envpool task id")
     parser.add_argument("--seconds", type=float, default=60.0, help="measured seconds per mode")
-    parser.add_argument("--warmup", type=float, default=40.0,
-                        help="seconds of a training mode left out (compilation, first batches)")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=40.0,
+        help="seconds of a training mode left out (compilation, first batches)",
+    )
     parser.add_argument("--log-every", type=float, default=5.0)
     parser.add_argument("--vtrace-preset", default="atari_vtrace")
     parser.add_argument("--muzero-preset", default="pong_muzero_small")
-    parser.add_argument("--override", action="append", default=[],
-                        help="key.path=value for the trained presets (repeatable)")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        help="key.path=value for the trained presets (repeatable)",
+    )
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     presets = {"vtrace": args.vtrace_preset, "muzero": args.muzero_preset}
@@ -211,20 +251,27 @@ def main(argv: list[str] | None = None) -> None:
         if mode == "ceiling":
             line = {"mode": "ceiling", "game": args.game, "env_cpu_ms_per_step": env_ms, **base}
         else:
-            line = {"mode": mode, **train_mode(presets[mode], overrides, args.seconds,
-                                               args.warmup, args.log_every)}
+            line = {
+                "mode": mode,
+                **train_mode(presets[mode], overrides, args.seconds, args.warmup, args.log_every),
+            }
             line["cpu_ms_per_step"] = line["cpu_cores_busy"] * 1000 / line["agent_steps_per_s"]
             if mode == "vtrace":
                 costs = vtrace_costs(vtrace_config)
                 parts = costs["act_cpu_ms_per_step"] + costs["learn_cpu_ms_per_step"] + env_ms
                 cores = os.cpu_count() or 1
-                line.update(costs, env_cpu_ms_per_step=env_ms,
-                            compute_bound_agent_steps_per_s=cores * 1000 / parts)
+                line.update(
+                    costs,
+                    env_cpu_ms_per_step=env_ms,
+                    compute_bound_agent_steps_per_s=cores * 1000 / parts,
+                )
         line["ceiling_frames_per_s"] = ceiling_fps
         line["ratio"] = line["frames_per_s"] / ceiling_fps
         line["load_avg"] = _load_avg()
-        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v
-                          for k, v in line.items()}), flush=True)
+        print(
+            json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in line.items()}),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -38,19 +38,37 @@ TARGET_WIN_RATE = 0.9
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", default="connect_four_alphazero",
-                        help="preset or config .json to train (default connect_four_alphazero)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="config override, repeatable (e.g. --set search.num_simulations=64)")
-    parser.add_argument("--minutes", type=float, default=30.0,
-                        help="training time (default 30); 0 evaluates --run-dir as it is")
-    parser.add_argument("--run-dir", default=None,
-                        help="run directory (default runs/c4-vs-mcts-TIME)")
-    parser.add_argument("--games", type=int, default=20,
-                        help="games against the MCTS bot, colours alternating (default 20)")
+    parser.add_argument(
+        "--config",
+        default="connect_four_alphazero",
+        help="preset or config .json to train (default connect_four_alphazero)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override, repeatable (e.g. --set search.num_simulations=64)",
+    )
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=30.0,
+        help="training time (default 30); 0 evaluates --run-dir as it is",
+    )
+    parser.add_argument(
+        "--run-dir", default=None, help="run directory (default runs/c4-vs-mcts-TIME)"
+    )
+    parser.add_argument(
+        "--games",
+        type=int,
+        default=20,
+        help="games against the MCTS bot, colours alternating (default 20)",
+    )
     parser.add_argument("--mcts-sims", type=int, default=1000, help="MCTS bot simulations")
-    parser.add_argument("--sims", type=int, default=None,
-                        help="the agent's search simulations (default: the run's)")
+    parser.add_argument(
+        "--sims", type=int, default=None, help="the agent's search simulations (default: the run's)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="match seed")
     args = parser.parse_args(argv)
     if args.minutes < 0:
@@ -59,39 +77,55 @@ def main(argv=None) -> dict:
 
     result: dict = {"benchmark": "connect_four_vs_mcts", "run_dir": run_dir}
     if args.minutes > 0:
-        config = configs.load_config(args.config, [
-            *args.set, f"learner.max_seconds={args.minutes * 60}"])
+        config = configs.load_config(
+            args.config, [*args.set, f"learner.max_seconds={args.minutes * 60}"]
+        )
         if config.env.name not in ("pgx:connect_four", "openspiel:connect_four"):
             raise SystemExit(f"{args.config} trains {config.env.name}, not connect four")
         start = time.monotonic()
         run = train(config, run_dir, progress=sys.stderr.isatty())
-        result.update({"config": config.name, "mode": config.mode,
-                       "train_wall_s": round(time.monotonic() - start, 1),
-                       "updates": run.updates, "frames": run.frames,
-                       "stopped_by": run.stopped_by})
+        result.update(
+            {
+                "config": config.name,
+                "mode": config.mode,
+                "train_wall_s": round(time.monotonic() - start, 1),
+                "updates": run.updates,
+                "frames": run.frames,
+                "stopped_by": run.stopped_by,
+            }
+        )
 
     agent = f"ckpt:{run_dir}" + (f",sims={args.sims}" if args.sims else "")
     bot = f"mcts:{args.mcts_sims}"
     start = time.monotonic()
-    records = arena.run_tournament("connect_four", [agent, bot], args.games,
-                                   out_dir=os.path.join(run_dir, "arena-vs-mcts"),
-                                   format="gauntlet", seed=args.seed)
+    records = arena.run_tournament(
+        "connect_four",
+        [agent, bot],
+        args.games,
+        out_dir=os.path.join(run_dir, "arena-vs-mcts"),
+        format="gauntlet",
+        seed=args.seed,
+    )
     seat_of_agent = [r.players.index(agent) for r in records]
     outcomes = [r.returns[seat] for r, seat in zip(records, seat_of_agent, strict=True)]
     wins = sum(o > 0 for o in outcomes)
     draws = sum(o == 0 for o in outcomes)
-    result.update({
-        "agent": agent,
-        "opponent": bot,
-        "games": len(records),
-        "wins": wins,
-        "draws": draws,
-        "losses": len(records) - wins - draws,
-        "wins_as_first": sum(o > 0 for o, s in zip(outcomes, seat_of_agent, strict=True) if s == 0),
-        "win_rate": wins / len(records),
-        "target_met": wins / len(records) >= TARGET_WIN_RATE,
-        "match_wall_s": round(time.monotonic() - start, 1),
-    })
+    result.update(
+        {
+            "agent": agent,
+            "opponent": bot,
+            "games": len(records),
+            "wins": wins,
+            "draws": draws,
+            "losses": len(records) - wins - draws,
+            "wins_as_first": sum(
+                o > 0 for o, s in zip(outcomes, seat_of_agent, strict=True) if s == 0
+            ),
+            "win_rate": wins / len(records),
+            "target_met": wins / len(records) >= TARGET_WIN_RATE,
+            "match_wall_s": round(time.monotonic() - start, 1),
+        }
+    )
     print(json.dumps(result))
     return result
 

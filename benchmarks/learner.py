@@ -34,15 +34,25 @@ NETWORKS = {
     # name: (network config, observation shape, observation dtype, number of actions)
     "atari": (NetworkConfig.atari_muzero(), (84, 84, 4), np.uint8, 18),
     "board": (
-        NetworkConfig(channels=64, representation_blocks=4, dynamics_blocks=4, prediction_blocks=1,
-                      head_hidden=64, value_support=0, reward_support=0),
-        (6, 7, 3), np.float32, 7,
+        NetworkConfig(
+            channels=64,
+            representation_blocks=4,
+            dynamics_blocks=4,
+            prediction_blocks=1,
+            head_hidden=64,
+            value_support=0,
+            reward_support=0,
+        ),
+        (6, 7, 3),
+        np.float32,
+        7,
     ),
 }
 
 
-def synthetic_batch(rng: np.random.Generator, n: int, k: int, obs_shape, obs_dtype,
-                    num_actions: int) -> MuZeroBatch:
+def synthetic_batch(
+    rng: np.random.Generator, n: int, k: int, obs_shape, obs_dtype, num_actions: int
+) -> MuZeroBatch:
     """A random `MuZeroBatch` of `n` windows with `k` unroll steps, in the losses' shapes."""
     if obs_dtype == np.uint8:
         observation = rng.integers(0, 256, (n, *obs_shape), dtype=np.uint8)
@@ -95,13 +105,20 @@ def bench(name: str, args, probe: dict | None) -> dict:
     devices = jax.local_devices()[: args.devices or None]
     networks = make_muzero_networks(network_config, obs_shape, num_actions)
     loss_fn = make_muzero_loss(networks, LossConfig(unroll_steps=args.unroll_steps))
-    optimizer = make_optimizer(OptimizerConfig(learning_rate=1e-4, max_grad_norm=5.0,
-                                               weight_decay=1e-4))
+    optimizer = make_optimizer(
+        OptimizerConfig(learning_rate=1e-4, max_grad_norm=5.0, weight_decay=1e-4)
+    )
     params = jax.jit(networks.init)(jax.random.key(0))
     num_params = sum(x.size for x in jax.tree.leaves(params))
     state = replicate(init_train_state(params, optimizer, jax.random.key(1)), devices)
-    batch = synthetic_batch(np.random.default_rng(0), args.batch_size, args.unroll_steps,
-                            obs_shape, obs_dtype, num_actions)
+    batch = synthetic_batch(
+        np.random.default_rng(0),
+        args.batch_size,
+        args.unroll_steps,
+        obs_shape,
+        obs_dtype,
+        num_actions,
+    )
     batch = shard_batch(batch, devices)
     update = make_replicated_update(loss_fn, optimizer, devices)
 
@@ -151,10 +168,17 @@ def main(argv=None) -> None:
     parser.add_argument("--unroll-steps", type=int, default=5, help="K dynamics steps")
     parser.add_argument("--steps", type=int, default=5, help="timed updates")
     parser.add_argument("--devices", type=int, default=0, help="local devices (0: all)")
-    parser.add_argument("--tflops", action="store_true",
-                        help="report FLOPs per update and TFLOP/s against a matmul probe")
-    parser.add_argument("--probe-size", type=int, default=0,
-                        help="matmul probe size (0: 8192 on GPU/TPU, 1024 on CPU)")
+    parser.add_argument(
+        "--tflops",
+        action="store_true",
+        help="report FLOPs per update and TFLOP/s against a matmul probe",
+    )
+    parser.add_argument(
+        "--probe-size",
+        type=int,
+        default=0,
+        help="matmul probe size (0: 8192 on GPU/TPU, 1024 on CPU)",
+    )
     args = parser.parse_args(argv)
 
     probe = None

@@ -56,11 +56,19 @@ from muzero import (  # noqa: E402
 
 OBSERVATION_SHAPE = (6, 7, 3)  # connect four: rows, columns, planes
 NUM_ACTIONS = 7
-NETWORK = NetworkConfig(channels=32, representation_blocks=2, dynamics_blocks=2,
-                        prediction_blocks=1, head_hidden=32, value_support=0, reward_support=0)
+NETWORK = NetworkConfig(
+    channels=32,
+    representation_blocks=2,
+    dynamics_blocks=2,
+    prediction_blocks=1,
+    head_hidden=32,
+    value_support=0,
+    reward_support=0,
+)
 
 
 # --- throughput: search.run vs mctx --------------------------------------------------------------
+
 
 def make_searches(algorithm: str, num_simulations: int):
     """(ours, reference, params, recurrent_fn): two jitted `(key, root, invalid) -> action` fns."""
@@ -74,19 +82,35 @@ def make_searches(algorithm: str, num_simulations: int):
         return out.action, out.action_weights
 
     if algorithm == "muzero":
+
         def reference(key, root, invalid):
             out = mctx.muzero_policy(
-                params, key, root, recurrent_fn, num_simulations, invalid_actions=invalid,
+                params,
+                key,
+                root,
+                recurrent_fn,
+                num_simulations,
+                invalid_actions=invalid,
                 dirichlet_fraction=config.dirichlet_fraction,
-                dirichlet_alpha=config.dirichlet_alpha, pb_c_init=config.pb_c_init,
-                pb_c_base=config.pb_c_base, temperature=config.temperature)
+                dirichlet_alpha=config.dirichlet_alpha,
+                pb_c_init=config.pb_c_init,
+                pb_c_base=config.pb_c_base,
+                temperature=config.temperature,
+            )
             return out.action, out.action_weights
     else:
+
         def reference(key, root, invalid):
             out = mctx.gumbel_muzero_policy(
-                params, key, root, recurrent_fn, num_simulations, invalid_actions=invalid,
+                params,
+                key,
+                root,
+                recurrent_fn,
+                num_simulations,
+                invalid_actions=invalid,
                 max_num_considered_actions=config.max_num_considered_actions,
-                gumbel_scale=config.gumbel_scale)
+                gumbel_scale=config.gumbel_scale,
+            )
             return out.action, out.action_weights
 
     return jax.jit(ours), jax.jit(reference), params, networks
@@ -114,15 +138,22 @@ def _timed(fn, keys, root, invalid, clock=time.perf_counter) -> float:
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
-def throughput(algorithm: str, batch_size: int, num_simulations: int, rounds: int,
-               min_seconds: float, clock: str = "wall") -> dict:
+def throughput(
+    algorithm: str,
+    batch_size: int,
+    num_simulations: int,
+    rounds: int,
+    min_seconds: float,
+    clock: str = "wall",
+) -> dict:
     ours, reference, params, networks = make_searches(algorithm, num_simulations)
     root, invalid = connect_four_roots(networks, params, batch_size)
     warm_key = jax.random.PRNGKey(1)
     for fn in (ours, reference):  # compile and warm up, excluded from the timing
         jax.block_until_ready(fn(warm_key, root, invalid))
-    one_call = min(_timed(ours, [warm_key], root, invalid),
-                   _timed(reference, [warm_key], root, invalid))
+    one_call = min(
+        _timed(ours, [warm_key], root, invalid), _timed(reference, [warm_key], root, invalid)
+    )
     calls = max(1, math.ceil(min_seconds / max(one_call, 1e-9)))
     rates = {"ours": [], "mctx": []}
     for r in range(rounds):
@@ -133,19 +164,27 @@ def throughput(algorithm: str, batch_size: int, num_simulations: int, rounds: in
             rates[name].append(batch_size * calls / seconds)
     ours_rate, mctx_rate = statistics.median(rates["ours"]), statistics.median(rates["mctx"])
     return {
-        "benchmark": "search_throughput", "algorithm": algorithm,
-        "ours": round(ours_rate, 2), "mctx": round(mctx_rate, 2),
+        "benchmark": "search_throughput",
+        "algorithm": algorithm,
+        "ours": round(ours_rate, 2),
+        "mctx": round(mctx_rate, 2),
         "ratio": round(ours_rate / mctx_rate, 4),
         # Per round (the two measured back to back): how much of the ratio is noise.
-        "ratio_per_round": [round(a / b, 3) for a, b in zip(rates["ours"], rates["mctx"],
-                                                             strict=True)],
-        "batch_size": batch_size, "simulations": num_simulations, "rounds": rounds,
-        "calls_per_round": calls, "clock": clock, "platform": jax.devices()[0].platform,
+        "ratio_per_round": [
+            round(a / b, 3) for a, b in zip(rates["ours"], rates["mctx"], strict=True)
+        ],
+        "batch_size": batch_size,
+        "simulations": num_simulations,
+        "rounds": rounds,
+        "calls_per_round": calls,
+        "clock": clock,
+        "platform": jax.devices()[0].platform,
         "model": "muzero resnet 32ch, 2+2+1 blocks, [6,7,3] -> 7 actions",
     }
 
 
 # --- reuse vs no reuse on connect four ------------------------------------------------------------
+
 
 def _uniform_zero(params, state):
     """prediction_fn: uniform prior, zero value (the exact rules do all the work)."""
@@ -179,10 +218,14 @@ def _rollout_recurrent_fn(env, step_fn):
             state, rng_key, value = carry
             rng_key, action_key = jax.random.split(rng_key)
             action = jax.random.categorical(
-                action_key, jnp.where(state.legal_action_mask, 0.0, -jnp.inf))
+                action_key, jnp.where(state.legal_action_mask, 0.0, -jnp.inf)
+            )
             state = vstep(state, action)
-            return state, rng_key, value + jnp.take_along_axis(
-                state.rewards, player[:, None], axis=1)[:, 0]
+            return (
+                state,
+                rng_key,
+                value + jnp.take_along_axis(state.rewards, player[:, None], axis=1)[:, 0],
+            )
 
         carry = (state, rng_key, jnp.zeros(player.shape))
         return jax.lax.while_loop(lambda c: ~jnp.all(c[0].terminated), body, carry)[2]
@@ -196,8 +239,13 @@ def _rollout_recurrent_fn(env, step_fn):
     return recurrent_fn
 
 
-def make_reuse_match(num_games: int, num_simulations: int, max_nodes: int, opening_plies: int,
-                     evaluator: str = "zero"):
+def make_reuse_match(
+    num_games: int,
+    num_simulations: int,
+    max_nodes: int,
+    opening_plies: int,
+    evaluator: str = "zero",
+):
     """A jitted `play(key) -> (reuse_return [G], mean kept root visits)` over `num_games` games.
 
     Game g's reusing side moves first when g is even. All games advance in lock step, so at ply t
@@ -210,8 +258,9 @@ def make_reuse_match(num_games: int, num_simulations: int, max_nodes: int, openi
         recurrent_fn = _rollout_recurrent_fn(env, step_fn)
     else:
         recurrent_fn = search.make_exact_recurrent_fn(step_fn, _uniform_zero)
-    config = search.SearchConfig(num_simulations=num_simulations, dirichlet_fraction=0.0,
-                                 temperature=0.0)
+    config = search.SearchConfig(
+        num_simulations=num_simulations, dirichlet_fraction=0.0, temperature=0.0
+    )
     half = num_games // 2
     max_plies = 6 * 7
 
@@ -220,10 +269,12 @@ def make_reuse_match(num_games: int, num_simulations: int, max_nodes: int, openi
         root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=state)
         invalid = ~state.legal_action_mask
         run_key, act_key = jax.random.split(key)
-        out = search.run((), run_key, root, recurrent_fn, config, invalid_actions=invalid,
-                         tree=tree)
-        action = search.select_action(act_key, out.visit_counts, temperature,
-                                      invalid_actions=invalid)
+        out = search.run(
+            (), run_key, root, recurrent_fn, config, invalid_actions=invalid, tree=tree
+        )
+        action = search.select_action(
+            act_key, out.visit_counts, temperature, invalid_actions=invalid
+        )
         return out, action
 
     def ply(key, temperature, mover_state, mover_tree, waiting_state, waiting_tree):
@@ -236,21 +287,24 @@ def make_reuse_match(num_games: int, num_simulations: int, max_nodes: int, openi
         kept_visits = mover_tree.node_visits[:, 0]
         out, action = search_half(key_reuse, mover_state, mover_tree, temperature)
         next_mover = jax.vmap(env.step)(mover_state, action)
-        mover_tree = search.reuse_subtree(out.tree, action, keep=~next_mover.terminated,
-                                          max_nodes=max_nodes)
+        mover_tree = search.reuse_subtree(
+            out.tree, action, keep=~next_mover.terminated, max_nodes=max_nodes
+        )
         _, fresh_action = search_half(key_fresh, waiting_state, None, temperature)
         next_waiting = jax.vmap(env.step)(waiting_state, fresh_action)
         # The reusing side's tree in these games follows the opponent's move too.
-        waiting_tree = search.reuse_subtree(waiting_tree, fresh_action,
-                                            keep=~next_waiting.terminated, max_nodes=max_nodes)
+        waiting_tree = search.reuse_subtree(
+            waiting_tree, fresh_action, keep=~next_waiting.terminated, max_nodes=max_nodes
+        )
         active = ~mover_state.terminated
         return next_mover, mover_tree, next_waiting, waiting_tree, kept_visits, active
 
     def empty_tree(state):
         """An all-empty reusable tree of the loop's shape (every row starts fresh)."""
         out, action = search_half(jax.random.PRNGKey(0), state, None, 0.0)
-        return search.reuse_subtree(out.tree, action, keep=jnp.zeros((half,), bool),
-                                    max_nodes=max_nodes)
+        return search.reuse_subtree(
+            out.tree, action, keep=jnp.zeros((half,), bool), max_nodes=max_nodes
+        )
 
     @jax.jit
     def play(key):
@@ -272,11 +326,13 @@ def make_reuse_match(num_games: int, num_simulations: int, max_nodes: int, openi
             key_a, key_b = jax.random.split(key)
             temperature = jnp.where(pair < opening_plies, 1.0, 0.0)  # one move per side per pair
             even, tree_even, odd, tree_odd, kept_a, active_a = ply(
-                key_a, temperature, even, tree_even, odd, tree_odd)
+                key_a, temperature, even, tree_even, odd, tree_odd
+            )
             ret_even += reward_of(even, id_even)
             ret_odd += reward_of(odd, id_odd)
             odd, tree_odd, even, tree_even, kept_b, active_b = ply(
-                key_b, temperature, odd, tree_odd, even, tree_even)
+                key_b, temperature, odd, tree_odd, even, tree_even
+            )
             ret_even += reward_of(even, id_even)
             ret_odd += reward_of(odd, id_odd)
             kept = jnp.concatenate([kept_a * active_a, kept_b * active_b])
@@ -287,8 +343,7 @@ def make_reuse_match(num_games: int, num_simulations: int, max_nodes: int, openi
         zeros = jnp.zeros((half,))
         carry = (even, tree_even, odd, tree_odd, zeros, zeros)
         xs = (jnp.arange(num_pairs), jax.random.split(loop_key, num_pairs))
-        (even, _, odd, _, ret_even, ret_odd), (kept, searched) = jax.lax.scan(
-            two_plies, carry, xs)
+        (even, _, odd, _, ret_even, ret_odd), (kept, searched) = jax.lax.scan(two_plies, carry, xs)
         finished = jnp.all(even.terminated) & jnp.all(odd.terminated)
         reuse_return = jnp.stack([ret_even, ret_odd], axis=1).reshape(-1)  # game order
         mean_kept = jnp.sum(kept) / jnp.maximum(jnp.sum(searched), 1)
@@ -297,8 +352,14 @@ def make_reuse_match(num_games: int, num_simulations: int, max_nodes: int, openi
     return play
 
 
-def reuse_match(num_games: int, num_simulations: int, max_nodes: int, opening_plies: int,
-                seed: int, evaluator: str = "zero") -> dict:
+def reuse_match(
+    num_games: int,
+    num_simulations: int,
+    max_nodes: int,
+    opening_plies: int,
+    seed: int,
+    evaluator: str = "zero",
+) -> dict:
     if num_games < 2 or num_games % 2:
         raise SystemExit(f"--reuse-games must be an even number >= 2, got {num_games}")
     play = make_reuse_match(num_games, num_simulations, max_nodes, opening_plies, evaluator)
@@ -315,39 +376,78 @@ def reuse_match(num_games: int, num_simulations: int, max_nodes: int, opening_pl
     score = statistics.fmean(scores)
     half_width = 1.96 * statistics.pstdev(scores) / math.sqrt(num_games)
     return {
-        "benchmark": "search_reuse", "game": "connect_four", "games": num_games,
-        "simulations": num_simulations, "max_nodes": max_nodes, "opening_plies": opening_plies,
+        "benchmark": "search_reuse",
+        "game": "connect_four",
+        "games": num_games,
+        "simulations": num_simulations,
+        "max_nodes": max_nodes,
+        "opening_plies": opening_plies,
         "evaluator": evaluator,
-        "reuse_wins": wins, "draws": draws, "reuse_losses": losses, "reuse_score": round(score, 4),
-        "score_95ci": [round(max(0.0, score - half_width), 4),
-                       round(min(1.0, score + half_width), 4)],
+        "reuse_wins": wins,
+        "draws": draws,
+        "reuse_losses": losses,
+        "reuse_score": round(score, 4),
+        "score_95ci": [
+            round(max(0.0, score - half_width), 4),
+            round(min(1.0, score + half_width), 4),
+        ],
         "mean_reused_root_visits": round(float(mean_kept), 2),
-        "seconds_with_compile": round(seconds, 1), "platform": jax.devices()[0].platform,
+        "seconds_with_compile": round(seconds, 1),
+        "platform": jax.devices()[0].platform,
     }
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--algorithm", choices=["muzero", "gumbel_muzero", "both", "none"],
-                        default="both", help="throughput lines to print (none: skip)")
+    parser.add_argument(
+        "--algorithm",
+        choices=["muzero", "gumbel_muzero", "both", "none"],
+        default="both",
+        help="throughput lines to print (none: skip)",
+    )
     parser.add_argument("--batch-size", type=int, default=256, help="roots per search")
     parser.add_argument("--simulations", type=int, default=50, help="simulations per search")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds")
-    parser.add_argument("--min-seconds", type=float, default=0.5,
-                        help="at least this long per timed measurement (calls are repeated)")
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
-                        help="wall time, or this process's CPU time (steadier on a shared CPU "
-                             "machine; meaningless for work done on an accelerator)")
-    parser.add_argument("--reuse-games", type=int, default=200,
-                        help="connect-four games of reuse vs no reuse (even; 0 skips)")
-    parser.add_argument("--reuse-simulations", type=int, default=32,
-                        help="simulations per move in the reuse match")
-    parser.add_argument("--reuse-max-nodes", type=int, default=None,
-                        help="slots of the kept tree (default 4 x reuse simulations)")
-    parser.add_argument("--opening-plies", type=int, default=4,
-                        help="moves per side sampled at temperature 1 before greedy play")
-    parser.add_argument("--reuse-evaluator", choices=["zero", "rollout"], default="zero",
-                        help="leaf value in the reuse match: 0, or one random playout")
+    parser.add_argument(
+        "--min-seconds",
+        type=float,
+        default=0.5,
+        help="at least this long per timed measurement (calls are repeated)",
+    )
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="wall time, or this process's CPU time (steadier on a shared CPU "
+        "machine; meaningless for work done on an accelerator)",
+    )
+    parser.add_argument(
+        "--reuse-games",
+        type=int,
+        default=200,
+        help="connect-four games of reuse vs no reuse (even; 0 skips)",
+    )
+    parser.add_argument(
+        "--reuse-simulations", type=int, default=32, help="simulations per move in the reuse match"
+    )
+    parser.add_argument(
+        "--reuse-max-nodes",
+        type=int,
+        default=None,
+        help="slots of the kept tree (default 4 x reuse simulations)",
+    )
+    parser.add_argument(
+        "--opening-plies",
+        type=int,
+        default=4,
+        help="moves per side sampled at temperature 1 before greedy play",
+    )
+    parser.add_argument(
+        "--reuse-evaluator",
+        choices=["zero", "rollout"],
+        default="zero",
+        help="leaf value in the reuse match: 0, or one random playout",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the reuse match")
     args = parser.parse_args(argv)
     for name in ("batch_size", "simulations", "rounds"):
@@ -355,16 +455,28 @@ def main(argv=None) -> None:
             raise SystemExit(f"--{name.replace('_', '-')} must be >= 1")
 
     algorithms = {"both": ["muzero", "gumbel_muzero"], "none": []}.get(
-        args.algorithm, [args.algorithm])
+        args.algorithm, [args.algorithm]
+    )
     for algorithm in algorithms:
-        line = throughput(algorithm, args.batch_size, args.simulations, args.rounds,
-                          args.min_seconds, args.clock)
+        line = throughput(
+            algorithm, args.batch_size, args.simulations, args.rounds, args.min_seconds, args.clock
+        )
         print(json.dumps(line), flush=True)
     if args.reuse_games:
         max_nodes = args.reuse_max_nodes or 4 * args.reuse_simulations
-        print(json.dumps(reuse_match(args.reuse_games, args.reuse_simulations, max_nodes,
-                                     args.opening_plies, args.seed, args.reuse_evaluator)),
-              flush=True)
+        print(
+            json.dumps(
+                reuse_match(
+                    args.reuse_games,
+                    args.reuse_simulations,
+                    max_nodes,
+                    args.opening_plies,
+                    args.seed,
+                    args.reuse_evaluator,
+                )
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

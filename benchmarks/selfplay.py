@@ -92,34 +92,73 @@ def _actors_module():
     except ImportError:
         return None
 
+
 _AZ = ["network.channels=32", "network.representation_blocks=2", "network.prediction_blocks=1"]
 # name: (preset, overrides, reference positions/s of pgx's example or None)
 CONFIGS: dict[str, tuple[str, list[str], float | None]] = {
-    "az_connect_four_1x128": ("connect_four_alphazero", [
-        *_AZ, "search.num_simulations=32", "actors.threads_per_device=1",
-        "actors.envs_per_thread=128"], 740.0),
-    "az_connect_four_2x64": ("connect_four_alphazero", [
-        *_AZ, "search.num_simulations=32", "actors.threads_per_device=2",
-        "actors.envs_per_thread=64"], 740.0),
-    "az_tic_tac_toe_1x128": ("tic_tac_toe_alphazero", [
-        *_AZ, "search.num_simulations=16", "actors.threads_per_device=1",
-        "actors.envs_per_thread=128"], 6800.0),
-    "az_tic_tac_toe_2x64": ("tic_tac_toe_alphazero", [
-        *_AZ, "search.num_simulations=16", "actors.threads_per_device=2",
-        "actors.envs_per_thread=64"], 6800.0),
+    "az_connect_four_1x128": (
+        "connect_four_alphazero",
+        [
+            *_AZ,
+            "search.num_simulations=32",
+            "actors.threads_per_device=1",
+            "actors.envs_per_thread=128",
+        ],
+        740.0,
+    ),
+    "az_connect_four_2x64": (
+        "connect_four_alphazero",
+        [
+            *_AZ,
+            "search.num_simulations=32",
+            "actors.threads_per_device=2",
+            "actors.envs_per_thread=64",
+        ],
+        740.0,
+    ),
+    "az_tic_tac_toe_1x128": (
+        "tic_tac_toe_alphazero",
+        [
+            *_AZ,
+            "search.num_simulations=16",
+            "actors.threads_per_device=1",
+            "actors.envs_per_thread=128",
+        ],
+        6800.0,
+    ),
+    "az_tic_tac_toe_2x64": (
+        "tic_tac_toe_alphazero",
+        [
+            *_AZ,
+            "search.num_simulations=16",
+            "actors.threads_per_device=2",
+            "actors.envs_per_thread=64",
+        ],
+        6800.0,
+    ),
     "mz_tic_tac_toe": ("tic_tac_toe_muzero", [], None),
     "mz_connect_four": ("connect_four_muzero", [], None),
 }
 # Applied to every configuration before --set: each position learned from once, like pgx's example.
-_COMMON = ["replay.samples_per_insert=1", "learner.max_updates=0",
-           "learner.checkpoint_every=100000"]
+_COMMON = [
+    "replay.samples_per_insert=1",
+    "learner.max_updates=0",
+    "learner.checkpoint_every=100000",
+]
 
 
 def make_config(name: str, args) -> configs.ExperimentConfig:
     preset, overrides, _ = CONFIGS[name]
-    return configs.load_config(preset, [
-        *_COMMON, *overrides, f"learner.max_seconds={args.max_seconds}",
-        f"learner.log_every_s={args.log_every}", *args.set])
+    return configs.load_config(
+        preset,
+        [
+            *_COMMON,
+            *overrides,
+            f"learner.max_seconds={args.max_seconds}",
+            f"learner.log_every_s={args.log_every}",
+            *args.set,
+        ],
+    )
 
 
 def _games_per_minute(config, frames_per_s: float, mean_length: float | None) -> float | None:
@@ -160,8 +199,7 @@ def bench_train(name: str, args) -> dict:
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         try:
-            result = train_module.train(config, os.path.join(tmp, "run"), progress=False,
-                                        stop=stop)
+            result = train_module.train(config, os.path.join(tmp, "run"), progress=False, stop=stop)
         finally:
             done.set()
             watcher.join()
@@ -182,7 +220,7 @@ def bench_train(name: str, args) -> dict:
     for record in window[1:]:  # each line's timers cover the period since the line before
         for key, value in record.items():
             if key.startswith("time/") and key.endswith("_s"):
-                stage = key[len("time/"):-len("_s")].replace("/", "_")
+                stage = key[len("time/") : -len("_s")].replace("/", "_")
                 totals[stage] = totals.get(stage, 0.0) + value
     lengths = [r["episode_length"] for r in window[1:] if "episode_length" in r]
     updates = window[-1]["step"] - window[0]["step"]
@@ -208,8 +246,11 @@ def bench_train(name: str, args) -> dict:
     out.update(_shares(totals))
     # The three the requirement names, as shares of all the time measured.
     whole = sum(totals.values())
-    for stage, key in (("env", "actors_env"), ("search", "actors_search"),
-                       ("update", "learner_update")):
+    for stage, key in (
+        ("env", "actors_env"),
+        ("search", "actors_search"),
+        ("update", "learner_update"),
+    ):
         out[f"{stage}_share"] = round(totals.get(key, 0.0) / whole, 3) if whole else None
     return out
 
@@ -237,8 +278,9 @@ def bench_actors(name: str, args) -> dict:
     stop = StopSignal()
     key = jax.random.PRNGKey(config.seed + 1)
     with ThreadGroup(stop, join_timeout=60.0) as threads:
-        index = actors.start_actors(threads, actor_devices, config, agent, server, _DropStore(),
-                                    stats, stop, key)
+        index = actors.start_actors(
+            threads, actor_devices, config, agent, server, _DropStore(), stats, stop, key
+        )
         # Past compilation: every thread has stepped at least twice.
         per_step = config.actors.envs_per_thread
         deadline = time.monotonic() + 600
@@ -295,7 +337,8 @@ def _add_ceiling(result: dict, prefix: str, ceiling: dict | None) -> None:
         result[f"{prefix}_positions_per_s"] = ceiling["positions_per_s"]
         result[f"{prefix}_positions_per_cpu_s"] = ceiling["positions_per_cpu_s"]
         result[f"ratio_to_{prefix}"] = round(
-            result["positions_per_s"] / ceiling["positions_per_s"], 3)
+            result["positions_per_s"] / ceiling["positions_per_s"], 3
+        )
 
 
 def bench_jitted(name: str, args) -> dict | None:
@@ -314,8 +357,7 @@ def bench_jitted(name: str, args) -> dict | None:
         def body(env_state, key):
             legal = env_state.game.legal_action_mask
             greedy = jnp.zeros(num_envs, bool)
-            out = agent.act(params, key, env_state.game.observation, legal, greedy,
-                            env_state.game)
+            out = agent.act(params, key, env_state.game.observation, legal, greedy, env_state.game)
             env_state, timestep = functions.step(env_state, out.action)
             return env_state, (out, timestep.done)
 
@@ -365,8 +407,11 @@ def bench_pgx_loop(name: str, args) -> dict | None:
     length = args.loop_steps
     optimizer = muzero.make_optimizer(config.optimizer)
     update = jax.jit(muzero.make_update(agent.loss_fn, optimizer))
-    state = muzero.init_train_state(jax.jit(agent.init)(jax.random.PRNGKey(config.seed)),
-                                    optimizer, jax.random.PRNGKey(config.seed + 1))
+    state = muzero.init_train_state(
+        jax.jit(agent.init)(jax.random.PRNGKey(config.seed)),
+        optimizer,
+        jax.random.PRNGKey(config.seed + 1),
+    )
 
     @jax.jit
     def selfplay(params, key):  # [length, num_envs] positions and their targets, as one batch
@@ -376,18 +421,27 @@ def bench_pgx_loop(name: str, args) -> dict | None:
         def body(env_state, key):
             game_state = env_state.game
             greedy = jnp.zeros(num_envs, bool)
-            out = agent.act(params, key, game_state.observation, game_state.legal_action_mask,
-                            greedy, game_state)
+            out = agent.act(
+                params,
+                key,
+                game_state.observation,
+                game_state.legal_action_mask,
+                greedy,
+                game_state,
+            )
             env_state, timestep = functions.step(env_state, out.action)
             step = muzero.Trajectory(
-                observation=game_state.observation, action=out.action,
+                observation=game_state.observation,
+                action=out.action,
                 reward=timestep.reward.astype(jnp.float32),
                 discount=jnp.where(timestep.done, 0.0, 1.0),
-                search_policy=out.search_policy, search_value=out.search_value,
+                search_policy=out.search_policy,
+                search_value=out.search_value,
                 legal_mask=game_state.legal_action_mask,
                 to_play=game_state.current_player.astype(jnp.int32),
                 behaviour_logits=out.behaviour_logits,
-                policy_version=jnp.zeros(num_envs, jnp.int32))
+                policy_version=jnp.zeros(num_envs, jnp.int32),
+            )
             return env_state, step
 
         _, trajectory = jax.lax.scan(body, env_state, jax.random.split(scan_key, length))
@@ -400,7 +454,10 @@ def bench_pgx_loop(name: str, args) -> dict | None:
         return muzero.AlphaZeroBatch(
             observation=flat(trajectory.observation.astype(jnp.float32)),
             policy_target=flat(trajectory.search_policy.astype(jnp.float32)),
-            value_target=flat(z), mask=ones, importance_weight=ones)
+            value_target=flat(z),
+            mask=ones,
+            importance_weight=ones,
+        )
 
     @jax.jit
     def minibatches(batch, key):  # shuffled, [updates, loop_batch, ...]
@@ -408,7 +465,10 @@ def bench_pgx_loop(name: str, args) -> dict | None:
         updates = length * num_envs // args.loop_batch
         return jax.tree.map(
             lambda x: x[order][: updates * args.loop_batch].reshape(
-                (updates, args.loop_batch) + x.shape[1:]), batch)
+                (updates, args.loop_batch) + x.shape[1:]
+            ),
+            batch,
+        )
 
     def iteration(state, key):
         play_key, shuffle_key = jax.random.split(key)
@@ -469,29 +529,62 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--seconds", type=float, default=60.0, help="measured wall time")
-    parser.add_argument("--warmup", type=float, default=10.0,
-                        help="train mode: seconds after the first metric line (which comes "
-                             "after compilation and the replay's first fill) not measured")
-    parser.add_argument("--max-seconds", type=float, default=900.0,
-                        help="train mode: a run that has not finished by then stops")
-    parser.add_argument("--warmup-actors", type=float, default=3.0,
-                        help="actors-only: seconds not measured after the first steps")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=10.0,
+        help="train mode: seconds after the first metric line (which comes "
+        "after compilation and the replay's first fill) not measured",
+    )
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=900.0,
+        help="train mode: a run that has not finished by then stops",
+    )
+    parser.add_argument(
+        "--warmup-actors",
+        type=float,
+        default=3.0,
+        help="actors-only: seconds not measured after the first steps",
+    )
     parser.add_argument("--log-every", type=float, default=5.0, help="learner.log_every_s")
     parser.add_argument("--actors-only", action="store_true", help="no learner: only act")
-    parser.add_argument("--reference", action="store_true",
-                        help="also time the fully jitted actor (AlphaZero configurations)")
-    parser.add_argument("--pgx-loop", action="store_true",
-                        help="also time pgx's example loop (jitted self-play, then training) "
-                             "with the configuration's parts, in the same process")
-    parser.add_argument("--loop-steps", type=int, default=256,
-                        help="--pgx-loop: moves per self-play scan (pgx's max_num_steps)")
-    parser.add_argument("--loop-batch", type=int, default=4096,
-                        help="--pgx-loop: training batch (pgx's training_batch_size)")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="config overrides applied to every configuration")
-    parser.add_argument("--compile-cache", default=os.path.join(tempfile.gettempdir(),
-                                                                "podracer-bench-jax-cache"),
-                        help="persistent compilation cache ('' for none)")
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="also time the fully jitted actor (AlphaZero configurations)",
+    )
+    parser.add_argument(
+        "--pgx-loop",
+        action="store_true",
+        help="also time pgx's example loop (jitted self-play, then training) "
+        "with the configuration's parts, in the same process",
+    )
+    parser.add_argument(
+        "--loop-steps",
+        type=int,
+        default=256,
+        help="--pgx-loop: moves per self-play scan (pgx's max_num_steps)",
+    )
+    parser.add_argument(
+        "--loop-batch",
+        type=int,
+        default=4096,
+        help="--pgx-loop: training batch (pgx's training_batch_size)",
+    )
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides applied to every configuration",
+    )
+    parser.add_argument(
+        "--compile-cache",
+        default=os.path.join(tempfile.gettempdir(), "podracer-bench-jax-cache"),
+        help="persistent compilation cache ('' for none)",
+    )
     args = parser.parse_args(argv)
     if args.compile_cache:
         jax.config.update("jax_compilation_cache_dir", args.compile_cache)

@@ -54,14 +54,24 @@ def _checkpoint_times(run_dir: pathlib.Path) -> dict[int, dict]:
         ckpt.close()
 
 
-def run_mode(mode: str, seconds: float, run_dir: pathlib.Path, overrides: list[str],
-             max_checks: int, num_simulations: int | None) -> dict:
+def run_mode(
+    mode: str,
+    seconds: float,
+    run_dir: pathlib.Path,
+    overrides: list[str],
+    max_checks: int,
+    num_simulations: int | None,
+) -> dict:
     preset = PRESETS[mode]
-    config = configs.load_config(preset, [
-        f"learner.max_seconds={seconds}", "learner.max_updates=0",
-        "learner.keep_checkpoints=1000",  # every checkpoint, for the time to perfect
-        *overrides,
-    ])
+    config = configs.load_config(
+        preset,
+        [
+            f"learner.max_seconds={seconds}",
+            "learner.max_updates=0",
+            "learner.keep_checkpoints=1000",  # every checkpoint, for the time to perfect
+            *overrides,
+        ],
+    )
     load_before = os.getloadavg()[0]
     started = time.time()
     result = train(config, run_dir, progress=False)
@@ -80,13 +90,15 @@ def run_mode(mode: str, seconds: float, run_dir: pathlib.Path, overrides: list[s
     for step in steps:
         params = restore_params(run_dir, step, target=params)
         report = evaluation.tic_tac_toe_report(eval_config, agent, params)
-        checks.append({
-            "step": step,
-            "train_s": round(metadata[step]["time"] - started, 1),
-            "losses_as_first": report["losses_as_first"],
-            "losses_as_second": report["losses_as_second"],
-            "positions": report["positions"],
-        })
+        checks.append(
+            {
+                "step": step,
+                "train_s": round(metadata[step]["time"] - started, 1),
+                "losses_as_first": report["losses_as_first"],
+                "losses_as_second": report["losses_as_second"],
+                "positions": report["positions"],
+            }
+        )
     perfect = [c["losses_as_first"] == c["losses_as_second"] == 0 for c in checks]
     time_to_perfect = None
     if perfect[-1]:
@@ -119,17 +131,37 @@ def run_mode(mode: str, seconds: float, run_dir: pathlib.Path, overrides: list[s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mode", choices=["muzero", "alphazero", "both"], default="both")
-    parser.add_argument("--seconds", type=float, default=300.0,
-                        help="training wall-clock budget per mode (learner.max_seconds)")
-    parser.add_argument("--run-dir", type=pathlib.Path, default=None,
-                        help="where the runs go (<dir>/<mode>); default: a temporary directory")
-    parser.add_argument("--checks", type=int, default=10,
-                        help="checkpoints checked, evenly spaced, the final one included "
-                             "(1: the final one only, no time to perfect)")
-    parser.add_argument("--eval-simulations", type=int, default=None,
-                        help="search budget of the check (default: the preset's)")
-    parser.add_argument("overrides", nargs="*", metavar="key.path=value",
-                        help="config overrides applied to the preset(s)")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=300.0,
+        help="training wall-clock budget per mode (learner.max_seconds)",
+    )
+    parser.add_argument(
+        "--run-dir",
+        type=pathlib.Path,
+        default=None,
+        help="where the runs go (<dir>/<mode>); default: a temporary directory",
+    )
+    parser.add_argument(
+        "--checks",
+        type=int,
+        default=10,
+        help="checkpoints checked, evenly spaced, the final one included "
+        "(1: the final one only, no time to perfect)",
+    )
+    parser.add_argument(
+        "--eval-simulations",
+        type=int,
+        default=None,
+        help="search budget of the check (default: the preset's)",
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key.path=value",
+        help="config overrides applied to the preset(s)",
+    )
     args = parser.parse_args(argv)
     modes = ["muzero", "alphazero"] if args.mode == "both" else [args.mode]
     root = args.run_dir or pathlib.Path(tempfile.mkdtemp(prefix="tictactoe_perfect_"))
@@ -139,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         if (run_dir / "checkpoints").exists():
             print(f"{run_dir} already holds a run; pass a new --run-dir", file=sys.stderr)
             return 2
-        line = run_mode(mode, args.seconds, run_dir, list(args.overrides), args.checks,
-                        args.eval_simulations)
+        line = run_mode(
+            mode, args.seconds, run_dir, list(args.overrides), args.checks, args.eval_simulations
+        )
         all_perfect &= line["perfect"]
         print(json.dumps(line), flush=True)
     return 0 if all_perfect else 1

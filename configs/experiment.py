@@ -40,8 +40,12 @@ def _int_at_least(obj, field: str, minimum: int) -> None:
 
 def _number_at_least(obj, field: str, minimum: float, strict: bool = False) -> None:
     value = getattr(obj, field)
-    ok = (not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
-          and (value > minimum if strict else value >= minimum))
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and (value > minimum if strict else value >= minimum)
+    )
     if not ok:
         _fail(type(obj).__name__, field, f"a number {'>' if strict else '>='} {minimum}", value)
 
@@ -94,17 +98,24 @@ class ActorConfig:
         if self.random_move_prob > 1:
             _fail("ActorConfig", "random_move_prob", "in [0, 1]", self.random_move_prob)
         if self.envs_per_step > self.envs_per_thread:
-            _fail("ActorConfig", "envs_per_step",
-                  f"<= envs_per_thread ({self.envs_per_thread})", self.envs_per_step)
+            _fail(
+                "ActorConfig",
+                "envs_per_step",
+                f"<= envs_per_thread ({self.envs_per_thread})",
+                self.envs_per_step,
+            )
         if 0 < self.envs_per_step < self.envs_per_thread < 2 * self.envs_per_step - 1:
             # Envs that ended wait for envpool's extra reset step; with fewer envs in flight than
             # this, a batch of envs_per_step could never fill.
-            _fail("ActorConfig", "envs_per_step",
-                  f"<= {(self.envs_per_thread + 1) // 2} with envs_per_thread="
-                  f"{self.envs_per_thread} (async envpool needs envs_per_thread >= "
-                  f"2 * envs_per_step - 1 so a batch can fill while ended envs wait for their "
-                  f"reset), or 0 or {self.envs_per_thread} to step all together",
-                  self.envs_per_step)
+            _fail(
+                "ActorConfig",
+                "envs_per_step",
+                f"<= {(self.envs_per_thread + 1) // 2} with envs_per_thread="
+                f"{self.envs_per_thread} (async envpool needs envs_per_thread >= "
+                f"2 * envs_per_step - 1 so a batch can fill while ended envs wait for their "
+                f"reset), or 0 or {self.envs_per_thread} to step all together",
+                self.envs_per_step,
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,8 +182,12 @@ class LearnerConfig:
         if not isinstance(self.augment_symmetries, bool):
             _fail("LearnerConfig", "augment_symmetries", "true or false", self.augment_symmetries)
         if not (self.max_updates or self.max_seconds or self.max_frames):
-            _fail("LearnerConfig", "max_updates",
-                  "> 0 unless max_seconds or max_frames sets an end", self.max_updates)
+            _fail(
+                "LearnerConfig",
+                "max_updates",
+                "> 0 unless max_seconds or max_frames sets an end",
+                self.max_updates,
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,12 +212,17 @@ class DevicesConfig:
         for field in ("actor_devices", "learner_devices"):
             value = getattr(self, field)
             if not isinstance(value, tuple) or not all(
-                    isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value):
+                isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
+            ):
                 _fail("DevicesConfig", field, "a tuple of device indices >= 0", value)
         _int_at_least(self, "cpu_devices", 0)
         if self.cpu_convolutions not in CPU_CONVOLUTIONS:
-            _fail("DevicesConfig", "cpu_convolutions", " or ".join(map(repr, CPU_CONVOLUTIONS)),
-                  self.cpu_convolutions)
+            _fail(
+                "DevicesConfig",
+                "cpu_convolutions",
+                " or ".join(map(repr, CPU_CONVOLUTIONS)),
+                self.cpu_convolutions,
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,16 +260,26 @@ class ExperimentConfig:
         if self.runtime not in RUNTIMES:
             _fail("ExperimentConfig", "runtime", " or ".join(map(repr, RUNTIMES)), self.runtime)
         if self.runtime == "anakin" and family != "pgx":
-            _fail("ExperimentConfig", "runtime",
-                  "'sebulba' for a non-JAX environment (anakin steps the game inside jit: "
-                  "pgx:...)", self.runtime)
+            _fail(
+                "ExperimentConfig",
+                "runtime",
+                "'sebulba' for a non-JAX environment (anakin steps the game inside jit: pgx:...)",
+                self.runtime,
+            )
         if self.runtime == "anakin" and self.mode == "vtrace":
-            _fail("ExperimentConfig", "runtime", "'sebulba' for vtrace (anakin runs the search "
-                  "agents: muzero, alphazero)", self.runtime)
+            _fail(
+                "ExperimentConfig",
+                "runtime",
+                "'sebulba' for vtrace (anakin runs the search agents: muzero, alphazero)",
+                self.runtime,
+            )
         if self.mode == "alphazero" and family != "pgx":
-            _fail("ExperimentConfig", "mode",
-                  "'muzero' or 'vtrace' for a non-JAX environment (alphazero needs pgx:...)",
-                  self.mode)
+            _fail(
+                "ExperimentConfig",
+                "mode",
+                "'muzero' or 'vtrace' for a non-JAX environment (alphazero needs pgx:...)",
+                self.mode,
+            )
 
     def replace(self, **changes) -> ExperimentConfig:
         return dataclasses.replace(self, **changes)

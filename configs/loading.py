@@ -45,8 +45,10 @@ def apply_overrides(config: ExperimentConfig, overrides: list[str]) -> Experimen
     data = to_dict(config)
     for override in overrides:
         if "=" not in override:
-            raise UsageError(f"override '{override}' is not key.path=value "
-                             f"(for example search.num_simulations=64)")
+            raise UsageError(
+                f"override '{override}' is not key.path=value "
+                f"(for example search.num_simulations=64)"
+            )
         key, raw = override.split("=", 1)
         parts = key.strip().split(".")
         cls: Any = ExperimentConfig  # the dataclass of the section `node` holds
@@ -55,13 +57,16 @@ def apply_overrides(config: ExperimentConfig, overrides: list[str]) -> Experimen
             names = [f.name for f in dataclasses.fields(cls)]
             where = ".".join(parts[: depth + 1])
             if part not in names:
-                raise UsageError(f"unknown config field '{where}'; "
-                                 f"{_fields_line(cls, '.'.join(parts[:depth]))}")
+                raise UsageError(
+                    f"unknown config field '{where}'; {_fields_line(cls, '.'.join(parts[:depth]))}"
+                )
             hint = typing.get_type_hints(cls)[part]
             if depth == len(parts) - 1:
                 if dataclasses.is_dataclass(hint):
-                    raise UsageError(f"'{where}' is a section; set one of its fields, e.g. "
-                                     f"{where}.{dataclasses.fields(hint)[0].name}=...")
+                    raise UsageError(
+                        f"'{where}' is a section; set one of its fields, e.g. "
+                        f"{where}.{dataclasses.fields(hint)[0].name}=..."
+                    )
                 node[part] = _parse_value(raw, hint, where)
             else:
                 if not dataclasses.is_dataclass(hint):
@@ -88,8 +93,10 @@ def load_config(spec: str | None, overrides: Sequence[str] = ()) -> ExperimentCo
             raise UsageError(f"config file '{spec}' is not valid JSON: {error}") from None
         config = from_dict(data)
     else:
-        raise UsageError(f"unknown preset '{spec}'; presets: {', '.join(presets.names())} "
-                         f"(or a path to a config .json)")
+        raise UsageError(
+            f"unknown preset '{spec}'; presets: {', '.join(presets.names())} "
+            f"(or a path to a config .json)"
+        )
     return apply_overrides(config, list(overrides))
 
 

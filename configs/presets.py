@@ -39,26 +39,64 @@ __all__ = [
 DEFAULT = "tic_tac_toe_alphazero"
 
 
-def _board_game(name: str, mode: str, env: str, *, simulations: int, longest_game: int,
-                channels: int, blocks: int, updates: int, batch: int, envs: int,
-                learning_rate: float = 2e-3) -> ExperimentConfig:
+def _board_game(
+    name: str,
+    mode: str,
+    env: str,
+    *,
+    simulations: int,
+    longest_game: int,
+    channels: int,
+    blocks: int,
+    updates: int,
+    batch: int,
+    envs: int,
+    learning_rate: float = 2e-3,
+) -> ExperimentConfig:
     return ExperimentConfig(
         name=name,
         mode=mode,
         env=EnvConfig(name=env),
-        search=SearchConfig(num_simulations=simulations, dirichlet_alpha=0.5,
-                            dirichlet_fraction=0.25, temperature=1.0, qtransform="by_min_max"),
-        network=NetworkConfig(channels=channels, representation_blocks=blocks,
-                              dynamics_blocks=blocks, prediction_blocks=1, head_channels=2,
-                              head_hidden=32, value_support=0, reward_support=0),
-        loss=LossConfig(unroll_steps=3, td_steps=longest_game, discount=1.0, two_player=True,
-                        value_loss_weight=1.0),
-        optimizer=OptimizerConfig(learning_rate=learning_rate, max_grad_norm=5.0,
-                                  weight_decay=1e-4),
-        actors=ActorConfig(threads_per_device=2, envs_per_thread=envs, unroll_length=16,
-                           greedy_after_moves=max(2, longest_game // 3)),
-        replay=ReplayConfig(capacity=50_000, min_size=2_000, samples_per_insert=4.0,
-                            priority_alpha=0.5, priority_beta=1.0),
+        search=SearchConfig(
+            num_simulations=simulations,
+            dirichlet_alpha=0.5,
+            dirichlet_fraction=0.25,
+            temperature=1.0,
+            qtransform="by_min_max",
+        ),
+        network=NetworkConfig(
+            channels=channels,
+            representation_blocks=blocks,
+            dynamics_blocks=blocks,
+            prediction_blocks=1,
+            head_channels=2,
+            head_hidden=32,
+            value_support=0,
+            reward_support=0,
+        ),
+        loss=LossConfig(
+            unroll_steps=3,
+            td_steps=longest_game,
+            discount=1.0,
+            two_player=True,
+            value_loss_weight=1.0,
+        ),
+        optimizer=OptimizerConfig(
+            learning_rate=learning_rate, max_grad_norm=5.0, weight_decay=1e-4
+        ),
+        actors=ActorConfig(
+            threads_per_device=2,
+            envs_per_thread=envs,
+            unroll_length=16,
+            greedy_after_moves=max(2, longest_game // 3),
+        ),
+        replay=ReplayConfig(
+            capacity=50_000,
+            min_size=2_000,
+            samples_per_insert=4.0,
+            priority_alpha=0.5,
+            priority_beta=1.0,
+        ),
         learner=LearnerConfig(batch_size=batch, max_updates=updates, checkpoint_every=250),
     )
 
@@ -72,24 +110,49 @@ def tic_tac_toe_muzero() -> ExperimentConfig:
     # the moves keep blunders (and what follows them) in the data. The search unrolls the model
     # up to 6 moves deep: trained on 3, its deeper values misled the search into the last lost
     # lines; 5 steps and the 8 board symmetries (which multiply the rare positions) fixed them.
-    config = _board_game("tic_tac_toe_muzero", "muzero", "openspiel:tic_tac_toe",
-                         simulations=32, longest_game=9, channels=32, blocks=1, updates=1_500,
-                         batch=128, envs=32)
+    config = _board_game(
+        "tic_tac_toe_muzero",
+        "muzero",
+        "openspiel:tic_tac_toe",
+        simulations=32,
+        longest_game=9,
+        channels=32,
+        blocks=1,
+        updates=1_500,
+        batch=128,
+        envs=32,
+    )
     return config.replace(
         network=dataclasses.replace(config.network, latent_scaling="none", block_norm="none"),
         loss=dataclasses.replace(config.loss, reward_loss_weight=3.0, unroll_steps=5),
         search=config.search.replace(qtransform="by_parent_and_siblings", dirichlet_fraction=0.5),
         # Decayed to a tenth by the end of a 5-minute run: at a constant rate the agent became
         # perfect and then lost lines again between checkpoints.
-        optimizer=dataclasses.replace(config.optimizer, schedule="linear", decay_steps=7_000,
-                                      final_learning_rate=2e-4),
-        actors=ActorConfig(threads_per_device=2, envs_per_thread=32, unroll_length=16,
-                           greedy_after_moves=0, random_move_prob=0.25),
-        replay=ReplayConfig(capacity=10_000, min_size=1_000, samples_per_insert=4.0,
-                            priority_alpha=0.5, priority_beta=1.0),
+        optimizer=dataclasses.replace(
+            config.optimizer, schedule="linear", decay_steps=7_000, final_learning_rate=2e-4
+        ),
+        actors=ActorConfig(
+            threads_per_device=2,
+            envs_per_thread=32,
+            unroll_length=16,
+            greedy_after_moves=0,
+            random_move_prob=0.25,
+        ),
+        replay=ReplayConfig(
+            capacity=10_000,
+            min_size=1_000,
+            samples_per_insert=4.0,
+            priority_alpha=0.5,
+            priority_beta=1.0,
+        ),
         # The default run: 5 minutes from the learner's start, whatever the machine's speed.
-        learner=LearnerConfig(batch_size=128, max_updates=0, max_seconds=300.0,
-                              checkpoint_every=250, augment_symmetries=True),
+        learner=LearnerConfig(
+            batch_size=128,
+            max_updates=0,
+            max_seconds=300.0,
+            checkpoint_every=250,
+            augment_symmetries=True,
+        ),
     )
 
 
@@ -97,21 +160,42 @@ def tic_tac_toe_alphazero() -> ExperimentConfig:
     # Perfect (benchmarks/tictactoe_perfect.py) after about 1000 updates on a loaded 2-core CPU,
     # and it stays so: 64 simulations of the exact model, and sampling at every move so that the
     # data keeps the opponents' mistakes (greedy self-play drifted to draws only and forgot them).
-    config = _board_game("tic_tac_toe_alphazero", "alphazero", "pgx:tic_tac_toe",
-                         simulations=64, longest_game=9, channels=32, blocks=1, updates=1_000,
-                         batch=128, envs=32)
+    config = _board_game(
+        "tic_tac_toe_alphazero",
+        "alphazero",
+        "pgx:tic_tac_toe",
+        simulations=64,
+        longest_game=9,
+        channels=32,
+        blocks=1,
+        updates=1_000,
+        batch=128,
+        envs=32,
+    )
     return config.replace(
-        actors=ActorConfig(threads_per_device=2, envs_per_thread=32, unroll_length=16,
-                           greedy_after_moves=0),
-        learner=LearnerConfig(batch_size=128, max_updates=0, max_seconds=300.0,
-                              checkpoint_every=250),
+        actors=ActorConfig(
+            threads_per_device=2, envs_per_thread=32, unroll_length=16, greedy_after_moves=0
+        ),
+        learner=LearnerConfig(
+            batch_size=128, max_updates=0, max_seconds=300.0, checkpoint_every=250
+        ),
     )
 
 
 def connect_four_muzero() -> ExperimentConfig:
-    return _board_game("connect_four_muzero", "muzero", "openspiel:connect_four",
-                       simulations=64, longest_game=42, channels=64, blocks=2, updates=20_000,
-                       batch=256, envs=64, learning_rate=1e-3)
+    return _board_game(
+        "connect_four_muzero",
+        "muzero",
+        "openspiel:connect_four",
+        simulations=64,
+        longest_game=42,
+        channels=64,
+        blocks=2,
+        updates=20_000,
+        batch=256,
+        envs=64,
+        learning_rate=1e-3,
+    )
 
 
 def connect_four_alphazero() -> ExperimentConfig:
@@ -119,24 +203,49 @@ def connect_four_alphazero() -> ExperimentConfig:
     # a random move in 10% of self-play moves and the mirror symmetry took it from 27.5% / 57.5%
     # to 60% / 75%; value targets bootstrapped from the search's value 10 plies on (outcomes
     # past random moves are noisy) with a decaying learning rate, to 65% / 80% (90% at 800).
-    config = _board_game("connect_four_alphazero", "alphazero", "pgx:connect_four",
-                         simulations=32, longest_game=42, channels=32, blocks=2, updates=20_000,
-                         batch=256, envs=128, learning_rate=1e-3)
+    config = _board_game(
+        "connect_four_alphazero",
+        "alphazero",
+        "pgx:connect_four",
+        simulations=32,
+        longest_game=42,
+        channels=32,
+        blocks=2,
+        updates=20_000,
+        batch=256,
+        envs=128,
+        learning_rate=1e-3,
+    )
     return config.replace(
         loss=dataclasses.replace(config.loss, td_steps=10),
         # Decayed to a tenth over about a 30-minute run's updates on a 2-core CPU.
-        optimizer=dataclasses.replace(config.optimizer, schedule="linear", decay_steps=16_000,
-                                      final_learning_rate=1e-4),
+        optimizer=dataclasses.replace(
+            config.optimizer, schedule="linear", decay_steps=16_000, final_learning_rate=1e-4
+        ),
         actors=dataclasses.replace(config.actors, random_move_prob=0.1),
-        learner=dataclasses.replace(config.learner, augment_symmetries=True))
+        learner=dataclasses.replace(config.learner, augment_symmetries=True),
+    )
 
 
 def go9_muzero() -> ExperimentConfig:
-    config = _board_game("go9_muzero", "muzero", "openspiel:go(board_size=9,komi=7.5)",
-                         simulations=50, longest_game=200, channels=64, blocks=4,
-                         updates=200_000, batch=256, envs=64, learning_rate=1e-3)
-    return config.replace(loss=LossConfig(unroll_steps=5, td_steps=200, discount=1.0,
-                                          two_player=True, value_loss_weight=1.0))
+    config = _board_game(
+        "go9_muzero",
+        "muzero",
+        "openspiel:go(board_size=9,komi=7.5)",
+        simulations=50,
+        longest_game=200,
+        channels=64,
+        blocks=4,
+        updates=200_000,
+        batch=256,
+        envs=64,
+        learning_rate=1e-3,
+    )
+    return config.replace(
+        loss=LossConfig(
+            unroll_steps=5, td_steps=200, discount=1.0, two_player=True, value_loss_weight=1.0
+        )
+    )
 
 
 def cartpole_vtrace() -> ExperimentConfig:
@@ -149,15 +258,21 @@ def cartpole_vtrace() -> ExperimentConfig:
         optimizer=OptimizerConfig(learning_rate=1e-3, max_grad_norm=40.0),
         actors=ActorConfig(threads_per_device=2, envs_per_thread=16, unroll_length=32),
         replay=ReplayConfig(queue_size=8),
-        learner=LearnerConfig(batch_size=2, max_updates=20_000, max_seconds=600.0,
-                              checkpoint_every=1_000),
+        learner=LearnerConfig(
+            batch_size=2, max_updates=20_000, max_seconds=600.0, checkpoint_every=1_000
+        ),
     )
 
 
 # Atari preprocessing for MuZero (paper appendix): up to 30 no-ops at the start, no sticky actions,
 # whole games (no life loss ends), raw rewards (the value transform h copes with their scale).
-_MUZERO_ATARI_OPTIONS = {"episodic_life": False, "reward_clip": False, "noop_max": 30,
-                         "repeat_action_probability": 0.0, "max_episode_steps": 27_000}
+_MUZERO_ATARI_OPTIONS = {
+    "episodic_life": False,
+    "reward_clip": False,
+    "noop_max": 30,
+    "repeat_action_probability": 0.0,
+    "max_episode_steps": 27_000,
+}
 
 
 def atari_muzero() -> ExperimentConfig:
@@ -171,18 +286,31 @@ def atari_muzero() -> ExperimentConfig:
         name="atari_muzero",
         mode="muzero",
         env=EnvConfig(name="envpool:Pong-v5", options=dict(_MUZERO_ATARI_OPTIONS)),
-        search=SearchConfig(num_simulations=50, dirichlet_alpha=0.25, dirichlet_fraction=0.25,
-                            temperature=1.0),
+        search=SearchConfig(
+            num_simulations=50, dirichlet_alpha=0.25, dirichlet_fraction=0.25, temperature=1.0
+        ),
         network=NetworkConfig.atari_muzero(),
         loss=LossConfig(unroll_steps=5, td_steps=10, discount=0.997, value_loss_weight=0.25),
-        optimizer=OptimizerConfig(optimizer="sgd", learning_rate=0.05, momentum=0.9,
-                                  weight_decay=1e-4, schedule="linear", decay_steps=350_000,
-                                  final_learning_rate=0.005),
+        optimizer=OptimizerConfig(
+            optimizer="sgd",
+            learning_rate=0.05,
+            momentum=0.9,
+            weight_decay=1e-4,
+            schedule="linear",
+            decay_steps=350_000,
+            final_learning_rate=0.005,
+        ),
         actors=ActorConfig(threads_per_device=2, envs_per_thread=128, unroll_length=200),
-        replay=ReplayConfig(capacity=500_000, min_size=50_000, samples_per_insert=0.25,
-                            priority_alpha=1.0, priority_beta=1.0),
-        learner=LearnerConfig(batch_size=1024, max_updates=1_000_000, checkpoint_every=5_000,
-                              log_every_s=30.0),
+        replay=ReplayConfig(
+            capacity=500_000,
+            min_size=50_000,
+            samples_per_insert=0.25,
+            priority_alpha=1.0,
+            priority_beta=1.0,
+        ),
+        learner=LearnerConfig(
+            batch_size=1024, max_updates=1_000_000, checkpoint_every=5_000, log_every_s=30.0
+        ),
     )
 
 
@@ -192,21 +320,37 @@ def pong_muzero_small() -> ExperimentConfig:
     return ExperimentConfig(
         name="pong_muzero_small",
         mode="muzero",
-        env=EnvConfig(name="envpool:Pong-v5",
-                      options={**_MUZERO_ATARI_OPTIONS, "reward_clip": True}),
-        search=SearchConfig(algorithm="gumbel_muzero", num_simulations=8,
-                            max_num_considered_actions=6),
-        network=NetworkConfig(torso="resnet", downsample=True, channels=32,
-                              representation_blocks=1, dynamics_blocks=1, prediction_blocks=0,
-                              head_channels=2, head_hidden=64, value_support=10,
-                              reward_support=2),
+        env=EnvConfig(
+            name="envpool:Pong-v5", options={**_MUZERO_ATARI_OPTIONS, "reward_clip": True}
+        ),
+        search=SearchConfig(
+            algorithm="gumbel_muzero", num_simulations=8, max_num_considered_actions=6
+        ),
+        network=NetworkConfig(
+            torso="resnet",
+            downsample=True,
+            channels=32,
+            representation_blocks=1,
+            dynamics_blocks=1,
+            prediction_blocks=0,
+            head_channels=2,
+            head_hidden=64,
+            value_support=10,
+            reward_support=2,
+        ),
         loss=LossConfig(unroll_steps=5, td_steps=10, discount=0.997, value_loss_weight=0.25),
         optimizer=OptimizerConfig(learning_rate=1e-3, max_grad_norm=5.0),
         actors=ActorConfig(threads_per_device=2, envs_per_thread=8, unroll_length=32),
-        replay=ReplayConfig(capacity=100_000, min_size=2_000, samples_per_insert=2.0,
-                            priority_alpha=1.0, priority_beta=1.0),
-        learner=LearnerConfig(batch_size=32, max_updates=100_000, max_seconds=1_200.0,
-                              checkpoint_every=500),
+        replay=ReplayConfig(
+            capacity=100_000,
+            min_size=2_000,
+            samples_per_insert=2.0,
+            priority_alpha=1.0,
+            priority_beta=1.0,
+        ),
+        learner=LearnerConfig(
+            batch_size=32, max_updates=100_000, max_seconds=1_200.0, checkpoint_every=500
+        ),
     )
 
 
@@ -218,17 +362,29 @@ def atari_vtrace() -> ExperimentConfig:
     return ExperimentConfig(
         name="atari_vtrace",
         mode="vtrace",
-        env=EnvConfig(name="envpool:Pong-v5",
-                      options={"episodic_life": True, "reward_clip": True, "noop_max": 30,
-                               "repeat_action_probability": 0.0}),
+        env=EnvConfig(
+            name="envpool:Pong-v5",
+            options={
+                "episodic_life": True,
+                "reward_clip": True,
+                "noop_max": 30,
+                "repeat_action_probability": 0.0,
+            },
+        ),
         network=NetworkConfig.atari_impala(value_support=0, reward_support=0),
         loss=LossConfig(discount=0.99, entropy_cost=0.01, baseline_cost=0.5),
-        optimizer=OptimizerConfig(learning_rate=6e-4, max_grad_norm=40.0, adam_eps=1e-5,
-                                  schedule="linear", decay_steps=200_000),
+        optimizer=OptimizerConfig(
+            learning_rate=6e-4,
+            max_grad_norm=40.0,
+            adam_eps=1e-5,
+            schedule="linear",
+            decay_steps=200_000,
+        ),
         actors=ActorConfig(threads_per_device=2, envs_per_thread=8, unroll_length=20),
         replay=ReplayConfig(queue_size=4),
-        learner=LearnerConfig(batch_size=1, max_updates=200_000, checkpoint_every=2_000,
-                              log_every_s=10.0),
+        learner=LearnerConfig(
+            batch_size=1, max_updates=200_000, checkpoint_every=2_000, log_every_s=10.0
+        ),
         # XLA's Eigen convolutions: the IMPALA network's update costs 1.5x less wall time on a
         # CPU than with YNNPACK (BENCHMARKS.md); board networks are faster with YNNPACK.
         devices=DevicesConfig(cpu_convolutions="eigen"),

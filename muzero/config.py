@@ -48,14 +48,21 @@ class OptimizerConfig:
         check(self.optimizer in _OPTIMIZERS, "optimizer", f"one of {_OPTIMIZERS}")
         check(self.schedule in _SCHEDULES, "schedule", f"one of {_SCHEDULES}")
         check(_is_real(self.learning_rate) and self.learning_rate > 0, "learning_rate", "> 0")
-        check(_is_int(self.warmup_steps) and self.warmup_steps >= 0, "warmup_steps",
-              "an integer >= 0")
+        check(
+            _is_int(self.warmup_steps) and self.warmup_steps >= 0, "warmup_steps", "an integer >= 0"
+        )
         check(_is_int(self.decay_steps) and self.decay_steps > 0, "decay_steps", "an integer > 0")
-        check(_is_real(self.final_learning_rate)
-              and 0 <= self.final_learning_rate <= self.learning_rate,
-              "final_learning_rate", "between 0 and learning_rate")
-        check(_is_real(self.max_grad_norm) and self.max_grad_norm >= 0, "max_grad_norm",
-              ">= 0 (0 disables clipping)")
+        check(
+            _is_real(self.final_learning_rate)
+            and 0 <= self.final_learning_rate <= self.learning_rate,
+            "final_learning_rate",
+            "between 0 and learning_rate",
+        )
+        check(
+            _is_real(self.max_grad_norm) and self.max_grad_norm >= 0,
+            "max_grad_norm",
+            ">= 0 (0 disables clipping)",
+        )
         check(_is_real(self.weight_decay) and self.weight_decay >= 0, "weight_decay", ">= 0")
         check(_is_real(self.adam_b1) and 0 <= self.adam_b1 < 1, "adam_b1", "in [0, 1)")
         check(_is_real(self.adam_b2) and 0 <= self.adam_b2 < 1, "adam_b2", "in [0, 1)")
@@ -107,29 +114,44 @@ class NetworkConfig:
         def check(ok: bool, field: str, expected: str):
             if not ok:
                 raise ValueError(
-                    f"NetworkConfig.{field} must be {expected}, got {getattr(self, field)!r}")
+                    f"NetworkConfig.{field} must be {expected}, got {getattr(self, field)!r}"
+                )
 
         def positive_ints(xs) -> bool:
             return isinstance(xs, tuple) and all(_is_int(x) and x > 0 for x in xs)
 
         check(self.torso in _TORSOS, "torso", f"one of {_TORSOS}")
-        check(self.action_planes in ("auto", "board", "constant"), "action_planes",
-              "'auto', 'board' or 'constant'")
+        check(
+            self.action_planes in ("auto", "board", "constant"),
+            "action_planes",
+            "'auto', 'board' or 'constant'",
+        )
         check(self.latent_scaling in ("min_max", "none"), "latent_scaling", "'min_max' or 'none'")
         check(self.block_norm in ("layer", "none"), "block_norm", "'layer' or 'none'")
         for name in ("channels", "head_channels", "head_hidden", "latent_size", "impala_dense"):
-            check(_is_int(getattr(self, name)) and getattr(self, name) > 0, name,
-                  "an integer > 0")
-        for name in ("representation_blocks", "dynamics_blocks", "prediction_blocks",
-                     "value_support", "reward_support"):
-            check(_is_int(getattr(self, name)) and getattr(self, name) >= 0, name,
-                  "an integer >= 0")
+            check(_is_int(getattr(self, name)) and getattr(self, name) > 0, name, "an integer > 0")
+        for name in (
+            "representation_blocks",
+            "dynamics_blocks",
+            "prediction_blocks",
+            "value_support",
+            "reward_support",
+        ):
+            check(
+                _is_int(getattr(self, name)) and getattr(self, name) >= 0, name, "an integer >= 0"
+            )
         check(isinstance(self.downsample, bool), "downsample", "a bool")
         check(positive_ints(self.mlp_sizes), "mlp_sizes", "a tuple of integers > 0")
-        check(positive_ints(self.impala_channels) and len(self.impala_channels) > 0,
-              "impala_channels", "a non-empty tuple of integers > 0")
-        check(isinstance(self.transform_eps, float | int) and self.transform_eps > 0,
-              "transform_eps", "> 0")
+        check(
+            positive_ints(self.impala_channels) and len(self.impala_channels) > 0,
+            "impala_channels",
+            "a non-empty tuple of integers > 0",
+        )
+        check(
+            isinstance(self.transform_eps, float | int) and self.transform_eps > 0,
+            "transform_eps",
+            "> 0",
+        )
 
     @classmethod
     def atari_muzero(cls, **overrides) -> NetworkConfig:
@@ -137,9 +159,18 @@ class NetworkConfig:
 
         The paper's support of 601 bins (S = 300) for values and rewards.
         """
-        sizes = dict(torso="resnet", channels=256, representation_blocks=16, dynamics_blocks=16,
-                     prediction_blocks=0, downsample=True, head_channels=2, head_hidden=256,
-                     value_support=300, reward_support=300)
+        sizes = dict(
+            torso="resnet",
+            channels=256,
+            representation_blocks=16,
+            dynamics_blocks=16,
+            prediction_blocks=0,
+            downsample=True,
+            head_channels=2,
+            head_hidden=256,
+            value_support=300,
+            reward_support=300,
+        )
         return cls(**{**sizes, **overrides})
 
     @classmethod
@@ -182,22 +213,35 @@ class LossConfig:
         def check(ok: bool, field: str, expected: str):
             if not ok:
                 raise ValueError(
-                    f"LossConfig.{field} must be {expected}, got {getattr(self, field)!r}")
+                    f"LossConfig.{field} must be {expected}, got {getattr(self, field)!r}"
+                )
 
-        check(_is_int(self.unroll_steps) and self.unroll_steps >= 1, "unroll_steps",
-              "an integer >= 1")
+        check(
+            _is_int(self.unroll_steps) and self.unroll_steps >= 1, "unroll_steps", "an integer >= 1"
+        )
         check(_is_int(self.td_steps) and self.td_steps >= 1, "td_steps", "an integer >= 1")
         check(_is_real(self.discount) and 0 <= self.discount <= 1, "discount", "in [0, 1]")
         check(isinstance(self.two_player, bool), "two_player", "a bool")
-        for name in ("value_loss_weight", "reward_loss_weight", "policy_loss_weight",
-                     "baseline_cost", "entropy_cost"):
+        for name in (
+            "value_loss_weight",
+            "reward_loss_weight",
+            "policy_loss_weight",
+            "baseline_cost",
+            "entropy_cost",
+        ):
             check(_is_real(getattr(self, name)) and getattr(self, name) >= 0, name, ">= 0")
-        check(_is_real(self.dynamics_gradient_scale) and 0 <= self.dynamics_gradient_scale <= 1,
-              "dynamics_gradient_scale", "in [0, 1]")
+        check(
+            _is_real(self.dynamics_gradient_scale) and 0 <= self.dynamics_gradient_scale <= 1,
+            "dynamics_gradient_scale",
+            "in [0, 1]",
+        )
         for name in ("clip_rho_threshold", "clip_pg_rho_threshold"):
             check(_is_real(getattr(self, name)) and getattr(self, name) > 0, name, "> 0")
-        check(_is_real(self.vtrace_lambda) and 0 <= self.vtrace_lambda <= 1, "vtrace_lambda",
-              "in [0, 1]")
+        check(
+            _is_real(self.vtrace_lambda) and 0 <= self.vtrace_lambda <= 1,
+            "vtrace_lambda",
+            "in [0, 1]",
+        )
 
     @property
     def window_length(self) -> int:

@@ -161,5 +161,6 @@ def make_replicated_update(
         in_specs=(P(), _batch_spec(batch_axis)),
         out_specs=(P(), P()),
     )
-    return jax.jit(sharded, donate_argnums=(0,) if donate else (),
-                   compiler_options=compiler_options)
+    return jax.jit(
+        sharded, donate_argnums=(0,) if donate else (), compiler_options=compiler_options
+    )

@@ -26,9 +26,16 @@ class VTraceOutput(NamedTuple):
     q_estimate: chex.Array  # r_s + gamma_s q_{s+1}: the return estimate of the action taken.
 
 
-def vtrace(v_tm1: chex.Array, v_t: chex.Array, r_t: chex.Array, discount_t: chex.Array,
-           rho_tm1: chex.Array, lambda_: float = 1.0, clip_rho_threshold: float = 1.0,
-           stop_target_gradients: bool = True) -> chex.Array:
+def vtrace(
+    v_tm1: chex.Array,
+    v_t: chex.Array,
+    r_t: chex.Array,
+    discount_t: chex.Array,
+    rho_tm1: chex.Array,
+    lambda_: float = 1.0,
+    clip_rho_threshold: float = 1.0,
+    stop_target_gradients: bool = True,
+) -> chex.Array:
     """V-trace errors `v_s - V(x_s)`, `[T, B]`.
 
     Args:
@@ -53,8 +60,9 @@ def vtrace(v_tm1: chex.Array, v_t: chex.Array, r_t: chex.Array, discount_t: chex
         return error, error
 
     # No convolutions in this scan, so it does not hit the CPU backend's slow scanned gradients.
-    _, errors = jax.lax.scan(backward, jnp.zeros_like(v_t[0]), (td_errors, discount_t, c_tm1),
-                             reverse=True)
+    _, errors = jax.lax.scan(
+        backward, jnp.zeros_like(v_t[0]), (td_errors, discount_t, c_tm1), reverse=True
+    )
     target_tm1 = errors + v_tm1
     if stop_target_gradients:
         target_tm1 = jax.lax.stop_gradient(target_tm1)
@@ -62,16 +70,25 @@ def vtrace(v_tm1: chex.Array, v_t: chex.Array, r_t: chex.Array, discount_t: chex
 
 
 def vtrace_td_error_and_advantage(
-        v_tm1: chex.Array, v_t: chex.Array, r_t: chex.Array, discount_t: chex.Array,
-        rho_tm1: chex.Array, lambda_: float = 1.0, clip_rho_threshold: float = 1.0,
-        clip_pg_rho_threshold: float = 1.0, stop_target_gradients: bool = True) -> VTraceOutput:
+    v_tm1: chex.Array,
+    v_t: chex.Array,
+    r_t: chex.Array,
+    discount_t: chex.Array,
+    rho_tm1: chex.Array,
+    lambda_: float = 1.0,
+    clip_rho_threshold: float = 1.0,
+    clip_pg_rho_threshold: float = 1.0,
+    stop_target_gradients: bool = True,
+) -> VTraceOutput:
     """V-trace errors, policy-gradient advantages and Q estimates, each `[T, B]` (see `vtrace`)."""
-    errors = vtrace(v_tm1, v_t, r_t, discount_t, rho_tm1, lambda_, clip_rho_threshold,
-                    stop_target_gradients)
+    errors = vtrace(
+        v_tm1, v_t, r_t, discount_t, rho_tm1, lambda_, clip_rho_threshold, stop_target_gradients
+    )
     targets_tm1 = errors + v_tm1
     # The next state's target, mixed with its value by lambda; the last bootstraps from v_t.
     q_bootstrap = jnp.concatenate(
-        [lambda_ * targets_tm1[1:] + (1.0 - lambda_) * v_tm1[1:], v_t[-1:]], axis=0)
+        [lambda_ * targets_tm1[1:] + (1.0 - lambda_) * v_tm1[1:], v_t[-1:]], axis=0
+    )
     q_estimate = r_t + discount_t * q_bootstrap
     pg_advantage = jnp.minimum(clip_pg_rho_threshold, rho_tm1) * (q_estimate - v_tm1)
     if stop_target_gradients:
@@ -100,13 +117,15 @@ def make_vtrace_loss(networks: ActorCriticNetworks, config: LossConfig) -> LossF
 
         # The last step only bootstraps (no gradient reaches it): a separate forward pass keeps
         # it out of the backward pass, 1/T of the update's gradient work.
-        learned = jax.tree.map(lambda x: x[:-1].reshape(((t - 1) * b,) + x.shape[2:]),
-                               batch.observation)
+        learned = jax.tree.map(
+            lambda x: x[:-1].reshape(((t - 1) * b,) + x.shape[2:]), batch.observation
+        )
         logits, values = networks.apply(params, learned)
         logits = logits.reshape((t - 1, b, -1))  # [T-1, B, A]
         values = values.reshape((t - 1, b))  # [T-1, B]
-        _, bootstrap_value = networks.apply(jax.lax.stop_gradient(params),
-                                            jax.tree.map(lambda x: x[-1], batch.observation))
+        _, bootstrap_value = networks.apply(
+            jax.lax.stop_gradient(params), jax.tree.map(lambda x: x[-1], batch.observation)
+        )
         next_values = jnp.concatenate([values[1:], bootstrap_value[None]], axis=0)  # [T-1, B]
 
         action = batch.action[:-1]  # [T-1, B]
@@ -118,9 +137,15 @@ def make_vtrace_loss(networks: ActorCriticNetworks, config: LossConfig) -> LossF
 
         discount_t = config.discount * batch.discount[:-1].astype(jnp.float32)
         out = vtrace_td_error_and_advantage(
-            values, jax.lax.stop_gradient(next_values), batch.reward[:-1].astype(jnp.float32),
-            discount_t, rho, config.vtrace_lambda, config.clip_rho_threshold,
-            config.clip_pg_rho_threshold)
+            values,
+            jax.lax.stop_gradient(next_values),
+            batch.reward[:-1].astype(jnp.float32),
+            discount_t,
+            rho,
+            config.vtrace_lambda,
+            config.clip_rho_threshold,
+            config.clip_pg_rho_threshold,
+        )
 
         pg_loss = -jnp.mean(log_pi_a * out.pg_advantage)
         value_loss = 0.5 * jnp.mean(jnp.square(out.errors))

@@ -63,8 +63,9 @@ def make_muzero_loss(networks: MuZeroNetworks, config: LossConfig) -> LossFn:
         del key
         n = batch.action.shape[0]
         chex.assert_shape(batch.action, (n, k_steps))
-        chex.assert_shape([batch.value_target, batch.reward_target, batch.policy_mask],
-                          (n, k_steps + 1))
+        chex.assert_shape(
+            [batch.value_target, batch.reward_target, batch.policy_mask], (n, k_steps + 1)
+        )
         chex.assert_rank(batch.policy_target, 3)
         chex.assert_shape(batch.importance_weight, (n,))
 
@@ -75,20 +76,24 @@ def make_muzero_loss(networks: MuZeroNetworks, config: LossConfig) -> LossFn:
             policy_logits, value_logits = networks.predict(params, latent)  # [N, A], [N, V]
             step_scale = 1.0 if k == 0 else 1.0 / k_steps
             value_loss += step_scale * value_tf.loss(value_logits, batch.value_target[:, k])
-            policy_loss += step_scale * batch.policy_mask[:, k] * policy_cross_entropy(
-                policy_logits, batch.policy_target[:, k])
+            policy_loss += (
+                step_scale
+                * batch.policy_mask[:, k]
+                * policy_cross_entropy(policy_logits, batch.policy_target[:, k])
+            )
             if k > 0:
-                reward_loss += step_scale * reward_tf.loss(reward_logits,
-                                                           batch.reward_target[:, k])
+                reward_loss += step_scale * reward_tf.loss(reward_logits, batch.reward_target[:, k])
             if k == 0:
                 root_policy_logits, root_value_logits = policy_logits, value_logits
             if k < k_steps:
                 reward_logits, latent = networks.dynamics(params, latent, batch.action[:, k])
                 latent = scale_gradient(latent, config.dynamics_gradient_scale)
 
-        per_example = (config.value_loss_weight * value_loss
-                       + config.reward_loss_weight * reward_loss
-                       + config.policy_loss_weight * policy_loss)  # [N]
+        per_example = (
+            config.value_loss_weight * value_loss
+            + config.reward_loss_weight * reward_loss
+            + config.policy_loss_weight * policy_loss
+        )  # [N]
         weight = batch.importance_weight
         loss = jnp.mean(weight * per_example)
         root_value = value_tf.decode_logits(root_value_logits)
@@ -108,8 +113,7 @@ def make_muzero_loss(networks: MuZeroNetworks, config: LossConfig) -> LossFn:
     return loss_fn
 
 
-def make_muzero_priority_fn(
-        networks: MuZeroNetworks) -> Callable[[Any, MuZeroBatch], chex.Array]:
+def make_muzero_priority_fn(networks: MuZeroNetworks) -> Callable[[Any, MuZeroBatch], chex.Array]:
     """`priority_fn(params, batch) -> [N]`: new replay priorities `|v(s_0) - z_0|` of the
     sampled windows' start states, with `v` the current network's value (not the stale search
     value stored with the trajectory)."""
@@ -139,8 +143,10 @@ def make_alphazero_loss(networks: AlphaZeroNetworks, config: LossConfig) -> Loss
         weight = batch.importance_weight * batch.mask
         # A plain mean over N (padding counts as 0) keeps the loss linear in the batch, so the
         # mean of per-device losses is the loss of the whole batch.
-        loss = jnp.mean(weight * (config.value_loss_weight * value_loss
-                                  + config.policy_loss_weight * policy_loss))
+        loss = jnp.mean(
+            weight
+            * (config.value_loss_weight * value_loss + config.policy_loss_weight * policy_loss)
+        )
         value = value_tf.decode_logits(value_logits)
         count = jnp.maximum(jnp.sum(batch.mask), 1.0)
         metrics = {
@@ -158,5 +164,3 @@ def make_alphazero_loss(networks: AlphaZeroNetworks, config: LossConfig) -> Loss
 def _entropy(logits: chex.Array) -> chex.Array:
     log_p = jax.nn.log_softmax(logits)
     return -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
-
-

@@ -93,8 +93,9 @@ def scale_latent(latent: chex.Array) -> chex.Array:
     return (latent - low) / jnp.maximum(high - low, 1e-5)
 
 
-def make_muzero_networks(config: NetworkConfig, observation_shape: Sequence[int],
-                         num_actions: int) -> MuZeroNetworks:
+def make_muzero_networks(
+    config: NetworkConfig, observation_shape: Sequence[int], num_actions: int
+) -> MuZeroNetworks:
     """MuZero's representation, dynamics and prediction for observations of one example's shape.
 
     Args:
@@ -105,8 +106,9 @@ def make_muzero_networks(config: NetworkConfig, observation_shape: Sequence[int]
     """
     torso = _choose_torso(config, observation_shape, allow_impala=False)
     value_transform, reward_transform = config.value_transform(), config.reward_transform()
-    module = _MuZeroModule(config, torso, num_actions, value_transform.num_bins,
-                           reward_transform.num_bins)
+    module = _MuZeroModule(
+        config, torso, num_actions, value_transform.num_bins, reward_transform.num_bins
+    )
     obs_shape = tuple(observation_shape)
 
     def init(key):
@@ -128,8 +130,9 @@ def make_muzero_networks(config: NetworkConfig, observation_shape: Sequence[int]
     return MuZeroNetworks(init, represent, dynamics, predict, value_transform, reward_transform)
 
 
-def make_alphazero_networks(config: NetworkConfig, observation_shape: Sequence[int],
-                            num_actions: int) -> AlphaZeroNetworks:
+def make_alphazero_networks(
+    config: NetworkConfig, observation_shape: Sequence[int], num_actions: int
+) -> AlphaZeroNetworks:
     """AlphaZero's policy-value network: the representation torso, then the prediction heads."""
     torso = _choose_torso(config, observation_shape, allow_impala=True)
     value_transform = config.value_transform()
@@ -146,8 +149,9 @@ def make_alphazero_networks(config: NetworkConfig, observation_shape: Sequence[i
     return AlphaZeroNetworks(init, predict, value_transform)
 
 
-def make_actor_critic_networks(config: NetworkConfig, observation_shape: Sequence[int],
-                               num_actions: int) -> ActorCriticNetworks:
+def make_actor_critic_networks(
+    config: NetworkConfig, observation_shape: Sequence[int], num_actions: int
+) -> ActorCriticNetworks:
     """The V-trace network: a torso, then linear policy logits and a scalar value."""
     torso = _choose_torso(config, observation_shape, allow_impala=True)
     module = _PolicyValueModule(config, torso, num_actions, 1)
@@ -170,15 +174,18 @@ def make_root_fn(networks: MuZeroNetworks) -> Callable[[Params, chex.Array], mct
     def root_fn(params, observation):
         latent = networks.represent(params, observation)
         policy_logits, value_logits = networks.predict(params, latent)
-        return mctx.RootFnOutput(prior_logits=policy_logits,
-                                 value=networks.value_transform.decode_logits(value_logits),
-                                 embedding=latent)
+        return mctx.RootFnOutput(
+            prior_logits=policy_logits,
+            value=networks.value_transform.decode_logits(value_logits),
+            embedding=latent,
+        )
 
     return root_fn
 
 
-def make_recurrent_fn(networks: MuZeroNetworks, *, discount: float = 1.0,
-                      two_player: bool = False) -> mctx.RecurrentFn:
+def make_recurrent_fn(
+    networks: MuZeroNetworks, *, discount: float = 1.0, two_player: bool = False
+) -> mctx.RecurrentFn:
     """mctx's `recurrent_fn(params, rng_key, action [B], embedding [B, ...])` on the learned model.
 
     The discount is a constant: `discount` in one-player games, `-discount` between the plies of
@@ -196,33 +203,43 @@ def make_recurrent_fn(networks: MuZeroNetworks, *, discount: float = 1.0,
             reward=reward,
             discount=jnp.full_like(reward, step_discount),
             prior_logits=policy_logits,
-            value=networks.value_transform.decode_logits(value_logits))
+            value=networks.value_transform.decode_logits(value_logits),
+        )
         return output, next_embedding
 
     return recurrent_fn
 
 
-def _choose_torso(config: NetworkConfig, observation_shape: Sequence[int],
-                  allow_impala: bool) -> str:
+def _choose_torso(
+    config: NetworkConfig, observation_shape: Sequence[int], allow_impala: bool
+) -> str:
     rank = len(tuple(observation_shape))
     if rank not in (1, 2, 3):
-        raise ValueError(f"observations must have shape [D], [H, W] or [H, W, C] per example, "
-                         f"got {tuple(observation_shape)}")
+        raise ValueError(
+            f"observations must have shape [D], [H, W] or [H, W, C] per example, "
+            f"got {tuple(observation_shape)}"
+        )
     if config.torso == "auto":
         return "mlp" if rank == 1 else "resnet"
     if config.torso == "impala" and not allow_impala:
-        raise ValueError("NetworkConfig.torso 'impala' serves actor-critic and AlphaZero "
-                         "networks, not MuZero's model: use 'resnet' or 'auto'")
+        raise ValueError(
+            "NetworkConfig.torso 'impala' serves actor-critic and AlphaZero "
+            "networks, not MuZero's model: use 'resnet' or 'auto'"
+        )
     if (config.torso == "mlp") != (rank == 1):
-        raise ValueError(f"NetworkConfig.torso {config.torso!r} does not fit observations of "
-                         f"shape {tuple(observation_shape)}")
+        raise ValueError(
+            f"NetworkConfig.torso {config.torso!r} does not fit observations of "
+            f"shape {tuple(observation_shape)}"
+        )
     return config.torso
 
 
 def _check_obs(obs: chex.Array, obs_shape: tuple[int, ...]):
     if tuple(obs.shape[1:]) != obs_shape:
-        raise ValueError(f"expected observations of shape [B, {', '.join(map(str, obs_shape))}], "
-                         f"got {tuple(obs.shape)}")
+        raise ValueError(
+            f"expected observations of shape [B, {', '.join(map(str, obs_shape))}], "
+            f"got {tuple(obs.shape)}"
+        )
 
 
 def _preprocess(obs: chex.Array, torso: str) -> chex.Array:
@@ -327,8 +344,11 @@ class _Trunk(nn.Module):
             return nn.Dense(cfg.latent_size)(_MLP(cfg.mlp_sizes)(x.reshape((x.shape[0], -1))))
         if self.torso == "impala":
             return _ImpalaTorso(cfg.impala_channels, cfg.impala_dense)(x)
-        x = (_AtariDownsample(cfg.channels, cfg.block_norm == "layer") if cfg.downsample
-             else nn.Conv(cfg.channels, (3, 3)))(x)
+        x = (
+            _AtariDownsample(cfg.channels, cfg.block_norm == "layer")
+            if cfg.downsample
+            else nn.Conv(cfg.channels, (3, 3))
+        )(x)
         for _ in range(cfg.representation_blocks):
             x = _ResBlock(cfg.channels, cfg.block_norm == "layer")(x)
         return x
@@ -351,10 +371,12 @@ class _MuZeroModule(nn.Module):
         else:
             self.dynamics_in = nn.Conv(cfg.channels, (3, 3))
             norm = cfg.block_norm == "layer"
-            self.dynamics_blocks = [_ResBlock(cfg.channels, norm)
-                                    for _ in range(cfg.dynamics_blocks)]
-            self.prediction_blocks = [_ResBlock(cfg.channels, norm)
-                                      for _ in range(cfg.prediction_blocks)]
+            self.dynamics_blocks = [
+                _ResBlock(cfg.channels, norm) for _ in range(cfg.dynamics_blocks)
+            ]
+            self.prediction_blocks = [
+                _ResBlock(cfg.channels, norm) for _ in range(cfg.prediction_blocks)
+            ]
         self.reward_head = _Head(self.reward_bins, cfg.head_channels, cfg.head_hidden)
         self.policy_head = _Head(self.num_actions, cfg.head_channels, cfg.head_hidden)
         self.value_head = _Head(self.value_bins, cfg.head_channels, cfg.head_hidden)
@@ -373,8 +395,9 @@ class _MuZeroModule(nn.Module):
     def dynamics(self, latent, action):
         one_hot = jax.nn.one_hot(action, self.num_actions, dtype=latent.dtype)  # [B, A]
         if self.torso == "mlp":
-            x = self.dynamics_out(self.dynamics_mlp(
-                self.dynamics_in(jnp.concatenate([latent, one_hot], axis=-1))))
+            x = self.dynamics_out(
+                self.dynamics_mlp(self.dynamics_in(jnp.concatenate([latent, one_hot], axis=-1)))
+            )
         else:
             mode = self.config.action_planes
             if mode == "auto" and self.config.downsample:
@@ -407,15 +430,18 @@ def _action_planes(action, one_hot, batch_height_width, mode: str):
     fits_cells = num_actions in (height * width, height * width + 1)
     fits_columns = num_actions == width
     if mode == "board" and not (fits_cells or fits_columns):
-        raise ValueError(f"NetworkConfig.action_planes 'board' needs H*W, H*W+1 or W actions for "
-                         f"a {height}x{width} latent, got {num_actions}")
+        raise ValueError(
+            f"NetworkConfig.action_planes 'board' needs H*W, H*W+1 or W actions for "
+            f"a {height}x{width} latent, got {num_actions}"
+        )
     if mode == "constant" or not (fits_cells or fits_columns):
         return jnp.broadcast_to(one_hot[:, None, None, :], (batch, height, width, num_actions))
     if fits_cells:
         cells = jax.nn.one_hot(action, height * width + 1, dtype=one_hot.dtype)  # [B, H*W+1]
         board = cells[:, : height * width].reshape(batch, height, width, 1)
-        passed = jnp.broadcast_to(cells[:, height * width, None, None, None],
-                                  (batch, height, width, 1))
+        passed = jnp.broadcast_to(
+            cells[:, height * width, None, None, None], (batch, height, width, 1)
+        )
         return jnp.concatenate([board, passed], axis=-1)  # [B, H, W, 2]
     column = jnp.broadcast_to(one_hot[:, None, :, None], (batch, height, width, 1))
     return column  # [B, H, W, 1]
@@ -433,5 +459,7 @@ class _PolicyValueModule(nn.Module):
         x = _Trunk(cfg, self.torso)(obs)
         if self.torso == "impala":
             return nn.Dense(self.num_actions)(x), nn.Dense(self.value_bins)(x)
-        return (_Head(self.num_actions, cfg.head_channels, cfg.head_hidden)(x),
-                _Head(self.value_bins, cfg.head_channels, cfg.head_hidden)(x))
+        return (
+            _Head(self.num_actions, cfg.head_channels, cfg.head_hidden)(x),
+            _Head(self.value_bins, cfg.head_channels, cfg.head_hidden)(x),
+        )

@@ -37,9 +37,10 @@ def _window_slices(x: chex.Array) -> list[chex.Array]:
     _, h, w, _ = x.shape
     oh, low_h, high_h = _geometry(h)
     ow, low_w, high_w = _geometry(w)
-    padded = jnp.pad(x, ((0, 0), (low_h, high_h), (low_w, high_w), (0, 0)),
-                     constant_values=-jnp.inf)
-    return [padded[:, r:r + 2 * oh:2, c:c + 2 * ow:2] for r in range(3) for c in range(3)]
+    padded = jnp.pad(
+        x, ((0, 0), (low_h, high_h), (low_w, high_w), (0, 0)), constant_values=-jnp.inf
+    )
+    return [padded[:, r : r + 2 * oh : 2, c : c + 2 * ow : 2] for r in range(3) for c in range(3)]
 
 
 @jax.custom_vjp
@@ -68,14 +69,16 @@ def _backward(residuals, grad_out):
 
     def landing(row_offset, row_shift, col_offset, col_shift):  # [N, OH + 1, OW + 1, C]
         g = jnp.where(argmax == 3 * row_offset + col_offset, grad_out, 0.0)
-        return jnp.pad(g, ((0, 0), (row_shift, 1 - row_shift), (col_shift, 1 - col_shift),
-                           (0, 0)))
+        return jnp.pad(g, ((0, 0), (row_shift, 1 - row_shift), (col_shift, 1 - col_shift), (0, 0)))
 
-    parities = [sum(landing(r, rs, co, cs) for r, rs in _LANDINGS[p] for co, cs in _LANDINGS[q])
-                for p in (0, 1) for q in (0, 1)]
+    parities = [
+        sum(landing(r, rs, co, cs) for r, rs in _LANDINGS[p] for co, cs in _LANDINGS[q])
+        for p in (0, 1)
+        for q in (0, 1)
+    ]
     grid = jnp.stack(parities).reshape(2, 2, n, oh + 1, ow + 1, c)  # [P, Q, N, OH+1, OW+1, C]
     padded = grid.transpose(2, 3, 0, 4, 1, 5).reshape(n, 2 * oh + 2, 2 * ow + 2, c)
-    return (padded[:, low_h:low_h + h, low_w:low_w + w],)
+    return (padded[:, low_h : low_h + h, low_w : low_w + w],)
 
 
 max_pool_3x3_stride2.defvjp(_forward, _backward)

@@ -52,16 +52,18 @@ class BoardSymmetries(NamedTuple):
         return int(self.cell_source.shape[0])
 
 
-def make_symmetries(cell_source: np.ndarray, action_source: np.ndarray, height: int,
-                    width: int) -> BoardSymmetries:
+def make_symmetries(
+    cell_source: np.ndarray, action_source: np.ndarray, height: int, width: int
+) -> BoardSymmetries:
     """Checks that every row is a permutation and row 0 the identity; adds the inverses."""
     cell_source = np.asarray(cell_source, np.int32)
     action_source = np.asarray(action_source, np.int32)
     if cell_source.ndim != 2 or cell_source.shape[1] != height * width:
         raise ValueError(f"cell_source must be [S, {height * width}], got {cell_source.shape}")
     if action_source.ndim != 2 or action_source.shape[0] != cell_source.shape[0]:
-        raise ValueError(f"action_source must be [{cell_source.shape[0]}, A], got "
-                         f"{action_source.shape}")
+        raise ValueError(
+            f"action_source must be [{cell_source.shape[0]}, A], got {action_source.shape}"
+        )
     for name, table in (("cell_source", cell_source), ("action_source", action_source)):
         identity = np.arange(table.shape[1])
         if not np.array_equal(table[0], identity):
@@ -88,8 +90,10 @@ def dihedral_symmetries(size: int, num_actions: int) -> BoardSymmetries:
     symmetry leaves in place."""
     cells = size * size
     if num_actions < cells:
-        raise ValueError(f"a {size}x{size} board's actions must include its {cells} cells, got "
-                         f"{num_actions} actions")
+        raise ValueError(
+            f"a {size}x{size} board's actions must include its {cells} cells, got "
+            f"{num_actions} actions"
+        )
     cell_source = _square_maps(size)
     extra = np.broadcast_to(np.arange(cells, num_actions), (8, num_actions - cells))
     return make_symmetries(cell_source, np.concatenate([cell_source, extra], axis=1), size, size)
@@ -106,13 +110,16 @@ def mirror_symmetries(height: int, width: int, num_actions: int) -> BoardSymmetr
     elif num_actions == height * width:
         action_source = cell_source
     else:
-        raise ValueError(f"mirror actions must be the {width} columns or the {height * width} "
-                         f"cells, got {num_actions} actions")
+        raise ValueError(
+            f"mirror actions must be the {width} columns or the {height * width} "
+            f"cells, got {num_actions} actions"
+        )
     return make_symmetries(cell_source, action_source, height, width)
 
 
-def _permute_board(observation: chex.Array, cell_source: chex.Array,
-                   symmetries: BoardSymmetries) -> chex.Array:
+def _permute_board(
+    observation: chex.Array, cell_source: chex.Array, symmetries: BoardSymmetries
+) -> chex.Array:
     """observation [N, H, W, C], cell_source [N, H*W] -> the permuted boards [N, H, W, C]."""
     n = observation.shape[0]
     chex.assert_shape(observation, (n, symmetries.height, symmetries.width, None))
@@ -121,8 +128,9 @@ def _permute_board(observation: chex.Array, cell_source: chex.Array,
     return moved.reshape(observation.shape)
 
 
-def augment_muzero_batch(batch: MuZeroBatch, symmetries: BoardSymmetries,
-                         index: chex.Array) -> MuZeroBatch:
+def augment_muzero_batch(
+    batch: MuZeroBatch, symmetries: BoardSymmetries, index: chex.Array
+) -> MuZeroBatch:
     """Each window n seen under symmetry `index[n]` ([N] int): the start observation, the
     unrolled actions and every step's policy target; values and rewards as they were."""
     n, k = batch.action.shape
@@ -138,8 +146,9 @@ def augment_muzero_batch(batch: MuZeroBatch, symmetries: BoardSymmetries,
     )
 
 
-def augment_alphazero_batch(batch: AlphaZeroBatch, symmetries: BoardSymmetries,
-                            index: chex.Array) -> AlphaZeroBatch:
+def augment_alphazero_batch(
+    batch: AlphaZeroBatch, symmetries: BoardSymmetries, index: chex.Array
+) -> AlphaZeroBatch:
     """Each state n seen under symmetry `index[n]` ([N] int): observation and policy target."""
     n = batch.value_target.shape[0]
     chex.assert_shape(index, (n,))
@@ -155,8 +164,11 @@ def augment_alphazero_batch(batch: AlphaZeroBatch, symmetries: BoardSymmetries,
 LossFn = Callable[[Any, Any, jax.Array], tuple[jax.Array, Any]]
 
 
-def with_symmetries(loss_fn: LossFn, symmetries: BoardSymmetries,
-                    augment: Callable[[Any, BoardSymmetries, chex.Array], Any]) -> LossFn:
+def with_symmetries(
+    loss_fn: LossFn,
+    symmetries: BoardSymmetries,
+    augment: Callable[[Any, BoardSymmetries, chex.Array], Any],
+) -> LossFn:
     """`loss_fn` on the batch seen through a uniformly random symmetry per example, drawn from the
     loss's key (each update and each shard of a replicated one draws its own)."""
 

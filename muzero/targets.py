@@ -33,8 +33,9 @@ def ply_discount(env_discount: chex.Array, discount: float, two_player: bool) ->
     return env_discount * (-discount if two_player else discount)
 
 
-def n_step_values(reward_t: chex.Array, ply_discount_t: chex.Array, value_t: chex.Array,
-                  td_steps: int) -> chex.Array:
+def n_step_values(
+    reward_t: chex.Array, ply_discount_t: chex.Array, value_t: chex.Array, td_steps: int
+) -> chex.Array:
     """`z_t = sum_{i<n} (prod_{j<i} d_{t+j}) r_{t+i} + (prod_{j<n} d_{t+j}) v_{t+n}`, per step.
 
     Args:
@@ -69,8 +70,9 @@ def value_priorities(search_value: chex.Array, value_target: chex.Array) -> chex
     return jnp.abs(search_value - value_target)
 
 
-def sequence_priorities(trajectory: Trajectory, *, td_steps: int, discount: float,
-                        two_player: bool) -> chex.Array:
+def sequence_priorities(
+    trajectory: Trajectory, *, td_steps: int, discount: float, two_player: bool
+) -> chex.Array:
     """Priorities `[T, B]` of the steps of a fresh trajectory, for insertion into the replay.
 
     Steps within n of the trajectory's end bootstrap earlier (see `n_step_values`).
@@ -80,8 +82,15 @@ def sequence_priorities(trajectory: Trajectory, *, td_steps: int, discount: floa
     return value_priorities(trajectory.search_value, z)
 
 
-def muzero_batch(window: Trajectory, importance_weight: chex.Array, *, unroll_steps: int,
-                 td_steps: int, discount: float, two_player: bool) -> MuZeroBatch:
+def muzero_batch(
+    window: Trajectory,
+    importance_weight: chex.Array,
+    *,
+    unroll_steps: int,
+    td_steps: int,
+    discount: float,
+    two_player: bool,
+) -> MuZeroBatch:
     """The targets of K + 1 unroll steps from windows of length L = K + n + 1.
 
     Args:
@@ -104,8 +113,10 @@ def muzero_batch(window: Trajectory, importance_weight: chex.Array, *, unroll_st
     chex.assert_rank(window.search_policy, 3)
     chex.assert_equal_shape([window.action, window.reward, window.discount, window.search_value])
     if window.action.shape[0] != length:
-        raise ValueError(f"windows must have length unroll_steps + td_steps + 1 = {length}, got "
-                         f"{window.action.shape[0]}")
+        raise ValueError(
+            f"windows must have length unroll_steps + td_steps + 1 = {length}, got "
+            f"{window.action.shape[0]}"
+        )
     num_actions = window.search_policy.shape[-1]
 
     env_discount = window.discount.astype(jnp.float32)
@@ -114,16 +125,22 @@ def muzero_batch(window: Trajectory, importance_weight: chex.Array, *, unroll_st
     alive = jnp.concatenate([jnp.ones_like(ended[:1]), jnp.cumprod(1.0 - ended[:-1], axis=0)])
 
     d = ply_discount(env_discount, discount, two_player)
-    z = n_step_values(window.reward.astype(jnp.float32), d,
-                      window.search_value.astype(jnp.float32), n)
+    z = n_step_values(
+        window.reward.astype(jnp.float32), d, window.search_value.astype(jnp.float32), n
+    )
     value_target = z[: k + 1] * alive[: k + 1]  # [K+1, N]
     # The transition into step j (j >= 1) starts at state j - 1: a real one only if that is alive.
     reward_target = jnp.concatenate(
-        [jnp.zeros_like(window.reward[:1], dtype=jnp.float32),
-         window.reward[:k].astype(jnp.float32) * alive[:k]], axis=0)  # [K+1, N]
+        [
+            jnp.zeros_like(window.reward[:1], dtype=jnp.float32),
+            window.reward[:k].astype(jnp.float32) * alive[:k],
+        ],
+        axis=0,
+    )  # [K+1, N]
     uniform = jnp.full_like(window.search_policy[: k + 1], 1.0 / num_actions, dtype=jnp.float32)
-    policy_target = jnp.where(alive[: k + 1, :, None] > 0,
-                              window.search_policy[: k + 1].astype(jnp.float32), uniform)
+    policy_target = jnp.where(
+        alive[: k + 1, :, None] > 0, window.search_policy[: k + 1].astype(jnp.float32), uniform
+    )
 
     def batch_major(x):
         return jnp.swapaxes(x, 0, 1)
@@ -139,8 +156,14 @@ def muzero_batch(window: Trajectory, importance_weight: chex.Array, *, unroll_st
     )
 
 
-def alphazero_batch(window: Trajectory, importance_weight: chex.Array, *, td_steps: int,
-                    discount: float, two_player: bool) -> AlphaZeroBatch:
+def alphazero_batch(
+    window: Trajectory,
+    importance_weight: chex.Array,
+    *,
+    td_steps: int,
+    discount: float,
+    two_player: bool,
+) -> AlphaZeroBatch:
     """The first state of each window with its n-step value target (AlphaZero's training example).
 
     Args:
@@ -155,11 +178,13 @@ def alphazero_batch(window: Trajectory, importance_weight: chex.Array, *, td_ste
     """
     chex.assert_rank([window.reward, window.discount, window.search_value], 2)
     if window.reward.shape[0] != td_steps + 1:
-        raise ValueError(f"windows must have length td_steps + 1 = {td_steps + 1}, got "
-                         f"{window.reward.shape[0]}")
+        raise ValueError(
+            f"windows must have length td_steps + 1 = {td_steps + 1}, got {window.reward.shape[0]}"
+        )
     d = ply_discount(window.discount.astype(jnp.float32), discount, two_player)
-    z = n_step_values(window.reward.astype(jnp.float32), d,
-                      window.search_value.astype(jnp.float32), td_steps)  # [L, N]
+    z = n_step_values(
+        window.reward.astype(jnp.float32), d, window.search_value.astype(jnp.float32), td_steps
+    )  # [L, N]
     return AlphaZeroBatch(
         observation=jax.tree.map(lambda o: o[0].astype(jnp.float32), window.observation),
         policy_target=window.search_policy[0].astype(jnp.float32),

@@ -71,8 +71,10 @@ def scalar_to_two_hot(x: chex.Array, support_size: int) -> chex.Array:
     high_index = jnp.minimum(low_index + 1, 2 * support_size)
     num_bins = 2 * support_size + 1
     # At x = S the upper index clips onto the lower one; its weight frac is then 0.
-    return (jax.nn.one_hot(low_index, num_bins) * (1.0 - frac)[..., None]
-            + jax.nn.one_hot(high_index, num_bins) * frac[..., None])
+    return (
+        jax.nn.one_hot(low_index, num_bins) * (1.0 - frac)[..., None]
+        + jax.nn.one_hot(high_index, num_bins) * frac[..., None]
+    )
 
 
 def two_hot_to_scalar(probs: chex.Array, support_size: int) -> chex.Array:
@@ -82,15 +84,17 @@ def two_hot_to_scalar(probs: chex.Array, support_size: int) -> chex.Array:
     return jnp.sum(probs * support, axis=-1)
 
 
-def logits_to_scalar(logits: chex.Array, support_size: int, eps: float = DEFAULT_EPS,
-                     use_h: bool = True) -> chex.Array:
+def logits_to_scalar(
+    logits: chex.Array, support_size: int, eps: float = DEFAULT_EPS, use_h: bool = True
+) -> chex.Array:
     """Decode categorical `logits [..., 2S + 1]` to scalars `[...]` (expectation, then h^-1)."""
     y = two_hot_to_scalar(jax.nn.softmax(logits, axis=-1), support_size)
     return h_inverse(y, eps) if use_h else y
 
 
-def categorical_transform(support_size: int, eps: float = DEFAULT_EPS,
-                          use_h: bool = True) -> ValueTransform:
+def categorical_transform(
+    support_size: int, eps: float = DEFAULT_EPS, use_h: bool = True
+) -> ValueTransform:
     """Categorical outputs over [-S, S] of (by default) h-transformed scalars: MuZero's choice."""
     if not isinstance(support_size, int) or support_size < 1:
         raise ValueError(f"support_size must be an integer >= 1, got {support_size!r}")

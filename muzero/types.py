@@ -74,5 +74,10 @@ class VTraceBatch(NamedTuple):
     @classmethod
     def from_trajectory(cls, trajectory: Trajectory) -> "VTraceBatch":
         """The V-trace fields of an actor's `Trajectory`."""
-        return cls(trajectory.observation, trajectory.action, trajectory.reward,
-                   trajectory.discount, trajectory.behaviour_logits)
+        return cls(
+            trajectory.observation,
+            trajectory.action,
+            trajectory.reward,
+            trajectory.discount,
+            trajectory.behaviour_logits,
+        )

@@ -19,28 +19,45 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="podracer arena",
         description="Play a round-robin or gauntlet tournament and fit Elo ratings with 95% CIs. "
-                    "Run again with the same --out to continue a stopped tournament.",
+        "Run again with the same --out to continue a stopped tournament.",
         epilog=describe_players(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--game", required=True,
-                        help="OpenSpiel game, e.g. tic_tac_toe, connect_four, 'go(board_size=9)'")
-    parser.add_argument("--players", required=True,
-                        help="comma-separated player specs, e.g. minimax,mcts:200,uct_c=1.4,random")
-    parser.add_argument("--games", type=int, default=10,
-                        help="games per pairing, colours alternating (default 10)")
-    parser.add_argument("--out", default=None,
-                        help="output folder (default runs/arena-GAME-TIME); an existing "
-                             "tournament there is continued")
-    parser.add_argument("--format", choices=FORMATS, default="round-robin",
-                        help="round-robin (every pair) or gauntlet (the first player against "
-                             "each other)")
+    parser.add_argument(
+        "--game",
+        required=True,
+        help="OpenSpiel game, e.g. tic_tac_toe, connect_four, 'go(board_size=9)'",
+    )
+    parser.add_argument(
+        "--players",
+        required=True,
+        help="comma-separated player specs, e.g. minimax,mcts:200,uct_c=1.4,random",
+    )
+    parser.add_argument(
+        "--games", type=int, default=10, help="games per pairing, colours alternating (default 10)"
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="output folder (default runs/arena-GAME-TIME); an existing "
+        "tournament there is continued",
+    )
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="round-robin",
+        help="round-robin (every pair) or gauntlet (the first player against each other)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="tournament seed (default 0)")
-    parser.add_argument("--anchor", default=None,
-                        help="player rated 0 (default random if playing, else the first)")
-    parser.add_argument("--concurrent", type=int, default=None,
-                        help="games of a pairing played at once (default: all for batched "
-                             "players, else 1)")
+    parser.add_argument(
+        "--anchor", default=None, help="player rated 0 (default random if playing, else the first)"
+    )
+    parser.add_argument(
+        "--concurrent",
+        type=int,
+        default=None,
+        help="games of a pairing played at once (default: all for batched players, else 1)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no line per finished game")
     return parser
 
@@ -54,29 +71,49 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--concurrent must be at least 1, got {args.concurrent}")
     if args.anchor is not None and args.anchor not in specs:
         raise UsageError(f"--anchor {args.anchor!r} is not one of --players ({', '.join(specs)})")
-    out = Path(args.out) if args.out else Path(
-        "runs", f"arena-{game.get_type().short_name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = (
+        Path(args.out)
+        if args.out
+        else Path("runs", f"arena-{game.get_type().short_name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    )
 
     count = [0]
 
     def progress(record):
         count[0] += 1
         if not args.quiet:
-            print(f"game {count[0]}: {record.players[0]} vs {record.players[1]}: "
-                  f"{record.result} in {len(record.actions)} moves", file=sys.stderr)
+            print(
+                f"game {count[0]}: {record.players[0]} vs {record.players[1]}: "
+                f"{record.result} in {len(record.actions)} moves",
+                file=sys.stderr,
+            )
 
     try:
-        records = run_tournament(game, specs, args.games, out, format=args.format,
-                                 seed=args.seed, max_concurrent=args.concurrent, on_game=progress)
+        records = run_tournament(
+            game,
+            specs,
+            args.games,
+            out,
+            format=args.format,
+            seed=args.seed,
+            max_concurrent=args.concurrent,
+            on_game=progress,
+        )
     except KeyboardInterrupt:
-        print(f"stopped: {count[0]} new game(s) saved in {out / 'games.jsonl'}; run the same "
-              "command again to continue", file=sys.stderr)
+        print(
+            f"stopped: {count[0]} new game(s) saved in {out / 'games.jsonl'}; run the same "
+            "command again to continue",
+            file=sys.stderr,
+        )
         raise
-    ratings = fit_ratings(records, players=[s for s in specs],
-                          anchor=args.anchor or default_anchor(specs))
+    ratings = fit_ratings(
+        records, players=[s for s in specs], anchor=args.anchor or default_anchor(specs)
+    )
     results = results_dict(ratings, records, game=str(game), format=args.format, seed=args.seed)
     paths = write_results(out, results)
     print(format_table(results))
-    print(f"results: {paths['json']} (also {paths['csv'].name}, {paths['crosstable'].name}, "
-          f"{paths['png'].name}); games: {out / 'games.jsonl'}")
+    print(
+        f"results: {paths['json']} (also {paths['csv'].name}, {paths['crosstable'].name}, "
+        f"{paths['png'].name}); games: {out / 'games.jsonl'}"
+    )
     return 0

@@ -21,11 +21,15 @@ __all__ = ["COMMANDS", "main"]
 
 # Subcommand -> (its module, one line for `podracer --help`).
 COMMANDS = {
-    "train": ("podracer.train_command",
-              "train an agent by self-play (Sebulba: actor threads + replicated learner; Anakin "
-              "for pgx games)"),
-    "arena": ("podracer.arena_command",
-              "rate players (bots, checkpoints, you) against each other in a two-player game"),
+    "train": (
+        "podracer.train_command",
+        "train an agent by self-play (Sebulba: actor threads + replicated learner; Anakin "
+        "for pgx games)",
+    ),
+    "arena": (
+        "podracer.arena_command",
+        "rate players (bots, checkpoints, you) against each other in a two-player game",
+    ),
 }
 
 
@@ -33,13 +37,14 @@ def _top_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="podracer",
         description="Search-based reinforcement learning at scale (MuZero, AlphaZero, V-trace).",
-        epilog="commands:\n" + "\n".join(f"  {name:<8}{text}"
-                                         for name, (_, text) in COMMANDS.items())
-               + "\n\n`podracer COMMAND --help` describes each.",
+        epilog="commands:\n"
+        + "\n".join(f"  {name:<8}{text}" for name, (_, text) in COMMANDS.items())
+        + "\n\n`podracer COMMAND --help` describes each.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("command", metavar="COMMAND", choices=list(COMMANDS),
-                        help=f"one of: {', '.join(COMMANDS)}")
+    parser.add_argument(
+        "command", metavar="COMMAND", choices=list(COMMANDS), help=f"one of: {', '.join(COMMANDS)}"
+    )
     parser.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
 

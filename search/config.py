@@ -56,8 +56,13 @@ class SearchConfig:
         if self.max_depth is not None:
             _check_int(self, "max_depth", minimum=1)
         _check_int(self, "max_num_considered_actions", minimum=1)
-        for name in ("pb_c_init", "pb_c_base", "dirichlet_alpha", "qtransform_value_scale",
-                     "qtransform_maxvisit_init"):
+        for name in (
+            "pb_c_init",
+            "pb_c_base",
+            "dirichlet_alpha",
+            "qtransform_value_scale",
+            "qtransform_maxvisit_init",
+        ):
             _check_number(self, name, minimum=0.0, strict=name in ("pb_c_base", "dirichlet_alpha"))
         _check_number(self, "dirichlet_fraction", minimum=0.0)
         _check(self.dirichlet_fraction <= 1.0, self, "dirichlet_fraction", "must be in [0, 1]")
@@ -65,15 +70,27 @@ class SearchConfig:
         _check_number(self, "gumbel_scale", minimum=0.0)
         _check_number(self, "qtransform_min_value")
         _check_number(self, "qtransform_max_value")
-        _check(self.qtransform_max_value > self.qtransform_min_value, self, "qtransform_max_value",
-               "must be greater than qtransform_min_value")
-        _check(self.qtransform is None or self.qtransform in QTRANSFORMS, self, "qtransform",
-               f"must be None or one of {QTRANSFORMS}")
+        _check(
+            self.qtransform_max_value > self.qtransform_min_value,
+            self,
+            "qtransform_max_value",
+            "must be greater than qtransform_min_value",
+        )
+        _check(
+            self.qtransform is None or self.qtransform in QTRANSFORMS,
+            self,
+            "qtransform",
+            f"must be None or one of {QTRANSFORMS}",
+        )
         # Gumbel MuZero's policy improvement (and its improved-policy target) is defined over
         # completed Q-values; min-max or parent-and-siblings scores would silently change it.
-        _check(self.algorithm != "gumbel_muzero"
-               or self.qtransform in (None, "completed_by_mix_value"), self, "qtransform",
-               "must be None or 'completed_by_mix_value' with algorithm 'gumbel_muzero'")
+        _check(
+            self.algorithm != "gumbel_muzero"
+            or self.qtransform in (None, "completed_by_mix_value"),
+            self,
+            "qtransform",
+            "must be None or 'completed_by_mix_value' with algorithm 'gumbel_muzero'",
+        )
 
     @property
     def qtransform_name(self) -> str:
@@ -96,8 +113,9 @@ def _check_int(config: SearchConfig, field: str, minimum: int) -> None:
         raise ValueError(f"SearchConfig.{field} must be an integer >= {minimum}, got {value!r}")
 
 
-def _check_number(config: SearchConfig, field: str, minimum: float | None = None,
-                  strict: bool = False) -> None:
+def _check_number(
+    config: SearchConfig, field: str, minimum: float | None = None, strict: bool = False
+) -> None:
     value = getattr(config, field)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValueError(f"SearchConfig.{field} must be a finite number, got {value!r}")

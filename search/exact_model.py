@@ -34,8 +34,9 @@ StepFn = Callable[[Any, chex.Array], tuple[Any, chex.Array, chex.Array, chex.Arr
 PredictionFn = Callable[[Any, Any], tuple[chex.Array, chex.Array]]
 
 
-def make_exact_recurrent_fn(step_fn: StepFn, prediction_fn: PredictionFn, *,
-                            two_player: bool = True, discount: float = 1.0) -> mctx.RecurrentFn:
+def make_exact_recurrent_fn(
+    step_fn: StepFn, prediction_fn: PredictionFn, *, two_player: bool = True, discount: float = 1.0
+) -> mctx.RecurrentFn:
     """Builds an mctx `recurrent_fn` whose embedding is the simulator's real (batched) state.
 
     Args:

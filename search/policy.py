@@ -107,18 +107,24 @@ def _make_qtransform(config: SearchConfig):
     if name == "by_parent_and_siblings":
         return mctx.qtransform_by_parent_and_siblings
     if name == "by_min_max":
-        return functools.partial(mctx.qtransform_by_min_max, min_value=config.qtransform_min_value,
-                                 max_value=config.qtransform_max_value)
-    return functools.partial(mctx.qtransform_completed_by_mix_value,
-                             value_scale=config.qtransform_value_scale,
-                             maxvisit_init=config.qtransform_maxvisit_init)
+        return functools.partial(
+            mctx.qtransform_by_min_max,
+            min_value=config.qtransform_min_value,
+            max_value=config.qtransform_max_value,
+        )
+    return functools.partial(
+        mctx.qtransform_completed_by_mix_value,
+        value_scale=config.qtransform_value_scale,
+        maxvisit_init=config.qtransform_maxvisit_init,
+    )
 
 
 def _dirichlet_noisy_logits(rng_key, prior_logits, config: SearchConfig) -> chex.Array:
     """mctx.muzero_policy's root noise: mix softmax(prior) with Dirichlet(alpha) noise."""
     batch_size, num_actions = prior_logits.shape
-    noise = jax.random.dirichlet(rng_key, alpha=jnp.full([num_actions], config.dirichlet_alpha),
-                                 shape=(batch_size,))
+    noise = jax.random.dirichlet(
+        rng_key, alpha=jnp.full([num_actions], config.dirichlet_alpha), shape=(batch_size,)
+    )
     fraction = config.dirichlet_fraction
     probs = (1 - fraction) * jax.nn.softmax(prior_logits) + fraction * noise
     return jnp.log(jnp.maximum(probs, jnp.finfo(probs.dtype).tiny))
@@ -164,72 +170,109 @@ def run(
         if tree is not None:
             raise ValueError(
                 "search.run: tree= (subtree reuse) needs algorithm='muzero'; Gumbel MuZero's "
-                "sequential halving schedules a fixed budget from an unvisited root")
-        return _gumbel_muzero(params, rng_key, root, recurrent_fn, config, qtransform,
-                              invalid_actions, max_depth)
+                "sequential halving schedules a fixed budget from an unvisited root"
+            )
+        return _gumbel_muzero(
+            params, rng_key, root, recurrent_fn, config, qtransform, invalid_actions, max_depth
+        )
 
     # Key use mirrors mctx.muzero_policy so that the fresh search matches it exactly.
     rng_key, dirichlet_key, search_key = jax.random.split(rng_key, 3)
     noisy_logits = _dirichlet_noisy_logits(dirichlet_key, root.prior_logits, config)
     root = root.replace(prior_logits=mask_invalid_logits(noisy_logits, invalid_actions))
-    selection_fn = functools.partial(_puct_selection, pb_c_init=config.pb_c_init,
-                                     pb_c_base=config.pb_c_base, qtransform=qtransform)
+    selection_fn = functools.partial(
+        _puct_selection,
+        pb_c_init=config.pb_c_init,
+        pb_c_base=config.pb_c_base,
+        qtransform=qtransform,
+    )
     if tree is None:
         # mctx.search uses the key as _simulate_from does on a fresh tree (the same splits, node
         # `sim + 1`), so this is today's search, bit for bit, through mctx's public API.
         search_tree = mctx.search(
-            params, search_key, root=root, recurrent_fn=recurrent_fn,
+            params,
+            search_key,
+            root=root,
+            recurrent_fn=recurrent_fn,
             root_action_selection_fn=functools.partial(selection_fn, depth=0),
-            interior_action_selection_fn=selection_fn, num_simulations=config.num_simulations,
-            max_depth=max_depth, invalid_actions=invalid_actions)
+            interior_action_selection_fn=selection_fn,
+            num_simulations=config.num_simulations,
+            max_depth=max_depth,
+            invalid_actions=invalid_actions,
+        )
     else:
         if invalid_actions is None:
             invalid_actions = jnp.zeros_like(root.prior_logits)
         start = _prepare_continued_tree(tree, root, invalid_actions, config.num_simulations)
-        search_tree = _simulate_from(params, search_key, start, recurrent_fn, selection_fn,
-                                     config.num_simulations, max_depth)
+        search_tree = _simulate_from(
+            params, search_key, start, recurrent_fn, selection_fn, config.num_simulations, max_depth
+        )
     summary = search_tree.summary()
     action = select_action(rng_key, summary.visit_probs, config.temperature)
-    return SearchOutput(action=action, action_weights=summary.visit_probs,
-                        visit_counts=summary.visit_counts, root_value=summary.value,
-                        q_values=summary.qvalues, tree=search_tree)
+    return SearchOutput(
+        action=action,
+        action_weights=summary.visit_probs,
+        visit_counts=summary.visit_counts,
+        root_value=summary.value,
+        q_values=summary.qvalues,
+        tree=search_tree,
+    )
 
 
-def _gumbel_muzero(params, rng_key, root, recurrent_fn, config, qtransform, invalid_actions,
-                   max_depth) -> SearchOutput:
+def _gumbel_muzero(
+    params, rng_key, root, recurrent_fn, config, qtransform, invalid_actions, max_depth
+) -> SearchOutput:
     """mctx.gumbel_muzero_policy, with the interior selection masking illegal actions."""
     root = root.replace(prior_logits=mask_invalid_logits(root.prior_logits, invalid_actions))
     rng_key, gumbel_key = jax.random.split(rng_key)
     gumbel = config.gumbel_scale * jax.random.gumbel(
-        gumbel_key, shape=root.prior_logits.shape, dtype=root.prior_logits.dtype)
+        gumbel_key, shape=root.prior_logits.shape, dtype=root.prior_logits.dtype
+    )
     root_selection = functools.partial(
-        mctx.gumbel_muzero_root_action_selection, num_simulations=config.num_simulations,
-        max_num_considered_actions=config.max_num_considered_actions, qtransform=qtransform)
+        mctx.gumbel_muzero_root_action_selection,
+        num_simulations=config.num_simulations,
+        max_num_considered_actions=config.max_num_considered_actions,
+        qtransform=qtransform,
+    )
     interior_selection = functools.partial(_gumbel_interior_selection, qtransform=qtransform)
     if invalid_actions is None:
         invalid_actions = jnp.zeros_like(root.prior_logits)
     search_tree = mctx.search(
-        params, rng_key, root=root, recurrent_fn=recurrent_fn,
-        root_action_selection_fn=root_selection, interior_action_selection_fn=interior_selection,
-        num_simulations=config.num_simulations, max_depth=max_depth,
+        params,
+        rng_key,
+        root=root,
+        recurrent_fn=recurrent_fn,
+        root_action_selection_fn=root_selection,
+        interior_action_selection_fn=interior_selection,
+        num_simulations=config.num_simulations,
+        max_depth=max_depth,
         invalid_actions=invalid_actions,
-        extra_data=mctx.GumbelMuZeroExtraData(root_gumbel=gumbel))
+        extra_data=mctx.GumbelMuZeroExtraData(root_gumbel=gumbel),
+    )
     summary = search_tree.summary()
     # As mctx: act with the best of the most visited actions by gumbel + logits + completed q.
     considered_visit = jnp.max(summary.visit_counts, axis=-1, keepdims=True)
     completed_q = jax.vmap(qtransform, in_axes=[0, None])(search_tree, search_tree.ROOT_INDEX)
-    to_argmax = _mctx_internals.score_considered(considered_visit, gumbel, root.prior_logits,
-                                                 completed_q, summary.visit_counts)
+    to_argmax = _mctx_internals.score_considered(
+        considered_visit, gumbel, root.prior_logits, completed_q, summary.visit_counts
+    )
     action = mctx_masked_argmax(to_argmax, invalid_actions.astype(bool))
     action_weights = jax.nn.softmax(
-        mask_invalid_logits(root.prior_logits + completed_q, invalid_actions))
-    return SearchOutput(action=action, action_weights=action_weights,
-                        visit_counts=summary.visit_counts, root_value=summary.value,
-                        q_values=summary.qvalues, tree=search_tree)
+        mask_invalid_logits(root.prior_logits + completed_q, invalid_actions)
+    )
+    return SearchOutput(
+        action=action,
+        action_weights=action_weights,
+        visit_counts=summary.visit_counts,
+        root_value=summary.value,
+        q_values=summary.qvalues,
+        tree=search_tree,
+    )
 
 
-def _simulate_from(params, rng_key, tree, recurrent_fn, selection_fn, num_simulations,
-                   max_depth) -> mctx.Tree:
+def _simulate_from(
+    params, rng_key, tree, recurrent_fn, selection_fn, num_simulations, max_depth
+) -> mctx.Tree:
     """mctx's simulation loop, started from a tree that may already hold nodes.
 
     New nodes are written after the existing ones: node index `num_existing + sim` for each row.
@@ -244,13 +287,16 @@ def _simulate_from(params, rng_key, tree, recurrent_fn, selection_fn, num_simula
         rng_key, tree = loop_state
         rng_key, simulate_key, expand_key = jax.random.split(rng_key, 3)
         simulate_keys = jax.random.split(simulate_key, batch_size)
-        parent_index, action = _mctx_internals.simulate(simulate_keys, tree, selection_fn,
-                                                        max_depth)
+        parent_index, action = _mctx_internals.simulate(
+            simulate_keys, tree, selection_fn, max_depth
+        )
         next_node_index = tree.children_index[batch_range, parent_index, action]
-        next_node_index = jnp.where(next_node_index == mctx.Tree.UNVISITED,
-                                    num_existing + sim, next_node_index)
-        tree = _mctx_internals.expand(params, expand_key, tree, recurrent_fn, parent_index,
-                                      action, next_node_index)
+        next_node_index = jnp.where(
+            next_node_index == mctx.Tree.UNVISITED, num_existing + sim, next_node_index
+        )
+        tree = _mctx_internals.expand(
+            params, expand_key, tree, recurrent_fn, parent_index, action, next_node_index
+        )
         tree = _mctx_internals.backward(tree, next_node_index)
         return rng_key, tree
 
@@ -258,8 +304,9 @@ def _simulate_from(params, rng_key, tree, recurrent_fn, selection_fn, num_simula
     return tree
 
 
-def _prepare_continued_tree(tree: mctx.Tree, root: mctx.RootFnOutput, invalid_actions,
-                            num_simulations: int) -> mctx.Tree:
+def _prepare_continued_tree(
+    tree: mctx.Tree, root: mctx.RootFnOutput, invalid_actions, num_simulations: int
+) -> mctx.Tree:
     """Makes room for `num_simulations` new nodes and refreshes the root from `root`.
 
     A kept root keeps its visits, value and children statistics; its prior is replaced by the
@@ -293,7 +340,8 @@ def _prepare_continued_tree(tree: mctx.Tree, root: mctx.RootFnOutput, invalid_ac
     tree = tree.replace(
         node_visits=tree.node_visits.at[:, 0].set(jnp.maximum(tree.node_visits[:, 0], 1)),
         raw_values=tree.raw_values.at[:, 0].set(
-            jnp.where(has_root, tree.raw_values[:, 0], root.value)),
+            jnp.where(has_root, tree.raw_values[:, 0], root.value)
+        ),
         node_values=tree.node_values.at[:, 0].set(root_value),
         children_prior_logits=tree.children_prior_logits.at[:, 0].set(root.prior_logits),
         embeddings=jax.tree.map(lambda x, r: x.at[:, 0].set(r), tree.embeddings, root.embedding),
@@ -302,8 +350,12 @@ def _prepare_continued_tree(tree: mctx.Tree, root: mctx.RootFnOutput, invalid_ac
     return tree
 
 
-def select_action(rng_key: chex.PRNGKey, visit_probs: chex.Array, temperature: float,
-                  invalid_actions: chex.Array | None = None) -> chex.Array:
+def select_action(
+    rng_key: chex.PRNGKey,
+    visit_probs: chex.Array,
+    temperature: float,
+    invalid_actions: chex.Array | None = None,
+) -> chex.Array:
     """Picks an action per row from visit counts (or their distribution).
 
     Samples proportionally to `visits ** (1 / temperature)`; temperature 0 is greedy (the most

@@ -39,8 +39,13 @@ _NODE_FILL = {  # what an empty slot holds, per per-node field of mctx.Tree
 }
 
 
-def reuse_subtree(tree: mctx.Tree, action: chex.Array, *, keep: chex.Array | None = None,
-                  max_nodes: int | None = None) -> mctx.Tree:
+def reuse_subtree(
+    tree: mctx.Tree,
+    action: chex.Array,
+    *,
+    keep: chex.Array | None = None,
+    max_nodes: int | None = None,
+) -> mctx.Tree:
     """Makes the subtree under `action` at the root the new tree, keeping its statistics.
 
     Args:
@@ -86,7 +91,8 @@ def _reuse_row(tree: mctx.Tree, action, keep, max_nodes: int) -> mctx.Tree:
     # old_of_new[j]: the old index of new slot j, or num_nodes (an empty slot) where none.
     old_of_new = jnp.full((max_nodes,), num_nodes, dtype=jnp.int32)
     old_of_new = old_of_new.at[jnp.where(member, new_index, max_nodes)].set(
-        jnp.arange(num_nodes, dtype=jnp.int32), mode="drop")
+        jnp.arange(num_nodes, dtype=jnp.int32), mode="drop"
+    )
     filled = old_of_new < num_nodes  # [max_nodes]
 
     def gather(x, fill):
@@ -104,5 +110,10 @@ def _reuse_row(tree: mctx.Tree, action, keep, max_nodes: int) -> mctx.Tree:
     action_from_parent = jnp.where(is_root | ~filled, mctx.Tree.NO_PARENT, action_from_parent)
     children_index = renumber(gather(tree.children_index, mctx.Tree.UNVISITED))
     embeddings = jax.tree.map(lambda x: gather(x, 0), tree.embeddings)
-    return tree.replace(parents=parents, action_from_parent=action_from_parent,
-                        children_index=children_index, embeddings=embeddings, **fields)
+    return tree.replace(
+        parents=parents,
+        action_from_parent=action_from_parent,
+        children_index=children_index,
+        embeddings=embeddings,
+        **fields,
+    )

@@ -34,8 +34,19 @@ from selfplay.metrics import StageTimer
 from selfplay.params import ParameterServer
 from selfplay.replay import Store
 
-__all__ = ["ActorStats", "EnvColumns", "act", "acting_fields", "actor_loop", "async_actor_loop",
-           "check_actor_envs", "fused_pgx_act_step", "is_async", "push", "start_actors"]
+__all__ = [
+    "ActorStats",
+    "EnvColumns",
+    "act",
+    "acting_fields",
+    "actor_loop",
+    "async_actor_loop",
+    "check_actor_envs",
+    "fused_pgx_act_step",
+    "is_async",
+    "push",
+    "start_actors",
+]
 
 POLL_S = 0.5  # every blocking call wakes at least this often to check the stop signal
 
@@ -71,19 +82,31 @@ def is_async(config: ExperimentConfig) -> bool:
 def check_actor_envs(config: ExperimentConfig) -> None:
     """UsageError for actor settings the environment cannot serve, before anything starts."""
     if "batch_size" in config.env.options:
-        raise UsageError("env.options.batch_size is set by the runtime: remove it and set "
-                         "actors.envs_per_step (envs the actor acts on per step) instead")
+        raise UsageError(
+            "env.options.batch_size is set by the runtime: remove it and set "
+            "actors.envs_per_step (envs the actor acts on per step) instead"
+        )
     family, _ = parse_env_name(config.env.name)
     if is_async(config) and family != "envpool":
-        raise UsageError(f"actors.envs_per_step={config.actors.envs_per_step} (async stepping, "
-                         f"below actors.envs_per_thread={config.actors.envs_per_thread}) works "
-                         f"only with envpool: environments, not {config.env.name}; set "
-                         f"actors.envs_per_step=0")
+        raise UsageError(
+            f"actors.envs_per_step={config.actors.envs_per_step} (async stepping, "
+            f"below actors.envs_per_thread={config.actors.envs_per_thread}) works "
+            f"only with envpool: environments, not {config.env.name}; set "
+            f"actors.envs_per_step=0"
+        )
 
 
-def start_actors(threads: ThreadGroup, devices: list[jax.Device], config: ExperimentConfig,
-                 agent: Agent, server: ParameterServer, store: Store, stats: ActorStats,
-                 stop: StopSignal, key: jax.Array) -> int:
+def start_actors(
+    threads: ThreadGroup,
+    devices: list[jax.Device],
+    config: ExperimentConfig,
+    agent: Agent,
+    server: ParameterServer,
+    store: Store,
+    stats: ActorStats,
+    stop: StopSignal,
+    key: jax.Array,
+) -> int:
     """Starts `actors.threads_per_device` actor threads per device in `threads` (thread i gets
     `fold_in(key, i)` and the stream name `actor-i`); returns how many."""
     loop = async_actor_loop if is_async(config) else actor_loop
@@ -91,18 +114,36 @@ def start_actors(threads: ThreadGroup, devices: list[jax.Device], config: Experi
     for d, device in enumerate(devices):
         for i in range(per_device):
             index = d * per_device + i
-            threads.start(f"actor-{index}", loop, index, device, config, agent, server, store,
-                          stats, stop, jax.random.fold_in(key, index))
+            threads.start(
+                f"actor-{index}",
+                loop,
+                index,
+                device,
+                config,
+                agent,
+                server,
+                store,
+                stats,
+                stop,
+                jax.random.fold_in(key, index),
+            )
     return len(devices) * per_device
 
 
-def actor_loop(index: int, device: jax.Device, config: ExperimentConfig, agent: Agent,
-                server: ParameterServer, store: Store, stats: ActorStats, stop: StopSignal,
-                key: jax.Array) -> None:
+def actor_loop(
+    index: int,
+    device: jax.Device,
+    config: ExperimentConfig,
+    agent: Agent,
+    server: ParameterServer,
+    store: Store,
+    stats: ActorStats,
+    stop: StopSignal,
+    key: jax.Array,
+) -> None:
     """One actor thread: its own environments, search on `device`, segments into the store."""
     num_envs = config.actors.envs_per_thread
-    env = make_env(config.env.name, num_envs, seed=config.seed * 1000 + index,
-                   **config.env.options)
+    env = make_env(config.env.name, num_envs, seed=config.seed * 1000 + index, **config.env.options)
     try:
         timestep = env.reset(config.seed * 1000 + index)
         # On an accelerator the fused call saves a host round trip per step; on the CPU it cost
@@ -122,8 +163,9 @@ def actor_loop(index: int, device: jax.Device, config: ExperimentConfig, agent: 
             if fused is not None:
                 # Search and pgx step in one call: the game state stays on the device and the
                 # host fetches the step's outputs once. The env's time counts as search.
-                device_state, out, next_timestep = fused(snapshot.params, act_key, device_state,
-                                                         jax.device_put(greedy, device))
+                device_state, out, next_timestep = fused(
+                    snapshot.params, act_key, device_state, jax.device_put(greedy, device)
+                )
                 out, next_timestep = jax.device_get((out, next_timestep))
                 stepped = time.perf_counter()
                 stats.timer.add("search", stepped - started)
@@ -136,30 +178,44 @@ def actor_loop(index: int, device: jax.Device, config: ExperimentConfig, agent: 
                 stats.timer.add("search", searched - started)
                 stats.timer.add("env", stepped - searched)
             done = np.asarray(next_timestep.done)
-            segment.append({
-                **acting_fields(timestep, out, snapshot.version),
-                "reward": np.asarray(next_timestep.reward, np.float32),
-                "discount": np.where(done, 0.0, 1.0).astype(np.float32),
-            })
+            segment.append(
+                {
+                    **acting_fields(timestep, out, snapshot.version),
+                    "reward": np.asarray(next_timestep.reward, np.float32),
+                    "discount": np.where(done, 0.0, 1.0).astype(np.float32),
+                }
+            )
             ended = np.asarray(getattr(next_timestep, "episode_end", done), bool)
-            stats.add(num_envs, np.asarray(next_timestep.episode_return)[ended],
-                      np.asarray(next_timestep.episode_length)[ended])
+            stats.add(
+                num_envs,
+                np.asarray(next_timestep.episode_return)[ended],
+                np.asarray(next_timestep.episode_length)[ended],
+            )
             moves = np.where(done, 0, moves + 1)
             timestep = next_timestep
             if len(segment) == agent.segment_length:
-                trajectory = muzero.Trajectory(**{
-                    field: np.stack([s[field] for s in segment]) for field in segment[0]})
+                trajectory = muzero.Trajectory(
+                    **{field: np.stack([s[field] for s in segment]) for field in segment[0]}
+                )
                 push(store, trajectory, name, stop)
                 stats.timer.add("queue", time.perf_counter() - stepped)
                 # The agent's overlap (V-trace's bootstrap step) starts the next trajectory.
-                segment = segment[len(segment) - agent.segment_overlap:]
+                segment = segment[len(segment) - agent.segment_overlap :]
     finally:
         env.close()
 
 
-def async_actor_loop(index: int, device: jax.Device, config: ExperimentConfig, agent: Agent,
-                      server: ParameterServer, store: Store, stats: ActorStats, stop: StopSignal,
-                      key: jax.Array) -> None:
+def async_actor_loop(
+    index: int,
+    device: jax.Device,
+    config: ExperimentConfig,
+    agent: Agent,
+    server: ParameterServer,
+    store: Store,
+    stats: ActorStats,
+    stop: StopSignal,
+    key: jax.Array,
+) -> None:
     """One actor thread in envpool's async mode: it acts on the first `envs_per_step` envs to
     finish a step while the others keep stepping, so it never waits for the slowest env.
 
@@ -168,8 +224,13 @@ def async_actor_loop(index: int, device: jax.Device, config: ExperimentConfig, a
     continue each column: what the replay's stream and V-trace's one-step overlap rely on.
     """
     num_envs, per_step = config.actors.envs_per_thread, config.actors.envs_per_step
-    env = make_env(config.env.name, num_envs, seed=config.seed * 1000 + index,
-                   batch_size=per_step, **config.env.options)
+    env = make_env(
+        config.env.name,
+        num_envs,
+        seed=config.seed * 1000 + index,
+        batch_size=per_step,
+        **config.env.options,
+    )
     try:
         timestep = env.reset(config.seed * 1000 + index)
         key = jax.device_put(key, device)
@@ -196,11 +257,17 @@ def async_actor_loop(index: int, device: jax.Device, config: ExperimentConfig, a
             ids = np.asarray(timestep.env_id)
             done = np.asarray(timestep.done)
             # A row completes the step its env began; an env's first row after reset begins one.
-            completed = columns.complete(ids, np.asarray(timestep.reward, np.float32),
-                                         np.where(done, 0.0, 1.0).astype(np.float32))
+            completed = columns.complete(
+                ids,
+                np.asarray(timestep.reward, np.float32),
+                np.where(done, 0.0, 1.0).astype(np.float32),
+            )
             ended = np.asarray(timestep.episode_end, bool) & completed
-            stats.add(int(completed.sum()), np.asarray(timestep.episode_return)[ended],
-                      np.asarray(timestep.episode_length)[ended])
+            stats.add(
+                int(completed.sum()),
+                np.asarray(timestep.episode_return)[ended],
+                np.asarray(timestep.episode_length)[ended],
+            )
             moves[ids] = np.where(done, 0, moves[ids] + completed)
             trajectory = columns.pop()
             if trajectory is not None:
@@ -233,15 +300,22 @@ class EnvColumns:
         slots = self.count[ids]  # [b]
         if not self._columns:
             capacity = self.length + max(8, self.length // 4)
-            first = dict(fields, reward=np.zeros(ids.size, np.float32),
-                         discount=np.zeros(ids.size, np.float32))
-            self._columns = {name: np.zeros((capacity, self.num_envs, *value.shape[1:]),
-                                            value.dtype) for name, value in first.items()}
+            first = dict(
+                fields,
+                reward=np.zeros(ids.size, np.float32),
+                discount=np.zeros(ids.size, np.float32),
+            )
+            self._columns = {
+                name: np.zeros((capacity, self.num_envs, *value.shape[1:]), value.dtype)
+                for name, value in first.items()
+            }
         capacity = next(iter(self._columns.values())).shape[0]
         if slots.max() >= capacity:
             grow = max(8, capacity // 2)
-            self._columns = {name: np.concatenate([c, np.zeros_like(c[:grow])])
-                             for name, c in self._columns.items()}
+            self._columns = {
+                name: np.concatenate([c, np.zeros_like(c[:grow])])
+                for name, c in self._columns.items()
+            }
         for name, value in fields.items():
             self._columns[name][slots, ids] = value
         self.pending[ids] = True
@@ -260,8 +334,9 @@ class EnvColumns:
     def pop(self) -> muzero.Trajectory | None:
         if self.count.min() < self.length:
             return None
-        trajectory = muzero.Trajectory(**{
-            name: column[: self.length].copy() for name, column in self._columns.items()})
+        trajectory = muzero.Trajectory(
+            **{name: column[: self.length].copy() for name, column in self._columns.items()}
+        )
         used = self.length - self.overlap
         held = int((self.count + self.pending).max())  # slots in use, begun steps included
         for column in self._columns.values():
@@ -270,12 +345,18 @@ class EnvColumns:
         return trajectory
 
 
-def act(agent: Agent, params, key, timestep, greedy: np.ndarray, device: jax.Device,
-         env_state) -> Any:
+def act(
+    agent: Agent, params, key, timestep, greedy: np.ndarray, device: jax.Device, env_state
+) -> Any:
     """The agent's act on `device` for the rows of `timestep`, fetched back to the host."""
-    out = agent.act(params, key, jax.device_put(timestep.observation, device),
-                    jax.device_put(timestep.legal_mask, device), jax.device_put(greedy, device),
-                    env_state)
+    out = agent.act(
+        params,
+        key,
+        jax.device_put(timestep.observation, device),
+        jax.device_put(timestep.legal_mask, device),
+        jax.device_put(greedy, device),
+        env_state,
+    )
     return jax.device_get(out)  # the search ran on the device; this waits for it
 
 
@@ -310,8 +391,9 @@ def fused_pgx_act_step(agent: Agent, env) -> Callable | None:
 def _fused_pgx_jit(agent: Agent, functions) -> Callable:
     def act_step(params, key, env_state, greedy):
         game = env_state.game
-        out = agent.act(params, key, game.observation.astype(jnp.float32),
-                        game.legal_action_mask, greedy, game)
+        out = agent.act(
+            params, key, game.observation.astype(jnp.float32), game.legal_action_mask, greedy, game
+        )
         env_state, timestep = functions.step(env_state, out.action)
         return env_state, out, timestep
 

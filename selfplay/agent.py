@@ -64,11 +64,15 @@ def make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
     """The agent of `config.mode` for an environment described by `spec`."""
     two_player = spec.num_players == 2
     if config.loss.two_player != two_player:
-        raise UsageError(f"loss.two_player is {config.loss.two_player} but {spec.name} is a "
-                         f"{spec.num_players}-player game; set loss.two_player={two_player}")
+        raise UsageError(
+            f"loss.two_player is {config.loss.two_player} but {spec.name} is a "
+            f"{spec.num_players}-player game; set loss.two_player={two_player}"
+        )
     if config.mode == "vtrace" and config.actors.random_move_prob > 0:
-        raise UsageError("actors.random_move_prob is for the search agents (muzero, alphazero); "
-                         "V-trace already samples its moves from its policy: set it to 0")
+        raise UsageError(
+            "actors.random_move_prob is for the search agents (muzero, alphazero); "
+            "V-trace already samples its moves from its policy: set it to 0"
+        )
     if config.learner.augment_symmetries:
         _check_symmetries(config, spec)
     if config.mode == "muzero":
@@ -78,14 +82,18 @@ def make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
     else:
         agent = _vtrace_agent(config, spec)
     options = compiler_options(config)  # the builders return `act` unjitted: jitted once here
-    return agent._replace(act=jax.jit(agent.act, compiler_options=dict(options)),
-                          compiler_options=options)
+    return agent._replace(
+        act=jax.jit(agent.act, compiler_options=dict(options)), compiler_options=options
+    )
 
 
 # `devices.cpu_convolutions="eigen"`: YNNPACK keeps XLA's other defaults (reductions, dots), and
 # convolutions go to XLA's own Eigen kernels.
-_EIGEN_CONVOLUTIONS = {"xla_cpu_experimental_ynn_fusion_type":
-                       "LIBRARY_FUSION_TYPE_REDUCE,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
+_EIGEN_CONVOLUTIONS = {
+    "xla_cpu_experimental_ynn_fusion_type": (
+        "LIBRARY_FUSION_TYPE_REDUCE,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"
+    )
+}
 
 
 def compiler_options(config: ExperimentConfig) -> tuple[tuple[str, str], ...]:
@@ -103,8 +111,9 @@ def _compiles_with(options: tuple[tuple[str, str], ...]) -> bool:
     try:
         jax.jit(lambda x: x + 1, compiler_options=dict(options)).lower(np.float32(0)).compile()
     except jax.errors.JaxRuntimeError as error:
-        warnings.warn(f"devices.cpu_convolutions has no effect with this jaxlib ({error})",
-                      stacklevel=3)
+        warnings.warn(
+            f"devices.cpu_convolutions has no effect with this jaxlib ({error})", stacklevel=3
+        )
         return False
     return True
 
@@ -113,11 +122,15 @@ def _check_symmetries(config: ExperimentConfig, spec: EnvSpec) -> None:
     from selfplay.envs.symmetries import board_symmetries
 
     if config.mode == "vtrace":
-        raise UsageError("learner.augment_symmetries is for the search agents (muzero, "
-                         "alphazero): set it to false for V-trace")
+        raise UsageError(
+            "learner.augment_symmetries is for the search agents (muzero, "
+            "alphazero): set it to false for V-trace"
+        )
     if board_symmetries(spec) is None:
-        raise UsageError(f"learner.augment_symmetries: no board symmetries are known for "
-                         f"{spec.name} (known: tic_tac_toe, connect_four, go): set it to false")
+        raise UsageError(
+            f"learner.augment_symmetries: no board symmetries are known for "
+            f"{spec.name} (known: tic_tac_toe, connect_four, go): set it to false"
+        )
 
 
 def _augmented(loss_fn, config: ExperimentConfig, spec: EnvSpec, augment):
@@ -148,46 +161,64 @@ def _select(key, out: search.SearchOutput, config: ExperimentConfig, legal_mask,
 
 
 def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> Agent:
-    networks = muzero.make_muzero_networks(config.network, spec.observation_shape,
-                                           spec.num_actions)
+    networks = muzero.make_muzero_networks(config.network, spec.observation_shape, spec.num_actions)
     root_fn = muzero.make_root_fn(networks)
-    recurrent_fn = muzero.make_recurrent_fn(networks, discount=config.loss.discount,
-                                            two_player=two_player)
-    loss_fn = _augmented(muzero.make_muzero_loss(networks, config.loss), config, spec,
-                         muzero.augment_muzero_batch)
+    recurrent_fn = muzero.make_recurrent_fn(
+        networks, discount=config.loss.discount, two_player=two_player
+    )
+    loss_fn = _augmented(
+        muzero.make_muzero_loss(networks, config.loss), config, spec, muzero.augment_muzero_batch
+    )
 
     def act(params, key, observation, legal_mask, greedy, env_state=None):
         del env_state
         search_key, select_key = jax.random.split(key)
         root = root_fn(params, observation)
-        out = search.run(params, search_key, root, recurrent_fn, config.search,
-                         invalid_actions=~legal_mask)
+        out = search.run(
+            params, search_key, root, recurrent_fn, config.search, invalid_actions=~legal_mask
+        )
         action = _select(select_key, out, config, legal_mask, greedy)
         return ActOutput(action, out.action_weights, out.root_value, root.prior_logits)
 
     def make_batch(window, importance_weight):
-        batch = muzero.muzero_batch(window, importance_weight,
-                                    unroll_steps=config.loss.unroll_steps,
-                                    td_steps=config.loss.td_steps, discount=config.loss.discount,
-                                    two_player=two_player)
+        batch = muzero.muzero_batch(
+            window,
+            importance_weight,
+            unroll_steps=config.loss.unroll_steps,
+            td_steps=config.loss.td_steps,
+            discount=config.loss.discount,
+            two_player=two_player,
+        )
         priorities = muzero.value_priorities(window.search_value[0], batch.value_target[:, 0])
         return batch, priorities
 
     window_length = config.loss.window_length
-    return Agent(init=networks.init, act=act, loss_fn=loss_fn,
-                 make_batch=jax.jit(make_batch), window_length=window_length,
-                 batch_axis=0, uses_env_state=False,
-                 segment_length=config.actors.unroll_length, segment_overlap=0,
-                 make_store=functools.partial(make_sequence_replay, config, window_length))
+    return Agent(
+        init=networks.init,
+        act=act,
+        loss_fn=loss_fn,
+        make_batch=jax.jit(make_batch),
+        window_length=window_length,
+        batch_axis=0,
+        uses_env_state=False,
+        segment_length=config.actors.unroll_length,
+        segment_overlap=0,
+        make_store=functools.partial(make_sequence_replay, config, window_length),
+    )
 
 
 def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> Agent:
     from selfplay.envs import pgx_exact_step
 
-    networks = muzero.make_alphazero_networks(config.network, spec.observation_shape,
-                                              spec.num_actions)
-    loss_fn = _augmented(muzero.make_alphazero_loss(networks, config.loss), config, spec,
-                         muzero.augment_alphazero_batch)
+    networks = muzero.make_alphazero_networks(
+        config.network, spec.observation_shape, spec.num_actions
+    )
+    loss_fn = _augmented(
+        muzero.make_alphazero_loss(networks, config.loss),
+        config,
+        spec,
+        muzero.augment_alphazero_batch,
+    )
     exact_step = pgx_exact_step(spec.env_id)
 
     def step_fn(state, action):  # search.StepFn over the real rules
@@ -198,36 +229,51 @@ def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) 
         logits, value_logits = networks.predict(params, state.observation.astype(jnp.float32))
         return logits, networks.value_transform.decode_logits(value_logits)
 
-    recurrent_fn = search.make_exact_recurrent_fn(step_fn, prediction_fn, two_player=two_player,
-                                                  discount=config.loss.discount)
+    recurrent_fn = search.make_exact_recurrent_fn(
+        step_fn, prediction_fn, two_player=two_player, discount=config.loss.discount
+    )
 
     def act(params, key, observation, legal_mask, greedy, env_state):
         del observation
         search_key, select_key = jax.random.split(key)
         prior_logits, value = prediction_fn(params, env_state)
         root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=env_state)
-        out = search.run(params, search_key, root, recurrent_fn, config.search,
-                         invalid_actions=~legal_mask)
+        out = search.run(
+            params, search_key, root, recurrent_fn, config.search, invalid_actions=~legal_mask
+        )
         action = _select(select_key, out, config, legal_mask, greedy)
         return ActOutput(action, out.action_weights, out.root_value, prior_logits)
 
     def make_batch(window, importance_weight):
         # The first state of each window, with its n-step (to the game's end) value target.
-        batch = muzero.alphazero_batch(window, importance_weight, td_steps=config.loss.td_steps,
-                                       discount=config.loss.discount, two_player=two_player)
+        batch = muzero.alphazero_batch(
+            window,
+            importance_weight,
+            td_steps=config.loss.td_steps,
+            discount=config.loss.discount,
+            two_player=two_player,
+        )
         return batch, muzero.value_priorities(window.search_value[0], batch.value_target)
 
     window_length = config.loss.td_steps + 1
-    return Agent(init=networks.init, act=act, loss_fn=loss_fn,
-                 make_batch=jax.jit(make_batch), window_length=window_length,
-                 batch_axis=0, uses_env_state=True,
-                 segment_length=config.actors.unroll_length, segment_overlap=0,
-                 make_store=functools.partial(make_sequence_replay, config, window_length))
+    return Agent(
+        init=networks.init,
+        act=act,
+        loss_fn=loss_fn,
+        make_batch=jax.jit(make_batch),
+        window_length=window_length,
+        batch_axis=0,
+        uses_env_state=True,
+        segment_length=config.actors.unroll_length,
+        segment_overlap=0,
+        make_store=functools.partial(make_sequence_replay, config, window_length),
+    )
 
 
 def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
-    networks = muzero.make_actor_critic_networks(config.network, spec.observation_shape,
-                                                 spec.num_actions)
+    networks = muzero.make_actor_critic_networks(
+        config.network, spec.observation_shape, spec.num_actions
+    )
     loss_fn = muzero.make_vtrace_loss(networks, config.loss)
 
     def act(params, key, observation, legal_mask, greedy, env_state=None):
@@ -244,7 +290,15 @@ def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
 
     # Trajectories of T + 1 steps that overlap by one: the last step bootstraps the previous.
     length = config.actors.unroll_length + 1
-    return Agent(init=networks.init, act=act, loss_fn=loss_fn,
-                 make_batch=jax.jit(make_batch), window_length=length,
-                 batch_axis=1, uses_env_state=False, segment_length=length, segment_overlap=1,
-                 make_store=lambda num_streams: FifoQueue(config.replay.queue_size))
+    return Agent(
+        init=networks.init,
+        act=act,
+        loss_fn=loss_fn,
+        make_batch=jax.jit(make_batch),
+        window_length=length,
+        batch_axis=1,
+        uses_env_state=False,
+        segment_length=length,
+        segment_overlap=1,
+        make_store=lambda num_streams: FifoQueue(config.replay.queue_size),
+    )

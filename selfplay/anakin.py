@@ -45,9 +45,20 @@ from selfplay.envs.pgx_env import PgxEnvState, pgx_functions
 from selfplay.lifetime import StopSignal
 from selfplay.metrics import StageTimer
 
-__all__ = ["AnakinCarry", "AnakinPlan", "AnakinProgram", "AnakinRuntime", "anakin_devices",
-           "initial_carries", "learn_in_jit", "make_anakin_iteration", "make_anakin_program",
-           "plan_anakin", "sharded", "windows"]
+__all__ = [
+    "AnakinCarry",
+    "AnakinPlan",
+    "AnakinProgram",
+    "AnakinRuntime",
+    "anakin_devices",
+    "initial_carries",
+    "learn_in_jit",
+    "make_anakin_iteration",
+    "make_anakin_program",
+    "plan_anakin",
+    "sharded",
+    "windows",
+]
 
 
 class AnakinCarry(NamedTuple):
@@ -89,24 +100,40 @@ def plan_anakin(config: ExperimentConfig, agent: Agent, devices: int) -> AnakinP
         raise UsageError(f"learner.batch_size {batch} must divide evenly over {devices} devices")
     ring = config.replay.capacity // devices // examples * examples
     if ring == 0:
-        raise UsageError(f"replay.capacity {config.replay.capacity} must hold one iteration's "
-                         f"examples on each of {devices} device(s): >= {examples * devices} "
-                         f"(actors.envs_per_thread x actors.unroll_length x devices)")
+        raise UsageError(
+            f"replay.capacity {config.replay.capacity} must hold one iteration's "
+            f"examples on each of {devices} device(s): >= {examples * devices} "
+            f"(actors.envs_per_thread x actors.unroll_length x devices)"
+        )
     spi = config.replay.samples_per_insert
     if spi <= 0:
-        raise UsageError("replay.samples_per_insert must be > 0 with runtime=anakin: it sets "
-                         "the updates per iteration (samples_per_insert x new examples / "
-                         "batch_size)")
+        raise UsageError(
+            "replay.samples_per_insert must be > 0 with runtime=anakin: it sets "
+            "the updates per iteration (samples_per_insert x new examples / "
+            "batch_size)"
+        )
     if config.replay.min_size > ring * devices:
-        raise UsageError(f"replay.min_size {config.replay.min_size} is more than the replay "
-                         f"holds ({ring * devices} examples): lower it or raise replay.capacity")
+        raise UsageError(
+            f"replay.min_size {config.replay.min_size} is more than the replay "
+            f"holds ({ring * devices} examples): lower it or raise replay.capacity"
+        )
     updates = max(1, round(spi * examples * devices / batch))
     # A window reads L - 1 moves after its first: the first iterations' moves only fill the
     # tail that the later ones' windows complete.
     fill = -(-(agent.window_length - 1) // moves)
     min_iterations = fill - 1 + max(1, -(-config.replay.min_size // (examples * devices)))
-    return AnakinPlan(devices, games, moves, agent.window_length, examples, ring,
-                      batch // devices, updates, fill, min_iterations)
+    return AnakinPlan(
+        devices,
+        games,
+        moves,
+        agent.window_length,
+        examples,
+        ring,
+        batch // devices,
+        updates,
+        fill,
+        min_iterations,
+    )
 
 
 def windows(tail: muzero.Trajectory, new: muzero.Trajectory) -> muzero.Trajectory:
@@ -120,16 +147,20 @@ def windows(tail: muzero.Trajectory, new: muzero.Trajectory) -> muzero.Trajector
     buffer = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), tail, new)  # [T + L - 1, B]
 
     def stack(x, length):  # [T + L - 1, B, ...] -> [length, T * B, ...]
-        rows = jnp.stack([x[i:i + moves] for i in range(length)])  # [length, T, B, ...]
+        rows = jnp.stack([x[i : i + moves] for i in range(length)])  # [length, T, B, ...]
         return rows.reshape((length, moves * games) + x.shape[2:])
 
-    fields = {name: stack(getattr(buffer, name), steps) for name in buffer._fields
-              if name != "observation"}
+    fields = {
+        name: stack(getattr(buffer, name), steps)
+        for name in buffer._fields
+        if name != "observation"
+    }
     return muzero.Trajectory(observation=stack(buffer.observation, 1), **fields)
 
 
-def make_anakin_iteration(config: ExperimentConfig, agent: Agent, plan: AnakinPlan,
-                          functions, update: muzero.UpdateFn):
+def make_anakin_iteration(
+    config: ExperimentConfig, agent: Agent, plan: AnakinPlan, functions, update: muzero.UpdateFn
+):
     """`(init_carry, iteration, learn_step)`, pure, for one device in a named-axis context.
 
     `init_carry(params, key) -> AnakinCarry` starts B games and an empty ring.
@@ -153,26 +184,38 @@ def make_anakin_iteration(config: ExperimentConfig, agent: Agent, plan: AnakinPl
             game = env_state.game
             observation = game.observation.astype(jnp.float32)  # [B, ...]
             legal = game.legal_action_mask  # [B, A]
-            greedy = (env_state.episode_length >= greedy_after if greedy_after
-                      else jnp.zeros(games, bool))  # [B]
-            out = agent.act(params, act_key, observation, legal, greedy,
-                            game if agent.uses_env_state else None)
+            greedy = (
+                env_state.episode_length >= greedy_after if greedy_after else jnp.zeros(games, bool)
+            )  # [B]
+            out = agent.act(
+                params, act_key, observation, legal, greedy, game if agent.uses_env_state else None
+            )
             env_state, timestep = functions.step(env_state, out.action)
             record = muzero.Trajectory(
-                observation=observation, action=out.action.astype(jnp.int32),
-                reward=timestep.reward, discount=jnp.where(timestep.done, 0.0, 1.0),
+                observation=observation,
+                action=out.action.astype(jnp.int32),
+                reward=timestep.reward,
+                discount=jnp.where(timestep.done, 0.0, 1.0),
                 search_policy=out.search_policy.astype(jnp.float32),
-                search_value=out.search_value.astype(jnp.float32), legal_mask=legal,
+                search_value=out.search_value.astype(jnp.float32),
+                legal_mask=legal,
                 to_play=game.current_player.astype(jnp.int32),
                 behaviour_logits=out.behaviour_logits.astype(jnp.float32),
-                policy_version=jnp.full(games, version, jnp.int32))
+                policy_version=jnp.full(games, version, jnp.int32),
+            )
             ended = timestep.episode_end.astype(jnp.float32)  # [B]
-            episodes = jnp.stack([jnp.sum(ended), jnp.sum(timestep.episode_return * ended),
-                                  jnp.sum(timestep.episode_length * ended)])  # [3]
+            episodes = jnp.stack(
+                [
+                    jnp.sum(ended),
+                    jnp.sum(timestep.episode_return * ended),
+                    jnp.sum(timestep.episode_length * ended),
+                ]
+            )  # [3]
             return (env_state, key), (record, episodes)
 
         (env_state, key), (trajectory, episodes) = jax.lax.scan(
-            move, (env_state, key), None, length=moves)
+            move, (env_state, key), None, length=moves
+        )
         return env_state, key, trajectory, episodes.sum(axis=0)  # [T, B] steps; [3]
 
     def init_carry(params, key):
@@ -189,16 +232,18 @@ def make_anakin_iteration(config: ExperimentConfig, agent: Agent, plan: AnakinPl
         batch, _ = agent.make_batch(window, jnp.ones(plan.examples, jnp.float32))
         return batch
 
-    def learn_step(state: muzero.TrainState, index: jax.Array, update_index: jax.Array,
-                   carry: AnakinCarry):
+    def learn_step(
+        state: muzero.TrainState, index: jax.Array, update_index: jax.Array, carry: AnakinCarry
+    ):
         """Update `update_index` of iteration `index`, on a minibatch drawn from the ring."""
         size = plan.written(index)
         key = jax.random.fold_in(carry.sample_key, update_index)
         rows = jax.random.randint(key, (plan.minibatch,), 0, size)
         return update(state, jax.tree.map(lambda x: x[rows], carry.ring))
 
-    def iteration(state: muzero.TrainState, index: jax.Array, carry: AnakinCarry, *,
-                  learn: bool = True):
+    def iteration(
+        state: muzero.TrainState, index: jax.Array, carry: AnakinCarry, *, learn: bool = True
+    ):
         chex.assert_rank(index, 0)
         key, sample_key = jax.random.split(carry.key)
         env_state, key, trajectory, episodes = rollout(state.params, state.step, carry.env, key)
@@ -209,30 +254,38 @@ def make_anakin_iteration(config: ExperimentConfig, agent: Agent, plan: AnakinPl
         ring = jax.lax.cond(
             index >= plan.fill_iterations,
             lambda ring: jax.tree.map(
-                lambda r, b: jax.lax.dynamic_update_slice_in_dim(r, b, slot, axis=0), ring,
-                batch),
-            lambda ring: ring, carry.ring)
-        tail = jax.tree.map(lambda x: x[-(steps - 1):],
-                            jax.tree.map(lambda a, b: jnp.concatenate([a, b]), carry.tail,
-                                         trajectory))
+                lambda r, b: jax.lax.dynamic_update_slice_in_dim(r, b, slot, axis=0), ring, batch
+            ),
+            lambda ring: ring,
+            carry.ring,
+        )
+        tail = jax.tree.map(
+            lambda x: x[-(steps - 1) :],
+            jax.tree.map(lambda a, b: jnp.concatenate([a, b]), carry.tail, trajectory),
+        )
         carry = AnakinCarry(env_state, tail, ring, key, sample_key)
         episodes = jax.lax.psum(episodes, muzero.AXIS)
-        metrics = {"episodes": episodes[0], "episode_return_sum": episodes[1],
-                   "episode_length_sum": episodes[2]}
+        metrics = {
+            "episodes": episodes[0],
+            "episode_return_sum": episodes[1],
+            "episode_length_sum": episodes[2],
+        }
         if not learn:
             return state, carry, metrics
 
         def learn_all(state):
             state, learned = jax.lax.scan(
-                lambda state, u: learn_step(state, index, u, carry), state,
-                jnp.arange(plan.updates))
+                lambda state, u: learn_step(state, index, u, carry), state, jnp.arange(plan.updates)
+            )
             return state, jax.tree.map(lambda m: m[-1], learned)  # the last update's
 
         skipped = jax.eval_shape(learn_all, state)[1]
         state, learned = jax.lax.cond(
-            index >= plan.min_iterations, learn_all,
+            index >= plan.min_iterations,
+            learn_all,
             lambda state: (state, jax.tree.map(lambda m: jnp.zeros(m.shape, m.dtype), skipped)),
-            state)
+            state,
+        )
         return state, carry, {**learned, **metrics}
 
     return init_carry, iteration, learn_step
@@ -252,8 +305,9 @@ def anakin_devices(config: ExperimentConfig) -> list[jax.Device]:
     local = len(jax.local_devices())
     for i in ids or ():
         if i >= local:
-            raise UsageError(f"devices.learner_devices names device {i} but this host has "
-                             f"{local} device(s)")
+            raise UsageError(
+                f"devices.learner_devices names device {i} but this host has {local} device(s)"
+            )
     return muzero.global_devices(ids)
 
 
@@ -269,14 +323,21 @@ def sharded(iteration, learn_step, mesh) -> tuple[Callable, Callable]:
     # mctx's loops start from constants that the search makes per-device: it cannot be typed
     # with varying manual axes, so the replicas' agreement rests on the update's pmean.
     def iterate(state, index, carry, learn: bool = True):
-        return jax.shard_map(functools.partial(per_device, learn=learn), mesh=mesh,
-                             in_specs=(P(), P(), P(muzero.AXIS)),
-                             out_specs=(P(), P(muzero.AXIS), P()), check_vma=False)(
-                                 state, index, carry)
+        return jax.shard_map(
+            functools.partial(per_device, learn=learn),
+            mesh=mesh,
+            in_specs=(P(), P(), P(muzero.AXIS)),
+            out_specs=(P(), P(muzero.AXIS), P()),
+            check_vma=False,
+        )(state, index, carry)
 
-    learn = jax.shard_map(lambda state, index, u, carry: learn_step(state, index, u, first(carry)),
-                          mesh=mesh, in_specs=(P(), P(), P(), P(muzero.AXIS)),
-                          out_specs=(P(), P()), check_vma=False)
+    learn = jax.shard_map(
+        lambda state, index, u, carry: learn_step(state, index, u, first(carry)),
+        mesh=mesh,
+        in_specs=(P(), P(), P(), P(muzero.AXIS)),
+        out_specs=(P(), P()),
+        check_vma=False,
+    )
     return iterate, learn
 
 
@@ -308,8 +369,9 @@ def make_anakin_program(config: ExperimentConfig, optimizer, devices) -> AnakinP
     plan = plan_anakin(config, agent, len(devices))
     functions = pgx_functions(spec.env_id, plan.games)
     update = muzero.make_update(agent.loss_fn, optimizer, axis_name=muzero.AXIS)
-    init_carry, iteration, learn_step = make_anakin_iteration(config, agent, plan, functions,
-                                                              update)
+    init_carry, iteration, learn_step = make_anakin_iteration(
+        config, agent, plan, functions, update
+    )
     iterate, learn = sharded(iteration, learn_step, mesh)
     return AnakinProgram(agent, plan, mesh, init_carry, iterate, learn)
 
@@ -325,8 +387,11 @@ class AnakinRuntime:
         self.learner = config.learner
         self.inside = learn_in_jit(self.devices)
         options = dict(self.agent.compiler_options)
-        self._iterate = jax.jit(functools.partial(self.program.iterate, learn=self.inside),
-                                donate_argnums=(0, 2), compiler_options=options)
+        self._iterate = jax.jit(
+            functools.partial(self.program.iterate, learn=self.inside),
+            donate_argnums=(0, 2),
+            compiler_options=options,
+        )
         self._update = jax.jit(self.program.learn, donate_argnums=(0,), compiler_options=options)
         local = sum(d.process_index == jax.process_index() for d in self.devices)
         self.frames_per_iteration = self.plan.examples * local
@@ -340,8 +405,7 @@ class AnakinRuntime:
     def start(self, state: muzero.TrainState, key: jax.Array) -> None:
         self._step = int(state.step)
         self._state = muzero.replicate(state, self.program.mesh)
-        self._carry = initial_carries(self.program.init_carry, state.params, self.program.mesh,
-                                      key)
+        self._carry = initial_carries(self.program.init_carry, state.params, self.program.mesh, key)
 
     def running(self, stop: StopSignal) -> contextlib.AbstractContextManager[None]:
         del stop  # nothing runs beside the loop
@@ -361,20 +425,23 @@ class AnakinRuntime:
         # Where the time goes: "play" (moves, targets, replay) and "learn" (the updates) where
         # they are separate calls, else one "iteration" stage.
         with self.timer.stage("iteration" if self.inside else "play"):
-            self._state, self._carry, out = self._iterate(self._state, np.int32(index),
-                                                          self._carry)
+            self._state, self._carry, out = self._iterate(self._state, np.int32(index), self._carry)
             out = jax.device_get(out)  # waits for the device: the clocks stay honest
         if learning and not self.inside:
             with self.timer.stage("learn"):
                 for u in range(plan.updates):
-                    self._state, learned = self._update(self._state, np.int32(index),
-                                                        np.int32(u), self._carry)
+                    self._state, learned = self._update(
+                        self._state, np.int32(index), np.int32(u), self._carry
+                    )
                 out = {**out, **jax.device_get(learned)}
         self._index += 1
         self._frames += self.frames_per_iteration
         self._step += plan.updates if learning else 0
-        self._episodes += [out.pop("episodes"), out.pop("episode_return_sum"),
-                           out.pop("episode_length_sum")]
+        self._episodes += [
+            out.pop("episodes"),
+            out.pop("episode_return_sum"),
+            out.pop("episode_length_sum"),
+        ]
         if learning:
             self._metrics = {name: float(value) for name, value in out.items()}
         return True
@@ -385,8 +452,13 @@ class AnakinRuntime:
         values.update(self.timer.summary("time/anakin/", reset=True))
         count, return_sum, length_sum = self._episodes
         if count:
-            values.update({"episode_return": return_sum / count,
-                           "episode_length": length_sum / count, "episodes": int(count)})
+            values.update(
+                {
+                    "episode_return": return_sum / count,
+                    "episode_length": length_sum / count,
+                    "episodes": int(count),
+                }
+            )
         self._episodes[:] = 0
         return values
 

@@ -322,8 +322,10 @@ def checkpoint_step(run_dir: str | os.PathLike, step: int | None = None) -> int:
     run_dir = Path(run_dir)
     directory = run_dir / "checkpoints"
     if not directory.is_dir():
-        raise UsageError(f"{run_dir} has no checkpoints/ folder: it is not a trained run "
-                         "(or training has not saved a checkpoint yet)")
+        raise UsageError(
+            f"{run_dir} has no checkpoints/ folder: it is not a trained run "
+            "(or training has not saved a checkpoint yet)"
+        )
     ckpt = Checkpointer(directory, max_to_keep=None, read_only=True)
     try:
         return ckpt._step_or_latest(step)

@@ -50,8 +50,7 @@ Policy = Callable[[Sequence[pyspiel.State]], Sequence[int]]
 _TIC_TAC_TOE = ("openspiel:tic_tac_toe", "pgx:tic_tac_toe")
 
 
-def greedy_config(config: ExperimentConfig, num_simulations: int | None = None
-                  ) -> ExperimentConfig:
+def greedy_config(config: ExperimentConfig, num_simulations: int | None = None) -> ExperimentConfig:
     """`config` with the search set for evaluation: no root noise, the most visited action.
 
     `num_simulations` replaces the training search's budget when given.
@@ -59,8 +58,10 @@ def greedy_config(config: ExperimentConfig, num_simulations: int | None = None
     changes: dict[str, Any] = {"dirichlet_fraction": 0.0, "temperature": 0.0, "gumbel_scale": 0.0}
     if num_simulations is not None:
         changes["num_simulations"] = num_simulations
-    return config.replace(search=config.search.replace(**changes),
-                          actors=dataclasses.replace(config.actors, random_move_prob=0.0))
+    return config.replace(
+        search=config.search.replace(**changes),
+        actors=dataclasses.replace(config.actors, random_move_prob=0.0),
+    )
 
 
 def read_run_config(run_dir: str | os.PathLike) -> ExperimentConfig:
@@ -80,8 +81,9 @@ def read_run_config(run_dir: str | os.PathLike) -> ExperimentConfig:
         raise UsageError(f"{path} is not a readable config: {error}") from None
 
 
-def restore_agent(run_dir: str | os.PathLike, config: ExperimentConfig, step: int | None = None
-                  ) -> tuple[EnvSpec, Agent, Any]:
+def restore_agent(
+    run_dir: str | os.PathLike, config: ExperimentConfig, step: int | None = None
+) -> tuple[EnvSpec, Agent, Any]:
     """The env spec, the agent of `config` and the run's parameters at `step` (None: newest).
 
     `config` may differ from the run's in its search settings (evaluation), never in the network.
@@ -92,9 +94,13 @@ def restore_agent(run_dir: str | os.PathLike, config: ExperimentConfig, step: in
     return spec, agent, restore_params(run_dir, step, target=target)
 
 
-def load_agent(run_dir: str | os.PathLike, *, step: int | None = None,
-               num_simulations: int | None = None, greedy: bool = True
-               ) -> tuple[ExperimentConfig, Agent, Any]:
+def load_agent(
+    run_dir: str | os.PathLike,
+    *,
+    step: int | None = None,
+    num_simulations: int | None = None,
+    greedy: bool = True,
+) -> tuple[ExperimentConfig, Agent, Any]:
     """The config, agent and parameters of a run's newest (or given) checkpoint.
 
     Args:
@@ -152,11 +158,14 @@ class BoardActor:
         elif self._family == "pgx":
             self._replay = _pgx_replay(game_name)
         else:
-            raise UsageError(f"only a run on a board game (openspiel:, pgx:) plays from OpenSpiel "
-                             f"states, not one on {config.env.name}")
+            raise UsageError(
+                f"only a run on a board game (openspiel:, pgx:) plays from OpenSpiel "
+                f"states, not one on {config.env.name}"
+            )
 
-    def act(self, params: Any, key: jax.Array, states: Sequence[pyspiel.State], rows: int,
-            greedy: bool) -> tuple[ActOutput, np.ndarray]:
+    def act(
+        self, params: Any, key: jax.Array, states: Sequence[pyspiel.State], rows: int, greedy: bool
+    ) -> tuple[ActOutput, np.ndarray]:
         """One `agent.act` over `states` padded to `rows` rows; the padding rows' results dropped.
 
         Args:
@@ -182,13 +191,12 @@ class BoardActor:
             lengths = np.zeros(count, np.int32)  # [N]
             for i, state in enumerate(states):
                 history = state.history()
-                moves[i, :len(history)] = history
+                moves[i, : len(history)] = history
                 lengths[i] = len(history)
             env_state = self._replay(_pad_rows(moves, rows), _pad_rows(lengths, rows))
             observation = env_state.observation.astype(jnp.float32)  # [rows, ...]
             legal_mask = env_state.legal_action_mask  # [rows, A]
-        out = self.agent.act(params, key, observation, legal_mask, np.full(rows, greedy),
-                             env_state)
+        out = self.agent.act(params, key, observation, legal_mask, np.full(rows, greedy), env_state)
         out, legal_mask = jax.device_get((out, legal_mask))
         return jax.tree.map(lambda x: x[:count], out), legal_mask[:count]
 
@@ -207,8 +215,9 @@ def _most_visited(visits: np.ndarray, prior_logits: np.ndarray, legal: np.ndarra
     return np.argmax(score, axis=-1).astype(np.int32)
 
 
-def search_policy(config: ExperimentConfig, agent: Agent, params: Any, *, seed: int = 0,
-                  batch_size: int = 128) -> Policy:
+def search_policy(
+    config: ExperimentConfig, agent: Agent, params: Any, *, seed: int = 0, batch_size: int = 128
+) -> Policy:
     """The agent's batched search as a `Policy` over OpenSpiel states of the run's game.
 
     The agent acts through a `BoardActor`: MuZero (OpenSpiel-trained) sees the adapter's
@@ -226,14 +235,15 @@ def search_policy(config: ExperimentConfig, agent: Agent, params: Any, *, seed: 
 
     def policy(states: Sequence[pyspiel.State]) -> np.ndarray:
         states = list(states)
-        chunks = [search(states[i:i + batch_size]) for i in range(0, len(states), batch_size)]
+        chunks = [search(states[i : i + batch_size]) for i in range(0, len(states), batch_size)]
         return np.concatenate(chunks) if chunks else np.zeros(0, np.int32)
 
     return policy
 
 
-def exhaustive_play(policy: Policy, game: pyspiel.Game | str = "tic_tac_toe",
-                    players: Sequence[int] = (0, 1)) -> dict[str, Any]:
+def exhaustive_play(
+    policy: Policy, game: pyspiel.Game | str = "tic_tac_toe", players: Sequence[int] = (0, 1)
+) -> dict[str, Any]:
     """Plays `policy` against every sequence of opponent moves, in each seat of `players`.
 
     Returns per seat ("first" for player 0, "second" for player 1) the counts of games won,
@@ -278,8 +288,13 @@ def exhaustive_play(policy: Policy, game: pyspiel.Game | str = "tic_tac_toe",
     return report
 
 
-def perfect_play_report(run_dir: str | os.PathLike, *, step: int | None = None,
-                        num_simulations: int | None = None, seed: int = 0) -> dict[str, Any]:
+def perfect_play_report(
+    run_dir: str | os.PathLike,
+    *,
+    step: int | None = None,
+    num_simulations: int | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Checks a tic-tac-toe run's greedy agent against every opponent strategy, in both seats.
 
     Returns `tic_tac_toe_report`'s dict for the run's newest (or given) checkpoint, with `step`.
@@ -291,8 +306,9 @@ def perfect_play_report(run_dir: str | os.PathLike, *, step: int | None = None,
     return {**tic_tac_toe_report(config, agent, params, seed=seed), "step": step}
 
 
-def tic_tac_toe_report(config: ExperimentConfig, agent: Agent, params: Any, *, seed: int = 0
-                       ) -> dict[str, Any]:
+def tic_tac_toe_report(
+    config: ExperimentConfig, agent: Agent, params: Any, *, seed: int = 0
+) -> dict[str, Any]:
     """`exhaustive_play` of the agent's search (use a `greedy_config`) in both seats.
 
     Returns a dict with `perfect` (no game lost as first or as second player), the counts
@@ -301,8 +317,10 @@ def tic_tac_toe_report(config: ExperimentConfig, agent: Agent, params: Any, *, s
     one `agent` for several `params` (checkpoints) compiles its search once.
     """
     if config.env.name not in _TIC_TAC_TOE:
-        raise UsageError(f"the perfect-play check is for tic-tac-toe "
-                         f"({' or '.join(_TIC_TAC_TOE)}), not {config.env.name}")
+        raise UsageError(
+            f"the perfect-play check is for tic-tac-toe "
+            f"({' or '.join(_TIC_TAC_TOE)}), not {config.env.name}"
+        )
     report = exhaustive_play(search_policy(config, agent, params, seed=seed), "tic_tac_toe")
     return {
         "perfect": report["losses_as_first"] == 0 and report["losses_as_second"] == 0,

@@ -34,8 +34,14 @@ import numpy as np
 
 from configs import ExperimentConfig, UsageError
 
-__all__ = ["FifoQueue", "RateLimiter", "ReplaySample", "SequenceReplay", "Store",
-           "make_sequence_replay"]
+__all__ = [
+    "FifoQueue",
+    "RateLimiter",
+    "ReplaySample",
+    "SequenceReplay",
+    "Store",
+    "make_sequence_replay",
+]
 
 
 class ReplaySample(NamedTuple):
@@ -54,8 +60,9 @@ class Store(Protocol):
     closed, so the caller's loop can check its stop signal.
     """
 
-    def add(self, trajectory: Any, stream: Hashable | None = None,
-            timeout: float | None = None) -> bool:
+    def add(
+        self, trajectory: Any, stream: Hashable | None = None, timeout: float | None = None
+    ) -> bool:
         """Stores a [T, B, ...] trajectory of the actor `stream`; False if not stored in time."""
         ...
 
@@ -515,8 +522,9 @@ class FifoQueue:
             self._cond.notify_all()
             return item
 
-    def add(self, trajectory: Any, stream: Hashable | None = None,
-            timeout: float | None = None) -> bool:
+    def add(
+        self, trajectory: Any, stream: Hashable | None = None, timeout: float | None = None
+    ) -> bool:
         """`Store.add`: `put` (the stream does not matter: trajectories are used whole)."""
         del stream
         return self.put(trajectory, timeout)
@@ -562,8 +570,9 @@ class FifoQueue:
         return sum(int(np.prod(np.shape(jax.tree.leaves(item)[0])[:2])) for item in items)
 
 
-def make_sequence_replay(config: ExperimentConfig, window_length: int,
-                         num_streams: int) -> SequenceReplay:
+def make_sequence_replay(
+    config: ExperimentConfig, window_length: int, num_streams: int
+) -> SequenceReplay:
     """The prioritised replay of a MuZero / AlphaZero run with `num_streams` actor threads, its
     rate limiter sized so that neither side can starve the other."""
     per_push = config.actors.unroll_length * config.actors.envs_per_thread
@@ -578,6 +587,11 @@ def make_sequence_replay(config: ExperimentConfig, window_length: int,
     pushes_per_window = -(-window_length // config.actors.unroll_length)  # ceil
     min_size = max(config.replay.min_size, pushes_per_window * per_push * num_streams)
     limiter = RateLimiter(min_size, spi, error_buffer)
-    return SequenceReplay(config.replay.capacity, window_length,
-                          alpha=config.replay.priority_alpha, beta=config.replay.priority_beta,
-                          rate_limiter=limiter, seed=config.seed)
+    return SequenceReplay(
+        config.replay.capacity,
+        window_length,
+        alpha=config.replay.priority_alpha,
+        beta=config.replay.priority_beta,
+        rate_limiter=limiter,
+        seed=config.seed,
+    )

@@ -36,8 +36,18 @@ from selfplay.checkpoints import Checkpointer, config_differences
 from selfplay.lifetime import StopSignal, handle_signals
 from selfplay.metrics import MetricsLogger, plot_learning_curves
 
-__all__ = ["LIMITS", "MUST_MATCH", "RunResult", "RunStart", "Runtime", "plot_run",
-           "prepare_run_dir", "run", "split_cpu", "start_run"]
+__all__ = [
+    "LIMITS",
+    "MUST_MATCH",
+    "RunResult",
+    "RunStart",
+    "Runtime",
+    "plot_run",
+    "prepare_run_dir",
+    "run",
+    "split_cpu",
+    "start_run",
+]
 
 # Config keys a checkpoint must share with the run that resumes it: they fix the state's shapes.
 MUST_MATCH = ("mode", "env.name", "network", "optimizer.optimizer")
@@ -115,9 +125,12 @@ def split_cpu(count: int) -> None:
     except RuntimeError:
         have = len(jax.devices("cpu"))
         if have != count:
-            warnings.warn(f"devices.cpu_devices={count} has no effect: JAX already runs with "
-                          f"{have} CPU device(s) in this process (set it before JAX starts, as "
-                          f"`podracer train` does)", stacklevel=3)
+            warnings.warn(
+                f"devices.cpu_devices={count} has no effect: JAX already runs with "
+                f"{have} CPU device(s) in this process (set it before JAX starts, as "
+                f"`podracer train` does)",
+                stacklevel=3,
+            )
 
 
 def prepare_run_dir(run_dir: str | os.PathLike, config: ExperimentConfig) -> pathlib.Path:
@@ -143,22 +156,23 @@ def prepare_run_dir(run_dir: str | os.PathLike, config: ExperimentConfig) -> pat
             raise UsageError(f"{config_path} exists but is not a readable config") from None
         differences = config_differences(old, new, MUST_MATCH)
         if differences:
-            raise UsageError(f"{run_dir} holds a different run ({'; '.join(differences)}); "
-                             f"use another --run-dir")
+            raise UsageError(
+                f"{run_dir} holds a different run ({'; '.join(differences)}); use another --run-dir"
+            )
     tmp = config_path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(new, indent=2))
     tmp.replace(config_path)
     return run_dir
 
 
-def start_run(config: ExperimentConfig, agent: Agent, optimizer,
-              run_dir: pathlib.Path) -> RunStart:
+def start_run(config: ExperimentConfig, agent: Agent, optimizer, run_dir: pathlib.Path) -> RunStart:
     """The train state for `optimizer` (from the newest checkpoint in `run_dir` if there is
     one) and the checkpointer that keeps saving there."""
     init_key, state_key, key = jax.random.split(jax.random.PRNGKey(config.seed), 3)
     state = muzero.init_train_state(jax.jit(agent.init)(init_key), optimizer, state_key)
-    checkpointer = Checkpointer(run_dir / "checkpoints", config.learner.keep_checkpoints,
-                                must_match=MUST_MATCH)
+    checkpointer = Checkpointer(
+        run_dir / "checkpoints", config.learner.keep_checkpoints, must_match=MUST_MATCH
+    )
     config_dict = to_dict(config)
     resumed_from = checkpointer.latest_step()
     if resumed_from is not None:
@@ -174,9 +188,14 @@ def plot_run(run_dir: pathlib.Path) -> None:
         print(f"podracer: could not plot learning curves: {error}")
 
 
-def run(config: ExperimentConfig, run_dir: str | os.PathLike,
-        make_runtime: Callable[[ExperimentConfig, Any], Runtime], *, progress: bool = True,
-        stop: StopSignal | None = None) -> RunResult:
+def run(
+    config: ExperimentConfig,
+    run_dir: str | os.PathLike,
+    make_runtime: Callable[[ExperimentConfig, Any], Runtime],
+    *,
+    progress: bool = True,
+    stop: StopSignal | None = None,
+) -> RunResult:
     """Trains `config` in `run_dir` on the runtime `make_runtime(config, optimizer)` builds,
     resuming from the run directory's newest checkpoint if there is one."""
     optimizer = muzero.make_optimizer(config.optimizer)
@@ -184,8 +203,9 @@ def run(config: ExperimentConfig, run_dir: str | os.PathLike,
     run_dir = prepare_run_dir(run_dir, config)
     begun = start_run(config, runtime.agent, optimizer, run_dir)
     runtime.start(begun.state, begun.key)
-    logger = MetricsLogger(run_dir, progress=progress,
-                           total_steps=config.learner.max_updates or None)
+    logger = MetricsLogger(
+        run_dir, progress=progress, total_steps=config.learner.max_updates or None
+    )
     stop = stop if stop is not None else StopSignal()  # an unset StopSignal is falsy
     start = time.monotonic()
     last_saved = runtime.step
@@ -194,9 +214,12 @@ def run(config: ExperimentConfig, run_dir: str | os.PathLike,
         nonlocal last_saved
         if runtime.step == last_saved and not final:
             return
-        begun.checkpointer.save(runtime.step, runtime.train_state(), begun.config_dict,
-                                metadata={"frames": runtime.frames, "final": final,
-                                          "runtime": config.runtime})
+        begun.checkpointer.save(
+            runtime.step,
+            runtime.train_state(),
+            begun.config_dict,
+            metadata={"frames": runtime.frames, "final": final, "runtime": config.runtime},
+        )
         last_saved = runtime.step
 
     def limit_reached() -> str | None:
@@ -222,12 +245,15 @@ def run(config: ExperimentConfig, run_dir: str | os.PathLike,
                 now = time.monotonic()
                 if now - last_log >= config.learner.log_every_s:
                     seconds = now - last_log
-                    logger.log(runtime.step, {
-                        **runtime.log_values(),
-                        "frames": runtime.frames,
-                        "frames_per_s": (runtime.frames - frames_at_log) / seconds,
-                        "updates_per_s": (runtime.step - step_at_log) / seconds,
-                    })
+                    logger.log(
+                        runtime.step,
+                        {
+                            **runtime.log_values(),
+                            "frames": runtime.frames,
+                            "frames_per_s": (runtime.frames - frames_at_log) / seconds,
+                            "updates_per_s": (runtime.step - step_at_log) / seconds,
+                        },
+                    )
                     last_log, frames_at_log, step_at_log = now, runtime.frames, runtime.step
                 if runtime.step - last_saved >= config.learner.checkpoint_every:
                     save()
@@ -239,5 +265,11 @@ def run(config: ExperimentConfig, run_dir: str | os.PathLike,
         begun.checkpointer.close()
         logger.close()
     plot_run(run_dir)
-    return RunResult(run_dir, runtime.step, runtime.frames, time.monotonic() - start, stopped_by,
-                     begun.resumed_from)
+    return RunResult(
+        run_dir,
+        runtime.step,
+        runtime.frames,
+        time.monotonic() - start,
+        stopped_by,
+        begun.resumed_from,
+    )

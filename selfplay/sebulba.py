@@ -41,8 +41,9 @@ def split_devices(config: ExperimentConfig) -> tuple[list[jax.Device], list[jax.
     def pick(indices, field):
         for i in indices:
             if i >= len(local):
-                raise UsageError(f"devices.{field} names device {i} but this host has "
-                                 f"{len(local)} device(s)")
+                raise UsageError(
+                    f"devices.{field} names device {i} but this host has {len(local)} device(s)"
+                )
         return [local[i] for i in indices]
 
     actors = pick(config.devices.actor_devices, "actor_devices") or [local[0]]
@@ -50,8 +51,10 @@ def split_devices(config: ExperimentConfig) -> tuple[list[jax.Device], list[jax.
     if not learners:
         learners = [d for d in local if d not in actors] or list(local)
     if config.learner.batch_size % len(learners):
-        raise UsageError(f"learner.batch_size {config.learner.batch_size} must divide evenly "
-                         f"over {len(learners)} learner devices")
+        raise UsageError(
+            f"learner.batch_size {config.learner.batch_size} must divide evenly "
+            f"over {len(learners)} learner devices"
+        )
     return actors, learners
 
 
@@ -70,8 +73,13 @@ class SebulbaRuntime:
         # device.
         donate = not set(self.actor_devices) & set(self.learner_devices)
         self.update = muzero.make_replicated_update(
-            self.agent.loss_fn, optimizer, self.learner_devices, batch_axis=self.agent.batch_axis,
-            donate=donate, compiler_options=dict(self.agent.compiler_options))
+            self.agent.loss_fn,
+            optimizer,
+            self.learner_devices,
+            batch_axis=self.agent.batch_axis,
+            donate=donate,
+            compiler_options=dict(self.agent.compiler_options),
+        )
         self.server = ParameterServer(self.actor_devices)
         self.stats = ActorStats()
         self.timer = StageTimer()
@@ -90,8 +98,17 @@ class SebulbaRuntime:
     @contextlib.contextmanager
     def running(self, stop: StopSignal) -> Iterator[None]:
         with ThreadGroup(stop, join_timeout=30.0) as threads:
-            start_actors(threads, self.actor_devices, self.config, self.agent, self.server,
-                         self.store, self.stats, stop, self._key)
+            start_actors(
+                threads,
+                self.actor_devices,
+                self.config,
+                self.agent,
+                self.server,
+                self.store,
+                self.stats,
+                stop,
+                self._key,
+            )
             try:
                 yield
             finally:

@@ -19,8 +19,13 @@ from selfplay.run import RunResult, run, split_cpu
 __all__ = ["RunResult", "train"]
 
 
-def train(config: ExperimentConfig, run_dir: str | os.PathLike, *, progress: bool = True,
-          stop: StopSignal | None = None) -> RunResult:
+def train(
+    config: ExperimentConfig,
+    run_dir: str | os.PathLike,
+    *,
+    progress: bool = True,
+    stop: StopSignal | None = None,
+) -> RunResult:
     """Trains `config` in `run_dir`, resuming from its newest checkpoint if there is one."""
     split_cpu(config.devices.cpu_devices)
     # The runtimes are imported after `split_cpu`: importing pgx (Anakin's games) starts JAX's

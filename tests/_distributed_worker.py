@@ -30,8 +30,13 @@ def _optimizer():
     # clipping (not reached), weight decay and a schedule on, so every part of the step runs.
     return make_optimizer(
         OptimizerConfig(
-            optimizer="sgd", learning_rate=5e-2, schedule="cosine", warmup_steps=1,
-            decay_steps=10, max_grad_norm=100.0, weight_decay=1e-2,
+            optimizer="sgd",
+            learning_rate=5e-2,
+            schedule="cosine",
+            warmup_steps=1,
+            decay_steps=10,
+            max_grad_norm=100.0,
+            weight_decay=1e-2,
         )
     )
 
@@ -113,23 +118,26 @@ def _muzero_results() -> dict[str, np.ndarray]:
 
     devices = jax.devices()
     k, n, num_actions = 2, 8, 3
-    config = NetworkConfig(mlp_sizes=(16,), latent_size=8, head_hidden=8, value_support=3,
-                           reward_support=3)
+    config = NetworkConfig(
+        mlp_sizes=(16,), latent_size=8, head_hidden=8, value_support=3, reward_support=3
+    )
     networks = make_muzero_networks(config, (6,), num_actions)
     loss_fn = make_muzero_loss(networks, LossConfig(unroll_steps=k))
     rng = np.random.default_rng(0)
     batches = []
     for _ in range(STEPS):
         policy = rng.random((n, k + 1, num_actions)).astype(np.float32)
-        batches.append(MuZeroBatch(
-            observation=rng.random((n, 6), dtype=np.float32),
-            action=rng.integers(0, num_actions, (n, k), dtype=np.int32),
-            value_target=rng.uniform(-2, 2, (n, k + 1)).astype(np.float32),
-            reward_target=rng.uniform(-1, 1, (n, k + 1)).astype(np.float32),
-            policy_target=policy / policy.sum(-1, keepdims=True),
-            policy_mask=(rng.random((n, k + 1)) < 0.8).astype(np.float32),
-            importance_weight=rng.uniform(0.5, 1.0, (n,)).astype(np.float32),
-        ))
+        batches.append(
+            MuZeroBatch(
+                observation=rng.random((n, 6), dtype=np.float32),
+                action=rng.integers(0, num_actions, (n, k), dtype=np.int32),
+                value_target=rng.uniform(-2, 2, (n, k + 1)).astype(np.float32),
+                reward_target=rng.uniform(-1, 1, (n, k + 1)).astype(np.float32),
+                policy_target=policy / policy.sum(-1, keepdims=True),
+                policy_mask=(rng.random((n, k + 1)) < 0.8).astype(np.float32),
+                importance_weight=rng.uniform(0.5, 1.0, (n,)).astype(np.float32),
+            )
+        )
     params = jax.jit(networks.init)(jax.random.key(0))  # eager init compiles op by op
     ref_params, ref_metrics = _reference(params, batches, loss_fn)
     optimizer = _optimizer()
@@ -175,8 +183,7 @@ def process_main(port: str, process_id: str, num_processes: str, out: str) -> No
     for step in range(STEPS):
         # Each process feeds different data: only a cross-process pmean keeps params equal.
         local = [
-            _regression.make_batch(jax.random.key(100 * step + p), 8)
-            for p in range(num_processes)
+            _regression.make_batch(jax.random.key(100 * step + p), 8) for p in range(num_processes)
         ]
         global_batches.append(jax.tree.map(lambda *xs: np.concatenate(xs), *local))
         state, metrics = update(state, shard_batch(local[process_id], devices))
@@ -196,11 +203,21 @@ def _anakin_iterations() -> tuple[dict[str, np.ndarray], object]:
     import muzero
     from selfplay import anakin
 
-    config = configs.load_config("tic_tac_toe_alphazero", [
-        "runtime=anakin", "actors.envs_per_thread=4", "actors.unroll_length=4",
-        "search.num_simulations=4", "network.channels=8", "network.head_hidden=8",
-        "learner.batch_size=8", "replay.min_size=16", "replay.capacity=64",
-        "replay.samples_per_insert=1"])
+    config = configs.load_config(
+        "tic_tac_toe_alphazero",
+        [
+            "runtime=anakin",
+            "actors.envs_per_thread=4",
+            "actors.unroll_length=4",
+            "search.num_simulations=4",
+            "network.channels=8",
+            "network.head_hidden=8",
+            "learner.batch_size=8",
+            "replay.min_size=16",
+            "replay.capacity=64",
+            "replay.samples_per_insert=1",
+        ],
+    )
     devices = anakin.anakin_devices(config)
     optimizer = muzero.make_optimizer(config.optimizer)
     program = anakin.make_anakin_program(config, optimizer, devices)
@@ -212,14 +229,18 @@ def _anakin_iterations() -> tuple[dict[str, np.ndarray], object]:
     iterations = plan.min_iterations + 2
     for index in range(iterations):
         state, carry, metrics = step(state, np.int32(index), carry)
-    results = {"devices": np.asarray(len(devices)), "updates_per_iteration": plan.updates,
-               "step": np.asarray(muzero.unreplicate(state.step)),
-               "expected_step": np.asarray(plan.updates * (iterations - plan.min_iterations)),
-               "loss": np.asarray(muzero.unreplicate(metrics["loss"]))}
+    results = {
+        "devices": np.asarray(len(devices)),
+        "updates_per_iteration": plan.updates,
+        "step": np.asarray(muzero.unreplicate(state.step)),
+        "expected_step": np.asarray(plan.updates * (iterations - plan.min_iterations)),
+        "loss": np.asarray(muzero.unreplicate(metrics["loss"])),
+    }
     local = len(jax.tree.leaves(state.params)[0].addressable_shards)
     for i in range(local):  # every parameter, as each local device holds it
-        results[f"device{i}/params"] = np.concatenate([
-            np.ravel(leaf.addressable_shards[i].data) for leaf in jax.tree.leaves(state.params)])
+        results[f"device{i}/params"] = np.concatenate(
+            [np.ravel(leaf.addressable_shards[i].data) for leaf in jax.tree.leaves(state.params)]
+        )
     results["initial/params"] = np.concatenate([np.ravel(x) for x in jax.tree.leaves(params)])
     return results, mesh
 
@@ -227,9 +248,12 @@ def _anakin_iterations() -> tuple[dict[str, np.ndarray], object]:
 def anakin_process_main(port: str, process_id: str, num_processes: str, out: str) -> None:
     """Anakin over every device of `num_processes` processes: each saves its devices' params."""
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
-                               num_processes=int(num_processes), process_id=int(process_id),
-                               initialization_timeout=60)
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{port}",
+        num_processes=int(num_processes),
+        process_id=int(process_id),
+        initialization_timeout=60,
+    )
     import _regression
     from jax.sharding import PartitionSpec as P
 
@@ -241,19 +265,28 @@ def anakin_process_main(port: str, process_id: str, num_processes: str, out: str
     # each process feeds its own half.
     reg_params = _regression.init_params(jax.random.key(0))
     sgd = _optimizer()
-    sharded = jax.jit(jax.shard_map(
-        muzero.make_update(_regression.loss_fn, sgd, axis_name=muzero.AXIS), mesh=mesh,
-        in_specs=(P(), P(muzero.AXIS)), out_specs=(P(), P()), check_vma=False))
+    sharded = jax.jit(
+        jax.shard_map(
+            muzero.make_update(_regression.loss_fn, sgd, axis_name=muzero.AXIS),
+            mesh=mesh,
+            in_specs=(P(), P(muzero.AXIS)),
+            out_specs=(P(), P()),
+            check_vma=False,
+        )
+    )
     reg_state = muzero.replicate(_init_state(reg_params, sgd), mesh)
     global_batches = []
     for step in range(STEPS):
-        local = [_regression.make_batch(jax.random.key(100 * step + p), 8)
-                 for p in range(int(num_processes))]
+        local = [
+            _regression.make_batch(jax.random.key(100 * step + p), 8)
+            for p in range(int(num_processes))
+        ]
         global_batches.append(jax.tree.map(lambda *xs: np.concatenate(xs), *local))
         reg_state, _ = sharded(reg_state, muzero.shard_batch(local[int(process_id)], mesh))
     ref_params, _ = _reference(reg_params, global_batches)
-    results.update({f"unchecked/{k}": v
-                    for k, v in _flat(muzero.unreplicate(reg_state.params)).items()})
+    results.update(
+        {f"unchecked/{k}": v for k, v in _flat(muzero.unreplicate(reg_state.params)).items()}
+    )
     results.update({f"single/{k}": v for k, v in _flat(ref_params).items()})
     np.savez(out, **results)
     jax.distributed.shutdown()
@@ -261,5 +294,6 @@ def anakin_process_main(port: str, process_id: str, num_processes: str, out: str
 
 if __name__ == "__main__":
     mode, *args = sys.argv[1:]
-    {"replicate": replicate_main, "process": process_main,
-     "anakin_process": anakin_process_main}[mode](*args)
+    {"replicate": replicate_main, "process": process_main, "anakin_process": anakin_process_main}[
+        mode
+    ](*args)

@@ -142,8 +142,12 @@ def reachable_positions() -> list:
 
 def immediate_wins(board: tuple, player: int = 1) -> list:
     """Moves that complete a line for `player` (1: to move, 2: the opponent) on a relative board."""
-    return [m for m in range(9) if board[m] == 0
-            and _winner(tuple(player if i == m else c for i, c in enumerate(board))) == player]
+    return [
+        m
+        for m in range(9)
+        if board[m] == 0
+        and _winner(tuple(player if i == m else c for i, c in enumerate(board))) == player
+    ]
 
 
 def relative_board(moves) -> tuple:
@@ -226,8 +230,7 @@ class FakeEpisodeEnv:
         self._k = np.zeros(num_envs, np.int64)
 
     def _step(self, ended, returns, lengths):
-        return EpisodeStep(self._t.copy(), ended, ended, returns, lengths,
-                           np.arange(self.num_envs))
+        return EpisodeStep(self._t.copy(), ended, ended, returns, lengths, np.arange(self.num_envs))
 
     def reset(self, seed):
         self._t[:] = 0
@@ -293,10 +296,18 @@ class FakeAsyncEnv:
         from selfplay.envs.base import EnvSpec
 
         self.num_envs, self.batch_size = num_envs, batch_size
-        self.spec = EnvSpec(name="envpool:FakeAsync-v0", family="envpool", num_actions=2,
-                            observation_shape=(4,), observation_dtype="float32", num_players=1,
-                            two_player_zero_sum=False, discount=1.0, deterministic=False,
-                            max_episode_steps=None)
+        self.spec = EnvSpec(
+            name="envpool:FakeAsync-v0",
+            family="envpool",
+            num_actions=2,
+            observation_shape=(4,),
+            observation_dtype="float32",
+            num_players=1,
+            two_player_zero_sum=False,
+            discount=1.0,
+            deterministic=False,
+            max_episode_steps=None,
+        )
         self._seed = seed
         self.closed = False
         self.reset(seed)
@@ -318,8 +329,9 @@ class FakeAsyncEnv:
     def send(self, actions, env_id) -> None:
         env_id = [int(e) for e in np.asarray(env_id)]
         if sorted(env_id) != sorted(self._awaiting):
-            raise ValueError(f"send for envs {env_id}, expected those of the last recv "
-                             f"{sorted(self._awaiting)}")
+            raise ValueError(
+                f"send for envs {env_id}, expected those of the last recv {sorted(self._awaiting)}"
+            )
         for env, action in zip(env_id, np.asarray(actions).tolist(), strict=True):
             self._in_flight[env] = int(action)
         self._awaiting = set()
@@ -349,10 +361,21 @@ class FakeAsyncEnv:
                 ep_return, ep_length = self._returns[env], int(self._t[env])
                 self._returns[env], self._t[env] = 0.0, 0
                 self._episodes[env] += 1
-        observation = np.array([env, self._steps[env], self._t[env], self._episodes[env]],
-                               np.float32)
-        return (observation, np.float32(reward), done, False, np.ones(2, bool), np.int32(0),
-                np.float32(ep_return), np.int32(ep_length), done, np.int32(env))
+        observation = np.array(
+            [env, self._steps[env], self._t[env], self._episodes[env]], np.float32
+        )
+        return (
+            observation,
+            np.float32(reward),
+            done,
+            False,
+            np.ones(2, bool),
+            np.int32(0),
+            np.float32(ep_return),
+            np.int32(ep_length),
+            done,
+            np.int32(env),
+        )
 
     def step(self, actions):
         raise ValueError("FakeAsyncEnv is async: use send/recv")

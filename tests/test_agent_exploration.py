@@ -9,8 +9,13 @@ from selfplay.agent import make_agent
 from selfplay.envs import make_env
 from selfplay.evaluation import greedy_config
 
-TINY = ["search.num_simulations=4", "network.channels=8", "network.head_hidden=8",
-        "network.representation_blocks=1", "network.dynamics_blocks=1"]
+TINY = [
+    "search.num_simulations=4",
+    "network.channels=8",
+    "network.head_hidden=8",
+    "network.representation_blocks=1",
+    "network.dynamics_blocks=1",
+]
 BATCH = 512
 
 
@@ -21,8 +26,16 @@ def _act(overrides, greedy: bool, seed: int = 1):
     timestep = env.step(np.full(BATCH, 4))  # X in the centre: 8 legal moves for O
     agent = make_agent(config, env.spec)
     params = agent.init(jax.random.PRNGKey(0))
-    out = jax.device_get(agent.act(params, jax.random.PRNGKey(seed), timestep.observation,
-                                   timestep.legal_mask, np.full(BATCH, greedy), None))
+    out = jax.device_get(
+        agent.act(
+            params,
+            jax.random.PRNGKey(seed),
+            timestep.observation,
+            timestep.legal_mask,
+            np.full(BATCH, greedy),
+            None,
+        )
+    )
     return config, out, timestep.legal_mask
 
 

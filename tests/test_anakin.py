@@ -22,10 +22,18 @@ from tests.test_distributed import run_worker_processes
 from tests.test_train import _podracer, _wait_for_checkpoint
 
 TINY = [
-    "runtime=anakin", "actors.envs_per_thread=4", "actors.unroll_length=4",
-    "search.num_simulations=4", "network.channels=8", "network.head_hidden=8",
-    "learner.batch_size=8", "replay.min_size=16", "replay.capacity=256",
-    "replay.samples_per_insert=1", "learner.log_every_s=0.1", "learner.checkpoint_every=4",
+    "runtime=anakin",
+    "actors.envs_per_thread=4",
+    "actors.unroll_length=4",
+    "search.num_simulations=4",
+    "network.channels=8",
+    "network.head_hidden=8",
+    "learner.batch_size=8",
+    "replay.min_size=16",
+    "replay.capacity=256",
+    "replay.samples_per_insert=1",
+    "learner.log_every_s=0.1",
+    "learner.checkpoint_every=4",
 ]
 
 
@@ -37,10 +45,17 @@ def _stream(length, games):
     """A [length, B] trajectory whose every field says which step and game it is."""
     step = jnp.arange(length)[:, None] * 100 + jnp.arange(games)[None, :]  # [T, B]
     return muzero.Trajectory(
-        observation=step[..., None].astype(jnp.float32), action=step, reward=step * 1.0,
-        discount=jnp.ones((length, games)), search_policy=step[..., None] * jnp.ones(3),
-        search_value=step * 1.0, legal_mask=jnp.ones((length, games, 3), bool),
-        to_play=step, behaviour_logits=step[..., None] * jnp.ones(3), policy_version=step)
+        observation=step[..., None].astype(jnp.float32),
+        action=step,
+        reward=step * 1.0,
+        discount=jnp.ones((length, games)),
+        search_policy=step[..., None] * jnp.ones(3),
+        search_value=step * 1.0,
+        legal_mask=jnp.ones((length, games, 3), bool),
+        to_play=step,
+        behaviour_logits=step[..., None] * jnp.ones(3),
+        policy_version=step,
+    )
 
 
 def test_windows_start_at_every_step_once_across_iterations():
@@ -60,7 +75,7 @@ def test_windows_start_at_every_step_once_across_iterations():
             np.testing.assert_array_equal(window.action[:, row], first + 100 * np.arange(steps))
             assert window.observation[0, row, 0] == first
             starts.append(first)
-        tail = jax.tree.map(lambda a, b: jnp.concatenate([a, b])[-(steps - 1):], tail, new)
+        tail = jax.tree.map(lambda a, b: jnp.concatenate([a, b])[-(steps - 1) :], tail, new)
     # Every step that has L - 1 steps after it starts exactly one window.
     expected = [t * 100 + b for t in range(3 * moves) for b in range(games)]
     assert sorted(starts) == expected
@@ -86,10 +101,14 @@ def test_plan_sizes_updates_and_refuses_what_cannot_work():
         anakin.plan_anakin(free, agent, devices=1)
 
 
-@pytest.mark.parametrize("preset, extra", [
-    ("tic_tac_toe_alphazero", []),
-    ("tic_tac_toe_muzero", ["env.name=pgx:tic_tac_toe", "learner.augment_symmetries=false"]),
-], ids=["alphazero", "muzero"])
+@pytest.mark.parametrize(
+    "preset, extra",
+    [
+        ("tic_tac_toe_alphazero", []),
+        ("tic_tac_toe_muzero", ["env.name=pgx:tic_tac_toe", "learner.augment_symmetries=false"]),
+    ],
+    ids=["alphazero", "muzero"],
+)
 def test_smoke_run_learns_logs_saves_and_resumes(preset, extra, tmp_path):
     config = _tiny(preset, "learner.max_updates=8", *extra)
     run = tmp_path / "run"
@@ -104,8 +123,9 @@ def test_smoke_run_learns_logs_saves_and_resumes(preset, extra, tmp_path):
     assert learned and all(np.isfinite(r["loss"]) for r in learned)
     assert any(r.get("episodes", 0) > 0 for r in records)
     # Where the time goes (on a CPU the updates are their own stage).
-    assert any(r.get("time/anakin/play_s", 0) > 0 and r.get("time/anakin/learn_s", 0) > 0
-               for r in records)
+    assert any(
+        r.get("time/anakin/play_s", 0) > 0 and r.get("time/anakin/learn_s", 0) > 0 for r in records
+    )
     assert (run / "checkpoints" / "8").is_dir() and (run / "learning_curves.png").is_file()
 
     more = config.replace(learner=dataclasses.replace(config.learner, max_updates=12))
@@ -114,22 +134,35 @@ def test_smoke_run_learns_logs_saves_and_resumes(preset, extra, tmp_path):
 
 
 def test_a_sebulba_run_resumes_under_anakin(tmp_path):
-    sebulba = configs.load_config("tic_tac_toe_alphazero", [
-        "learner.batch_size=8", "replay.min_size=16", "replay.capacity=256",
-        "actors.threads_per_device=1", "actors.envs_per_thread=4", "actors.unroll_length=4",
-        "search.num_simulations=4", "network.channels=8", "network.head_hidden=8",
-        "learner.max_updates=2", "learner.log_every_s=0.1"])
+    sebulba = configs.load_config(
+        "tic_tac_toe_alphazero",
+        [
+            "learner.batch_size=8",
+            "replay.min_size=16",
+            "replay.capacity=256",
+            "actors.threads_per_device=1",
+            "actors.envs_per_thread=4",
+            "actors.unroll_length=4",
+            "search.num_simulations=4",
+            "network.channels=8",
+            "network.head_hidden=8",
+            "learner.max_updates=2",
+            "learner.log_every_s=0.1",
+        ],
+    )
     train_module.train(sebulba, tmp_path / "run", progress=False)
-    result = train_module.train(_tiny("tic_tac_toe_alphazero", "learner.max_updates=4"),
-                                tmp_path / "run", progress=False)
+    result = train_module.train(
+        _tiny("tic_tac_toe_alphazero", "learner.max_updates=4"), tmp_path / "run", progress=False
+    )
     assert result.resumed_from == 2 and result.updates == 4
 
 
 def test_replicas_stay_identical_across_two_processes(tmp_path):
     # jax.distributed (gloo), 2 processes x 2 CPU devices: the mesh spans both processes, each
     # builds its own devices' games, and the pmean crosses processes.
-    results = run_worker_processes("anakin_process",
-                                   [tmp_path / f"process{i}.npz" for i in range(2)], timeout=300)
+    results = run_worker_processes(
+        "anakin_process", [tmp_path / f"process{i}.npz" for i in range(2)], timeout=300
+    )
     copies = [r[f"device{d}/params"] for r in results for d in range(2)]
     assert int(results[0]["devices"]) == 4
     for copy in copies[1:]:
@@ -140,20 +173,42 @@ def test_replicas_stay_identical_across_two_processes(tmp_path):
         names = [k.split("/", 1)[1] for k in result if k.startswith("single/")]
         assert names
         for name in names:
-            np.testing.assert_allclose(result[f"unchecked/{name}"], result[f"single/{name}"],
-                                       rtol=1e-5, atol=1e-6, err_msg=name)
+            np.testing.assert_allclose(
+                result[f"unchecked/{name}"],
+                result[f"single/{name}"],
+                rtol=1e-5,
+                atol=1e-6,
+                err_msg=name,
+            )
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["runtime=anakin", "env.name=openspiel:tic_tac_toe"], "runtime must be 'sebulba' for a "
-                                                          "non-JAX environment"),
-    (["runtime=jitted"], "runtime must be 'sebulba' or 'anakin'"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["runtime=anakin", "env.name=openspiel:tic_tac_toe"],
+            "runtime must be 'sebulba' for a non-JAX environment",
+        ),
+        (["runtime=jitted"], "runtime must be 'sebulba' or 'anakin'"),
+    ],
+)
 def test_bad_runtime_gets_one_line_and_exit_2(overrides, message, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "podracer", "train", "--config", "tic_tac_toe_muzero",
-         "--run-dir", str(tmp_path / "run"), *overrides],
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "podracer",
+            "train",
+            "--config",
+            "tic_tac_toe_muzero",
+            "--run-dir",
+            str(tmp_path / "run"),
+            *overrides,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
@@ -175,8 +230,9 @@ def test_updates_inside_the_jit_equal_updates_called_one_by_one():
     state = muzero.replicate(muzero.init_train_state(params, optimizer, jax.random.key(1)), mesh)
     carry = anakin.initial_carries(program.init_carry, params, mesh, jax.random.key(2))
     for index in range(plan.min_iterations):  # fill the tail and the ring, no updates yet
-        state, carry, metrics = jax.jit(iterate, static_argnums=3)(state, np.int32(index),
-                                                                   carry, False)
+        state, carry, metrics = jax.jit(iterate, static_argnums=3)(
+            state, np.int32(index), carry, False
+        )
     index = np.int32(plan.min_iterations)
     inside, _, inside_metrics = jax.jit(iterate, static_argnums=3)(state, index, carry, True)
     outside, after, _ = jax.jit(iterate, static_argnums=3)(state, index, carry, False)
@@ -189,20 +245,39 @@ def test_updates_inside_the_jit_equal_updates_called_one_by_one():
     for u in range(plan.updates):
         outside, outside_metrics = jax.jit(learn)(outside, index, np.int32(u), after)
     assert int(inside.step) == int(outside.step) == int(state.step) + plan.updates
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
-                 inside.params, outside.params)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+        inside.params,
+        outside.params,
+    )
     np.testing.assert_allclose(inside_metrics["loss"], outside_metrics["loss"], rtol=1e-4)
-    assert not all(np.allclose(a, b) for a, b in zip(jax.tree.leaves(inside.params),
-                                                     jax.tree.leaves(params), strict=True))
+    assert not all(
+        np.allclose(a, b)
+        for a, b in zip(jax.tree.leaves(inside.params), jax.tree.leaves(params), strict=True)
+    )
 
 
 def test_podracer_train_splits_the_cpu_into_devices_for_anakin(tmp_path):
     # devices.cpu_devices=2 reaches JAX before it starts: every iteration plays on both devices.
     proc = subprocess.run(
-        [sys.executable, "-m", "podracer", "train", "--config", "tic_tac_toe_alphazero",
-         "--run-dir", str(tmp_path / "run"), "--quiet", *TINY, "devices.cpu_devices=2",
-         "learner.max_updates=4"],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "podracer",
+            "train",
+            "--config",
+            "tic_tac_toe_alphazero",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--quiet",
+            *TINY,
+            "devices.cpu_devices=2",
+            "learner.max_updates=4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "no effect" not in proc.stderr
     config = _tiny()
@@ -213,8 +288,16 @@ def test_podracer_train_splits_the_cpu_into_devices_for_anakin(tmp_path):
 
 def test_sigint_stops_an_anakin_run_with_a_final_checkpoint(tmp_path):
     run = tmp_path / "run"
-    process = _podracer("train", "--config", "tic_tac_toe_alphazero", "--run-dir", str(run),
-                        "--quiet", *TINY, "learner.max_updates=100000")
+    process = _podracer(
+        "train",
+        "--config",
+        "tic_tac_toe_alphazero",
+        "--run-dir",
+        str(run),
+        "--quiet",
+        *TINY,
+        "learner.max_updates=100000",
+    )
     _wait_for_checkpoint(run, process)
     before = {int(p.name) for p in (run / "checkpoints").glob("*") if p.name.isdigit()}
     process.send_signal(signal.SIGINT)

@@ -23,10 +23,17 @@ from selfplay.train import train
 
 # The same tiny run as tests/test_evaluation.py, so the suite's compilation cache serves both.
 TINY = [
-    "learner.batch_size=16", "replay.min_size=64", "replay.capacity=4000",
-    "actors.threads_per_device=1", "actors.envs_per_thread=8", "actors.unroll_length=8",
-    "search.num_simulations=4", "network.channels=8", "network.head_hidden=8",
-    "learner.max_updates=3", "learner.checkpoint_every=3",
+    "learner.batch_size=16",
+    "replay.min_size=64",
+    "replay.capacity=4000",
+    "actors.threads_per_device=1",
+    "actors.envs_per_thread=8",
+    "actors.unroll_length=8",
+    "search.num_simulations=4",
+    "network.channels=8",
+    "network.head_hidden=8",
+    "learner.max_updates=3",
+    "learner.checkpoint_every=3",
 ]
 
 
@@ -45,8 +52,9 @@ def alphazero_run(tmp_path_factory):
     env = make_env(config.env.name, 1)
     agent = make_agent(config, env.spec)
     optimizer = muzero.make_optimizer(config.optimizer)
-    state = muzero.init_train_state(jax.jit(agent.init)(jax.random.PRNGKey(0)), optimizer,
-                                    jax.random.PRNGKey(1))
+    state = muzero.init_train_state(
+        jax.jit(agent.init)(jax.random.PRNGKey(0)), optimizer, jax.random.PRNGKey(1)
+    )
     checkpointer = Checkpointer(run / "checkpoints", must_match=MUST_MATCH)
     checkpointer.save(2, state, configs.to_dict(config))
     checkpointer.close()
@@ -74,8 +82,12 @@ def test_all_waiting_games_are_searched_in_one_call(muzero_run):
     opponents = [arena.make_player("random", game, seed=k) for k in range(6)]
     tables = [[player, opponents[k]] if k % 2 else [opponents[k], player] for k in range(6)]
     moves = []
-    play_games(game, tables, list(range(6)),
-               lambda k, state, table: moves.append(table.movers.count(1 - k % 2)))
+    play_games(
+        game,
+        tables,
+        list(range(6)),
+        lambda k, state, table: moves.append(table.movers.count(1 - k % 2)),
+    )
     assert player.states_searched == sum(moves)
     # One act call per ply for every game still waiting, not one per game.
     assert player.act_calls == max(moves)
@@ -109,7 +121,7 @@ def test_pgx_replay_reaches_the_openspiel_position(name):
     moves = np.zeros((8, game.max_game_length()), np.int32)
     lengths = np.array([len(s.history()) for s in states], np.int32)
     for i, state in enumerate(states):
-        moves[i, :lengths[i]] = state.history()
+        moves[i, : lengths[i]] = state.history()
     replayed = jax.device_get(pgx_replay(name)(moves, lengths))
     for i, state in enumerate(states):
         assert bool(replayed.terminated[i]) == state.is_terminal()
@@ -145,20 +157,24 @@ def _one_error_line(capsys, argv):
 
 def test_bad_runs_exit_2_with_one_line(muzero_run, tmp_path, capsys):
     out = ["--games", "1", "--out", str(tmp_path / "t")]
-    line = _one_error_line(capsys, ["--game", "tic_tac_toe", "--players",
-                                    f"ckpt:{tmp_path / 'missing'},random", *out])
+    line = _one_error_line(
+        capsys, ["--game", "tic_tac_toe", "--players", f"ckpt:{tmp_path / 'missing'},random", *out]
+    )
     assert "no run directory" in line
     empty = tmp_path / "empty"
     empty.mkdir()
     shutil.copy(muzero_run / "config.json", empty / "config.json")
-    line = _one_error_line(capsys, ["--game", "tic_tac_toe", "--players",
-                                    f"ckpt:{empty},random", *out])
+    line = _one_error_line(
+        capsys, ["--game", "tic_tac_toe", "--players", f"ckpt:{empty},random", *out]
+    )
     assert "no checkpoints" in line
-    line = _one_error_line(capsys, ["--game", "connect_four", "--players",
-                                    f"ckpt:{muzero_run},random", *out])
+    line = _one_error_line(
+        capsys, ["--game", "connect_four", "--players", f"ckpt:{muzero_run},random", *out]
+    )
     assert "trained on openspiel:tic_tac_toe" in line and "connect_four" in line
-    line = _one_error_line(capsys, ["--game", "tic_tac_toe", "--players",
-                                    f"ckpt:{muzero_run},sims=0,random", *out])
+    line = _one_error_line(
+        capsys, ["--game", "tic_tac_toe", "--players", f"ckpt:{muzero_run},sims=0,random", *out]
+    )
     assert "sims must be at least 1" in line
 
 

@@ -9,8 +9,17 @@ from podracer.cli import main
 
 def test_arena_command_prints_the_table_and_writes_results(tmp_path, capsys):
     out = tmp_path / "t"
-    argv = ["arena", "--game", "tic_tac_toe", "--players", "minimax,mcts:20,uct_c=1.4,random",
-            "--out", str(out), "--seed", "3"]
+    argv = [
+        "arena",
+        "--game",
+        "tic_tac_toe",
+        "--players",
+        "minimax,mcts:20,uct_c=1.4,random",
+        "--out",
+        str(out),
+        "--seed",
+        "3",
+    ]
     assert main([*argv, "--games", "2"]) == 0
     printed = capsys.readouterr().out
     assert "mcts:20,uct_c=1.4" in printed and str(out / "results.json") in printed
@@ -29,25 +38,56 @@ def test_arena_command_prints_the_table_and_writes_results(tmp_path, capsys):
 
 def test_gauntlet_plays_only_the_first_player(tmp_path, capsys):
     out = tmp_path / "g"
-    assert main(["arena", "--game", "tic_tac_toe", "--players", "mcts:5,random,minimax",
-                 "--games", "1", "--format", "gauntlet", "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "arena",
+                "--game",
+                "tic_tac_toe",
+                "--players",
+                "mcts:5,random,minimax",
+                "--games",
+                "1",
+                "--format",
+                "gauntlet",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     results = json.loads((out / "results.json").read_text())
     assert results["games"] == 2
     assert results["crosstable"]["random"]["minimax"] == {"wins": 0, "draws": 0, "losses": 0}
 
 
-@pytest.mark.parametrize("players,game,message", [
-    ("random,alphago", "tic_tac_toe", "unknown player 'alphago'"),
-    ("random,mcts:lots", "tic_tac_toe", "must be an integer"),
-    ("random,,mcts:5", "tic_tac_toe", "malformed player list"),
-    ("random", "tic_tac_toe", "at least two players"),
-    ("random,mcts:5", "tic_tac_tow", "unknown game 'tic_tac_tow'"),
-    ("random,minimax", "connect_four", "minimax:depth=4"),
-    ("random,mcts:5", "catch", "two-player"),
-])
+@pytest.mark.parametrize(
+    "players,game,message",
+    [
+        ("random,alphago", "tic_tac_toe", "unknown player 'alphago'"),
+        ("random,mcts:lots", "tic_tac_toe", "must be an integer"),
+        ("random,,mcts:5", "tic_tac_toe", "malformed player list"),
+        ("random", "tic_tac_toe", "at least two players"),
+        ("random,mcts:5", "tic_tac_tow", "unknown game 'tic_tac_tow'"),
+        ("random,minimax", "connect_four", "minimax:depth=4"),
+        ("random,mcts:5", "catch", "two-player"),
+    ],
+)
 def test_bad_input_gets_one_line_and_exit_2(tmp_path, capsys, players, game, message):
-    code = main(["arena", "--game", game, "--players", players, "--games", "1",
-                 "--out", str(tmp_path / "bad")])
+    code = main(
+        [
+            "arena",
+            "--game",
+            game,
+            "--players",
+            players,
+            "--games",
+            "1",
+            "--out",
+            str(tmp_path / "bad"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert message in err
@@ -56,11 +96,40 @@ def test_bad_input_gets_one_line_and_exit_2(tmp_path, capsys, players, game, mes
 
 def test_a_different_player_list_in_an_existing_folder_is_refused(tmp_path, capsys):
     out = str(tmp_path / "t")
-    assert main(["arena", "--game", "tic_tac_toe", "--players", "random,mcts:5", "--games", "1",
-                 "--out", out, "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "arena",
+                "--game",
+                "tic_tac_toe",
+                "--players",
+                "random,mcts:5",
+                "--games",
+                "1",
+                "--out",
+                out,
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
-    assert main(["arena", "--game", "tic_tac_toe", "--players", "random,mcts:6", "--games", "1",
-                 "--out", out]) == 2
+    assert (
+        main(
+            [
+                "arena",
+                "--game",
+                "tic_tac_toe",
+                "--players",
+                "random,mcts:6",
+                "--games",
+                "1",
+                "--out",
+                out,
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "players" in err and "--out" in err and err.count("\n") == 1
 
@@ -72,10 +141,20 @@ def test_ctrl_c_exits_130_and_says_how_to_continue(tmp_path, capsys, monkeypatch
 
     monkeypatch.setattr(players, "_REGISTRY", dict(players._REGISTRY))
     countdown = CountdownInterrupt(after=12)
-    register_player("flaky", lambda spec, game, seed: InterruptingPlayer(spec.text, countdown),
-                    "flaky: test")
-    argv = ["arena", "--game", "tic_tac_toe", "--players", "flaky,random", "--games", "6",
-            "--out", str(tmp_path / "t")]
+    register_player(
+        "flaky", lambda spec, game, seed: InterruptingPlayer(spec.text, countdown), "flaky: test"
+    )
+    argv = [
+        "arena",
+        "--game",
+        "tic_tac_toe",
+        "--players",
+        "flaky,random",
+        "--games",
+        "6",
+        "--out",
+        str(tmp_path / "t"),
+    ]
     assert main(argv) == 130
     assert "run the same command again to continue" in capsys.readouterr().err
     assert main(argv) == 0

@@ -29,8 +29,9 @@ def test_summary_values_and_intervals():
 
 def test_bootstrap_intervals_cover_the_true_mean_about_95_percent_of_the_time():
     rng = np.random.default_rng(0)
-    covered = [summarize(rng.normal(2.0, 1.0, 50), num_bootstrap=500, seed=k).mean
-               for k in range(200)]
+    covered = [
+        summarize(rng.normal(2.0, 1.0, 50), num_bootstrap=500, seed=k).mean for k in range(200)
+    ]
     rate = np.mean([e.low <= 2.0 <= e.high for e in covered])
     assert 0.88 <= rate <= 0.99
     widths = np.mean([e.high - e.low for e in covered])
@@ -42,8 +43,9 @@ def test_human_normalised_scores():
     random, human = ATARI_SCORES["pong"]
     assert human_normalized_score("Pong-v5", random) == 0.0
     assert human_normalized_score("pong", human) == pytest.approx(1.0)
-    assert [atari_key(n) for n in ("MsPacman-v5", "UpNDown-v5", "ALE/Breakout-v5", "ms_pacman")] \
-        == ["ms_pacman", "up_n_down", "breakout", "ms_pacman"]
+    assert [
+        atari_key(n) for n in ("MsPacman-v5", "UpNDown-v5", "ALE/Breakout-v5", "ms_pacman")
+    ] == ["ms_pacman", "up_n_down", "breakout", "ms_pacman"]
     with pytest.raises(ValueError, match="CartPole"):
         human_normalized_score("CartPole-v1", 100.0)
 
@@ -61,8 +63,9 @@ def test_evaluate_policy_plays_each_envs_share_of_whole_episodes():
         calls.append(step.observation.shape)
         return np.zeros(step.observation.shape[0], np.int32)
 
-    result = evaluate_policy(policy, make_env, num_episodes=10, num_envs=4, seed=1,
-                             protocol=STICKY_ACTIONS)
+    result = evaluate_policy(
+        policy, make_env, num_episodes=10, num_envs=4, seed=1, protocol=STICKY_ACTIONS
+    )
     # Env e's episodes last e + 1 steps and return 10 e + k; each env plays 3, 3, 2, 2 of them,
     # so the long episodes of env 3 count as much as they should.
     expected = [0, 1, 2, 10, 11, 12, 20, 21, 30, 31]
@@ -73,19 +76,24 @@ def test_evaluate_policy_plays_each_envs_share_of_whole_episodes():
     assert result.normalized is None and result.protocol == "sticky_actions"
     env = made[0]
     assert env.closed and env.num_envs == 4 and env.seed == 1
-    assert env.options == {"repeat_action_probability": 0.25, "noop_max": 0,
-                           "max_episode_steps": 27_000}
+    assert env.options == {
+        "repeat_action_probability": 0.25,
+        "noop_max": 0,
+        "max_episode_steps": 27_000,
+    }
     assert set(calls) == {(4,)}
     assert set(result.as_dict()) >= {"episodes", "protocol", "returns"}
 
 
 def test_evaluate_policy_normalises_atari_scores_and_stops_a_policy_that_never_ends():
     make_env = functools.partial(FakeEpisodeEnv)
-    result = evaluate_policy(lambda s: np.zeros(2, np.int32), make_env, 4, num_envs=2,
-                             game="Pong-v5")
+    result = evaluate_policy(
+        lambda s: np.zeros(2, np.int32), make_env, 4, num_envs=2, game="Pong-v5"
+    )
     random, human = ATARI_SCORES["pong"]
-    np.testing.assert_allclose(result.normalized.mean.value,
-                               (np.mean(result.returns) - random) / (human - random))
+    np.testing.assert_allclose(
+        result.normalized.mean.value, (np.mean(result.returns) - random) / (human - random)
+    )
 
     class Endless(FakeEpisodeEnv):
         def step(self, actions):
@@ -104,8 +112,12 @@ def test_protocols_are_validated():
 def test_evaluate_policy_on_envpool_cartpole():
     from selfplay.envs import make_env
 
-    result = evaluate_policy(lambda s: np.zeros(s.observation.shape[0], np.int32),
-                             functools.partial(make_env, "envpool:CartPole-v1"), 6, num_envs=3)
+    result = evaluate_policy(
+        lambda s: np.zeros(s.observation.shape[0], np.int32),
+        functools.partial(make_env, "envpool:CartPole-v1"),
+        6,
+        num_envs=3,
+    )
     # Always pushing left drops the pole within a few steps; CartPole pays 1 per step.
     assert result.returns.shape == (6,)
     np.testing.assert_array_equal(result.returns, result.lengths)

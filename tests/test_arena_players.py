@@ -31,11 +31,19 @@ def play(game, actions):
 
 
 def test_spec_grammar():
-    assert parse_spec("mcts:1000,uct_c=1.4") == ("mcts", "1000", {"uct_c": "1.4"},
-                                                  "mcts:1000,uct_c=1.4")
+    assert parse_spec("mcts:1000,uct_c=1.4") == (
+        "mcts",
+        "1000",
+        {"uct_c": "1.4"},
+        "mcts:1000,uct_c=1.4",
+    )
     assert parse_spec("minimax:depth=4") == ("minimax", None, {"depth": "4"}, "minimax:depth=4")
-    assert parse_spec("ckpt:runs/ttt/step_100") == ("ckpt", "runs/ttt/step_100", {},
-                                                    "ckpt:runs/ttt/step_100")
+    assert parse_spec("ckpt:runs/ttt/step_100") == (
+        "ckpt",
+        "runs/ttt/step_100",
+        {},
+        "ckpt:runs/ttt/step_100",
+    )
     assert parse_spec(" random ") == ("random", None, {}, "random")
     for bad in ("", "MCTS", "mcts:", "mcts:1,2", "mcts:uct_c=1,uct_c=2", ":5"):
         with pytest.raises(UsageError, match="malformed player spec"):
@@ -52,15 +60,18 @@ def test_player_lists_keep_settings_with_their_spec():
         split_specs("uct_c=1,random")
 
 
-@pytest.mark.parametrize("spec,message", [
-    ("alphago", "unknown player 'alphago'"),
-    ("mcts:many", "must be an integer"),
-    ("mcts:0", "at least 1"),
-    ("mcts:10,uct_c=-1", "finite number"),
-    ("mcts:10,temperature=1", "unknown setting"),
-    ("random:3", "takes no bare setting"),
-    ("minimax:depth=0", "at least 1"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("alphago", "unknown player 'alphago'"),
+        ("mcts:many", "must be an integer"),
+        ("mcts:0", "at least 1"),
+        ("mcts:10,uct_c=-1", "finite number"),
+        ("mcts:10,temperature=1", "unknown setting"),
+        ("random:3", "takes no bare setting"),
+        ("minimax:depth=0", "at least 1"),
+    ],
+)
 def test_bad_specs_are_refused_with_a_reason(spec, message):
     with pytest.raises(UsageError, match=message):
         make_player(spec, TTT)
@@ -89,8 +100,9 @@ def test_minimax_wins_when_it_can_and_blocks_otherwise():
 
 
 def test_minimax_picks_among_equal_moves_at_random_and_mcts_is_seeded():
-    first_moves = {make_player("minimax", TTT, seed=s).step(TTT.new_initial_state())
-                   for s in range(6)}
+    first_moves = {
+        make_player("minimax", TTT, seed=s).step(TTT.new_initial_state()) for s in range(6)
+    }
     assert len(first_moves) > 1  # every first move draws with best play
     state = play(TTT, [4])
     moves = [make_player("mcts:20", TTT, seed=7).step(state) for _ in range(2)]
@@ -116,8 +128,9 @@ def test_human_player_asks_again_after_malformed_and_illegal_moves():
 def test_players_run_under_openspiel_evaluate_bots():
     bots = [make_player("minimax", TTT, seed=0), make_player("random", TTT, seed=1)]
     for _ in range(3):
-        returns = evaluate_bots.evaluate_bots(TTT.new_initial_state(), bots,
-                                              np.random.RandomState(0))
+        returns = evaluate_bots.evaluate_bots(
+            TTT.new_initial_state(), bots, np.random.RandomState(0)
+        )
         assert returns[0] >= 0  # minimax never loses
 
 

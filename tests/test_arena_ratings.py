@@ -103,17 +103,25 @@ def test_crosstable_counts_both_colours_from_each_side():
 
 
 def test_results_files_and_rating_curve(tmp_path):
-    records = [GameRecord(("ckpt:100", "random"), 0, (), (), (), (1.0, -1.0))] * 3 + [
-        GameRecord(("random", "ckpt:200"), 1, (), (), (), (-1.0, 1.0))] * 5 + [
-        GameRecord(("ckpt:200", "ckpt:100"), 2, (), (), (), (0.0, 0.0))] * 2
+    records = (
+        [GameRecord(("ckpt:100", "random"), 0, (), (), (), (1.0, -1.0))] * 3
+        + [GameRecord(("random", "ckpt:200"), 1, (), (), (), (-1.0, 1.0))] * 5
+        + [GameRecord(("ckpt:200", "ckpt:100"), 2, (), (), (), (0.0, 0.0))] * 2
+    )
     ratings = fit_ratings(records)
     results = results_dict(ratings, records, game="tic_tac_toe()")
     paths = write_results(tmp_path, results)
     saved = json.loads(paths["json"].read_text())
     assert saved["games"] == 10
     assert set(saved["ratings"]) == {"ckpt:100", "ckpt:200", "random"}
-    assert saved["ratings"]["random"] == {"elo": 0.0, "ci95": [0.0, 0.0], "wins": 0, "draws": 0,
-                                          "losses": 8, "games": 8}
+    assert saved["ratings"]["random"] == {
+        "elo": 0.0,
+        "ci95": [0.0, 0.0],
+        "wins": 0,
+        "draws": 0,
+        "losses": 8,
+        "games": 8,
+    }
     assert saved["crosstable"]["ckpt:200"]["ckpt:100"] == {"wins": 0, "draws": 2, "losses": 0}
     assert paths["csv"].read_text().splitlines()[0].startswith("player,elo,ci95_low,ci95_high")
     assert paths["png"].read_bytes()[:4] == b"\x89PNG"

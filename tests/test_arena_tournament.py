@@ -88,8 +88,9 @@ def test_a_batched_player_searches_all_waiting_games_in_one_call(registry):
 
 def test_a_stopped_tournament_continues_without_replaying_games(tmp_path, registry):
     countdown = CountdownInterrupt(after=20)  # Ctrl-C partway through the games
-    register_player("flaky", lambda spec, game, seed: InterruptingPlayer(spec.text, countdown),
-                    "flaky: test")
+    register_player(
+        "flaky", lambda spec, game, seed: InterruptingPlayer(spec.text, countdown), "flaky: test"
+    )
     specs = ["flaky", "random", "mcts:5"]
     with pytest.raises(KeyboardInterrupt):
         run_tournament(TTT, specs, 4, tmp_path, seed=1)
@@ -106,7 +107,8 @@ def test_a_stopped_tournament_continues_without_replaying_games(tmp_path, regist
     # A run with more games per pairing adds only the new ones.
     more = run_tournament(TTT, specs, 5, tmp_path, seed=1)
     assert len(more) == 15 and [r.to_json() for r in more if r.round < 4] == [
-        r.to_json() for r in records]
+        r.to_json() for r in records
+    ]
 
 
 def test_a_game_cut_off_mid_line_is_dropped_and_replayed(tmp_path):

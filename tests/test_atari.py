@@ -15,9 +15,13 @@ from selfplay.agent import _compiles_with, make_agent
 from selfplay.envs import env_spec, envpool_env
 from selfplay.train import train
 
-SMALL_ACTORS = ["actors.threads_per_device=2", "actors.envs_per_thread=2",
-                "learner.log_every_s=0.5", "learner.checkpoint_every=2",
-                "learner.max_updates=3"]
+SMALL_ACTORS = [
+    "actors.threads_per_device=2",
+    "actors.envs_per_thread=2",
+    "learner.log_every_s=0.5",
+    "learner.checkpoint_every=2",
+    "learner.max_updates=3",
+]
 
 
 @pytest.fixture
@@ -44,12 +48,24 @@ def _check_run(result, run, updates):
 
 
 def test_vtrace_smoke_run_plays_pong_with_the_configured_preprocessing(tmp_path, envpool_configs):
-    options = {"episodic_life": False, "reward_clip": True, "noop_max": 7,
-               "repeat_action_probability": 0.25, "max_episode_steps": 500}
-    config = configs.load_config("atari_vtrace", [
-        *SMALL_ACTORS, "actors.unroll_length=4", "learner.batch_size=2",
-        "network.impala_channels=[4,8]", "network.impala_dense=16",
-        f"env.options={json.dumps(options)}"])
+    options = {
+        "episodic_life": False,
+        "reward_clip": True,
+        "noop_max": 7,
+        "repeat_action_probability": 0.25,
+        "max_episode_steps": 500,
+    }
+    config = configs.load_config(
+        "atari_vtrace",
+        [
+            *SMALL_ACTORS,
+            "actors.unroll_length=4",
+            "learner.batch_size=2",
+            "network.impala_channels=[4,8]",
+            "network.impala_dense=16",
+            f"env.options={json.dumps(options)}",
+        ],
+    )
     result = train(config, tmp_path / "run", progress=False)
     _check_run(result, tmp_path / "run", 3)
     actor_pools = [c for c in envpool_configs if c["num_envs"] == 2]
@@ -60,11 +76,23 @@ def test_vtrace_smoke_run_plays_pong_with_the_configured_preprocessing(tmp_path,
 
 
 def test_muzero_smoke_run_on_pong(tmp_path):
-    config = configs.load_config("pong_muzero_small", [
-        *SMALL_ACTORS, "actors.unroll_length=8", "learner.batch_size=4",
-        "replay.min_size=32", "replay.capacity=2000", "search.num_simulations=2",
-        "network.channels=8", "network.head_hidden=8", "network.value_support=3",
-        "network.reward_support=1", "loss.unroll_steps=2", "loss.td_steps=3"])
+    config = configs.load_config(
+        "pong_muzero_small",
+        [
+            *SMALL_ACTORS,
+            "actors.unroll_length=8",
+            "learner.batch_size=4",
+            "replay.min_size=32",
+            "replay.capacity=2000",
+            "search.num_simulations=2",
+            "network.channels=8",
+            "network.head_hidden=8",
+            "network.value_support=3",
+            "network.reward_support=1",
+            "loss.unroll_steps=2",
+            "loss.td_steps=3",
+        ],
+    )
     result = train(config, tmp_path / "run", progress=False)
     _check_run(result, tmp_path / "run", 3)
 
@@ -86,8 +114,16 @@ def test_atari_presets_carry_the_papers_settings():
 
 @pytest.mark.parametrize("preset", ["atari_vtrace", "pong_muzero_small", "cartpole_vtrace"])
 def test_a_bad_game_name_gets_one_line_and_exit_code_2(preset, tmp_path, capsys):
-    code = cli.main(["train", "--config", preset, "env.name=envpool:NoSuchGame-v5",
-                     "--run-dir", str(tmp_path / "run")])
+    code = cli.main(
+        [
+            "train",
+            "--config",
+            preset,
+            "env.name=envpool:NoSuchGame-v5",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 2
     assert "unknown envpool task 'NoSuchGame-v5'" in captured.err
@@ -105,9 +141,14 @@ def _library_convolutions(compiled_text: str) -> int:
 def _compiled_act_and_update(choice: str) -> tuple[str, str]:
     """The optimised HLO of the V-trace agent's act and update with one conv stack of 32
     channels (YNNPACK takes convolutions from 32 channels on)."""
-    config = configs.load_config("atari_vtrace", [
-        f"devices.cpu_convolutions={choice}", "network.impala_channels=[32]",
-        "network.impala_dense=8"])
+    config = configs.load_config(
+        "atari_vtrace",
+        [
+            f"devices.cpu_convolutions={choice}",
+            "network.impala_channels=[32]",
+            "network.impala_dense=8",
+        ],
+    )
     spec = env_spec(config.env.name, seed=0, **config.env.options)
     agent = make_agent(config, spec)
     assert bool(agent.compiler_options) == (choice == "eigen")
@@ -118,17 +159,27 @@ def _compiled_act_and_update(choice: str) -> tuple[str, str]:
     act = agent.act.lower(params, key, obs, mask, greedy, None).compile().as_text()
     optimizer = muzero.make_optimizer(config.optimizer)
     devices = jax.local_devices()[:1]
-    update = muzero.make_replicated_update(agent.loss_fn, optimizer, devices, batch_axis=1,
-                                           compiler_options=dict(agent.compiler_options))
+    update = muzero.make_replicated_update(
+        agent.loss_fn,
+        optimizer,
+        devices,
+        batch_axis=1,
+        compiler_options=dict(agent.compiler_options),
+    )
     state = muzero.replicate(muzero.init_train_state(params, optimizer, key), devices)
     t, b, a = 3, 2, spec.num_actions  # [T, B] zeros: only the shapes matter to the compiler
     trajectory = muzero.Trajectory(
         observation=np.zeros((t, b, *spec.observation_shape), np.uint8),
-        action=np.zeros((t, b), np.int32), reward=np.zeros((t, b), np.float32),
-        discount=np.ones((t, b), np.float32), search_policy=np.full((t, b, a), 1 / a, np.float32),
-        search_value=np.zeros((t, b), np.float32), legal_mask=np.ones((t, b, a), bool),
-        to_play=np.zeros((t, b), np.int32), behaviour_logits=np.zeros((t, b, a), np.float32),
-        policy_version=np.zeros((t, b), np.int32))
+        action=np.zeros((t, b), np.int32),
+        reward=np.zeros((t, b), np.float32),
+        discount=np.ones((t, b), np.float32),
+        search_policy=np.full((t, b, a), 1 / a, np.float32),
+        search_value=np.zeros((t, b), np.float32),
+        legal_mask=np.ones((t, b, a), bool),
+        to_play=np.zeros((t, b), np.int32),
+        behaviour_logits=np.zeros((t, b, a), np.float32),
+        policy_version=np.zeros((t, b), np.int32),
+    )
     batch, _ = agent.make_batch(trajectory, None)
     batch = muzero.shard_batch(batch, devices, agent.batch_axis)
     return act, update.lower(state, batch).compile().as_text()

@@ -24,16 +24,20 @@ print("imported:", *sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.s
 """
 
 
-@pytest.mark.parametrize("args, code", [
-    (["train", "--help"], 0),
-    (["--help"], 0),
-    (["train", "learner.batch_size=-1"], 2),
-    (["train", "--config", "no_such_preset"], 2),
-    (["train", "runtime=anakin", "--run-dir", "/nonexistent/run", "learner.max_seconds=-3"], 2),
-])
+@pytest.mark.parametrize(
+    "args, code",
+    [
+        (["train", "--help"], 0),
+        (["--help"], 0),
+        (["train", "learner.batch_size=-1"], 2),
+        (["train", "--config", "no_such_preset"], 2),
+        (["train", "runtime=anakin", "--run-dir", "/nonexistent/run", "learner.max_seconds=-3"], 2),
+    ],
+)
 def test_help_and_bad_input_import_no_heavy_library(args, code):
-    done = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, timeout=120
+    )
     assert f"exit {code}" in done.stderr, done.stderr[-2000:]
     imported = done.stderr.strip().splitlines()[-1]
     assert imported == "imported:", f"`podracer {' '.join(args)}` {imported}"
@@ -41,14 +45,16 @@ def test_help_and_bad_input_import_no_heavy_library(args, code):
 
 def test_overrides_stand_before_and_after_the_options():
     args = make_parser().parse_intermixed_args(
-        ["runtime=anakin", "--run-dir", "D", "learner.max_seconds=180", "--quiet"])
+        ["runtime=anakin", "--run-dir", "D", "learner.max_seconds=180", "--quiet"]
+    )
     assert args.run_dir == "D" and args.quiet
     assert args.overrides == ["runtime=anakin", "learner.max_seconds=180"]
 
 
 def test_a_bad_override_after_the_options_is_the_configs_error(tmp_path, capsys):
-    code = cli.main(["train", "runtime=anakin", "--run-dir", str(tmp_path / "run"),
-                     "learner.max_seconds=-3"])
+    code = cli.main(
+        ["train", "runtime=anakin", "--run-dir", str(tmp_path / "run"), "learner.max_seconds=-3"]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert "LearnerConfig.max_seconds must be a number >= 0" in err  # not "unrecognized"

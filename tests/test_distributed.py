@@ -29,7 +29,10 @@ def run_worker_processes(mode: str, outs, timeout: float = 120.0) -> list[dict]:
     procs = [
         subprocess.Popen(
             [sys.executable, str(WORKER), mode, str(port), str(i), str(len(outs)), str(out)],
-            env=worker_env(2), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=worker_env(2),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         for i, out in enumerate(outs)
     ]
@@ -50,8 +53,7 @@ def run_worker_processes(mode: str, outs, timeout: float = 120.0) -> list[dict]:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("distributed")
-    return run_worker_processes("process", [tmp / f"process{i}.npz"
-                                            for i in range(NUM_PROCESSES)])
+    return run_worker_processes("process", [tmp / f"process{i}.npz" for i in range(NUM_PROCESSES)])
 
 
 def test_processes_end_with_identical_updated_parameters(results):

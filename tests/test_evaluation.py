@@ -102,8 +102,9 @@ def _untrained_run(preset, run_dir):
     Training a few updates would cost the learner's compilation, which the smoke runs in
     test_train.py already pay; the report reads only config.json and the params.
     """
-    config = configs.load_config(preset, ["search.num_simulations=4", "network.channels=8",
-                                          "network.head_hidden=8"])
+    config = configs.load_config(
+        preset, ["search.num_simulations=4", "network.channels=8", "network.head_hidden=8"]
+    )
     run_dir = prepare_run_dir(run_dir, config)
     env = make_env(config.env.name, 1)
     agent = make_agent(config, env.spec)
@@ -136,11 +137,13 @@ def test_the_search_policy_depends_on_the_position_only(tmp_path):
     # The walk merges positions, so the policy must not depend on the batch a position is
     # searched in: the same states, shuffled and split differently, get the same moves.
     config, agent, params = evaluation.load_agent(
-        _untrained_run("tic_tac_toe_muzero", tmp_path / "run"))
+        _untrained_run("tic_tac_toe_muzero", tmp_path / "run")
+    )
     policy = evaluation.search_policy(config, agent, params, batch_size=16)
     game = pyspiel.load_game("tic_tac_toe")
-    states = [game.new_initial_state().child(a).child(b)
-              for a in range(9) for b in range(9) if a != b]
+    states = [
+        game.new_initial_state().child(a).child(b) for a in range(9) for b in range(9) if a != b
+    ]
     order = np.random.default_rng(0).permutation(len(states))
     moves = np.asarray(policy(states))
     shuffled = np.asarray(policy([states[i] for i in order]))
@@ -150,8 +153,11 @@ def test_the_search_policy_depends_on_the_position_only(tmp_path):
 
 def _agent_and_params(preset):
     """A greedy agent of `preset` with the tiny network of `_untrained_run`, and its init params."""
-    config = evaluation.greedy_config(configs.load_config(
-        preset, ["search.num_simulations=4", "network.channels=8", "network.head_hidden=8"]))
+    config = evaluation.greedy_config(
+        configs.load_config(
+            preset, ["search.num_simulations=4", "network.channels=8", "network.head_hidden=8"]
+        )
+    )
     env = make_env(config.env.name, 1)
     agent = make_agent(config, env.spec)
     env.close()
@@ -171,13 +177,15 @@ def test_board_actor_pads_without_changing_the_real_rows(preset):
     # The padding rows (copies of the first state) are dropped: the real rows get what they get
     # in a batch of the same size filled with other positions.
     filled, _ = actor.act(params, key, states, 8, greedy=True)
-    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y[:3], rtol=1e-5, atol=1e-6),
-                 padded, filled)
+    jax.tree.map(
+        lambda x, y: np.testing.assert_allclose(x, y[:3], rtol=1e-5, atol=1e-6), padded, filled
+    )
     # And an unpadded batch gives the real rows the same moves, as search_policy chooses them.
     unpadded, _ = actor.act(params, key, states[:3], 3, greedy=True)
     np.testing.assert_array_equal(
         evaluation._most_visited(padded.search_policy, padded.behaviour_logits, legal),
-        evaluation._most_visited(unpadded.search_policy, unpadded.behaviour_logits, legal))
+        evaluation._most_visited(unpadded.search_policy, unpadded.behaviour_logits, legal),
+    )
     with pytest.raises(ValueError, match="1 to rows=2 states, got 3"):
         actor.act(params, key, states[:3], 2, greedy=True)
 

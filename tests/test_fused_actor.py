@@ -8,8 +8,12 @@ from selfplay.actors import fused_pgx_act_step
 from selfplay.agent import make_agent
 from selfplay.envs import make_env
 
-TINY = ["search.num_simulations=4", "network.channels=8", "network.head_hidden=8",
-        "network.representation_blocks=1"]
+TINY = [
+    "search.num_simulations=4",
+    "network.channels=8",
+    "network.head_hidden=8",
+    "network.representation_blocks=1",
+]
 
 
 def test_fused_pgx_step_equals_act_then_env_step():
@@ -28,17 +32,28 @@ def test_fused_pgx_step_equals_act_then_env_step():
     for step in range(12):  # tic-tac-toe ends within 9 plies: covers the auto-reset
         key, act_key = jax.random.split(key)
         greedy = np.full(4, step % 2 == 1)
-        out = jax.device_get(agent.act(params, act_key, timestep.observation,
-                                       timestep.legal_mask, greedy, host_env.state))
+        out = jax.device_get(
+            agent.act(
+                params, act_key, timestep.observation, timestep.legal_mask, greedy, host_env.state
+            )
+        )
         timestep = host_env.step(out.action)
         state, fused_out, fused_timestep = jax.device_get(fused(params, act_key, state, greedy))
         np.testing.assert_array_equal(fused_out.action, out.action)
         np.testing.assert_allclose(fused_out.search_policy, out.search_policy, atol=1e-6)
         np.testing.assert_allclose(fused_out.search_value, out.search_value, atol=1e-5)
-        for field in ("observation", "reward", "done", "legal_mask", "to_play",
-                      "episode_return", "episode_length"):
-            np.testing.assert_array_equal(getattr(fused_timestep, field),
-                                          getattr(timestep, field), err_msg=field)
+        for field in (
+            "observation",
+            "reward",
+            "done",
+            "legal_mask",
+            "to_play",
+            "episode_return",
+            "episode_length",
+        ):
+            np.testing.assert_array_equal(
+                getattr(fused_timestep, field), getattr(timestep, field), err_msg=field
+            )
         ended += int(timestep.done.sum())
     assert ended > 0
 

@@ -51,9 +51,12 @@ def test_public_names_are_listed(package):
 
 
 def _modules() -> dict[str, pathlib.Path]:
-    return {".".join(path.relative_to(ROOT).with_suffix("").parts): path
-            for package in ORDER for path in sorted((ROOT / package).rglob("*.py"))
-            if path.name != "__init__.py"}
+    return {
+        ".".join(path.relative_to(ROOT).with_suffix("").parts): path
+        for package in ORDER
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path.name != "__init__.py"
+    }
 
 
 def test_no_module_imports_one_that_imports_it_back():
@@ -89,11 +92,16 @@ def test_every_module_with_public_names_lists_them_in_all():
     missing = []
     for name, path in _modules().items():
         tree = ast.parse(path.read_text())
-        public = [node.name for node in tree.body
-                  if isinstance(node, ast.FunctionDef | ast.ClassDef)
-                  and not node.name.startswith("_")]
-        has_all = any(isinstance(node, ast.Assign | ast.AnnAssign)
-                      and "__all__" in ast.unparse(node).split("=")[0] for node in tree.body)
+        public = [
+            node.name
+            for node in tree.body
+            if isinstance(node, ast.FunctionDef | ast.ClassDef) and not node.name.startswith("_")
+        ]
+        has_all = any(
+            isinstance(node, ast.Assign | ast.AnnAssign)
+            and "__all__" in ast.unparse(node).split("=")[0]
+            for node in tree.body
+        )
         if public and not has_all and not name.endswith("__main__"):
             missing.append(name)
     assert not missing, f"modules with public names and no __all__: {missing}"

@@ -44,8 +44,13 @@ def _train(config: OptimizerConfig, steps: int):
     [
         OptimizerConfig(learning_rate=1e-2),
         OptimizerConfig(optimizer="sgd", learning_rate=5e-2, max_grad_norm=1.0),
-        OptimizerConfig(learning_rate=1e-2, schedule="linear", warmup_steps=5, decay_steps=100,
-                        weight_decay=1e-3),
+        OptimizerConfig(
+            learning_rate=1e-2,
+            schedule="linear",
+            warmup_steps=5,
+            decay_steps=100,
+            weight_decay=1e-3,
+        ),
     ],
     ids=["adam", "sgd-clipped", "adamw-warmup-linear"],
 )
@@ -61,7 +66,8 @@ def test_metrics_hold_loss_terms_grad_norm_and_learning_rate():
     assert set(history[0]) == {"loss", "mse", "rmse", "grad_norm", "learning_rate"}
     schedule = make_schedule(config)
     np.testing.assert_allclose(
-        [float(m["learning_rate"]) for m in history], [float(schedule(i)) for i in range(6)],
+        [float(m["learning_rate"]) for m in history],
+        [float(schedule(i)) for i in range(6)],
         rtol=1e-6,
     )
     params = init_params(jax.random.key(0))
@@ -88,11 +94,20 @@ def test_the_key_is_split_every_step():
 
 
 def test_schedules():
-    warm = OptimizerConfig(learning_rate=1.0, schedule="cosine", warmup_steps=10, decay_steps=20,
-                           final_learning_rate=0.1)
+    warm = OptimizerConfig(
+        learning_rate=1.0,
+        schedule="cosine",
+        warmup_steps=10,
+        decay_steps=20,
+        final_learning_rate=0.1,
+    )
     s = make_schedule(warm)
-    np.testing.assert_allclose([s(0), s(5), s(10), s(20), s(30), s(100)],
-                               [0.0, 0.5, 1.0, 0.55, 0.1, 0.1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        [s(0), s(5), s(10), s(20), s(30), s(100)],
+        [0.0, 0.5, 1.0, 0.55, 0.1, 0.1],
+        rtol=1e-5,
+        atol=1e-6,
+    )
     s = make_schedule(OptimizerConfig(learning_rate=1.0, schedule="linear", decay_steps=10))
     np.testing.assert_allclose([s(0), s(5), s(10), s(50)], [1.0, 0.5, 0.0, 0.0], atol=1e-6)
     s = make_schedule(OptimizerConfig(learning_rate=0.3))

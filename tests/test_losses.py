@@ -31,20 +31,26 @@ def random_window(config: LossConfig, seed=0, one_hot_policy=True):
     # numpy data: eager jax.random would compile a threefry kernel per shape (seconds each).
     rng = np.random.default_rng(seed)
     logits = rng.normal(size=(length, N, A)) * 3
-    policy = (np.eye(A)[logits.argmax(-1)] if one_hot_policy
-              else np.exp(logits) / np.exp(logits).sum(-1, keepdims=True))
-    return jax.tree.map(jnp.asarray, Trajectory(
-        observation=rng.normal(size=(length, N, D)).astype(np.float32),
-        action=rng.integers(0, A, (length, N)).astype(np.int32),
-        reward=rng.integers(-2, 3, (length, N)).astype(np.float32),
-        discount=np.where(rng.uniform(size=(length, N)) < 0.15, 0.0, 1.0).astype(np.float32),
-        search_policy=policy.astype(np.float32),
-        search_value=(rng.normal(size=(length, N)) * 2).astype(np.float32),
-        legal_mask=np.ones((length, N, A), bool),
-        to_play=np.zeros((length, N), np.int32),
-        behaviour_logits=np.zeros((length, N, A), np.float32),
-        policy_version=np.zeros((length, N), np.int32),
-    ))
+    policy = (
+        np.eye(A)[logits.argmax(-1)]
+        if one_hot_policy
+        else np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    )
+    return jax.tree.map(
+        jnp.asarray,
+        Trajectory(
+            observation=rng.normal(size=(length, N, D)).astype(np.float32),
+            action=rng.integers(0, A, (length, N)).astype(np.int32),
+            reward=rng.integers(-2, 3, (length, N)).astype(np.float32),
+            discount=np.where(rng.uniform(size=(length, N)) < 0.15, 0.0, 1.0).astype(np.float32),
+            search_policy=policy.astype(np.float32),
+            search_value=(rng.normal(size=(length, N)) * 2).astype(np.float32),
+            legal_mask=np.ones((length, N, A), bool),
+            to_play=np.zeros((length, N), np.int32),
+            behaviour_logits=np.zeros((length, N, A), np.float32),
+            policy_version=np.zeros((length, N), np.int32),
+        ),
+    )
 
 
 def fit(loss_fn, params, batch, steps, learning_rate=3e-3):
@@ -73,8 +79,14 @@ def entropy(p):
 def test_muzero_loss_fits_a_fixed_batch_with_scalar_heads():
     config = LossConfig(unroll_steps=3, td_steps=2, discount=0.9, value_loss_weight=1.0)
     nets = make_muzero_networks(NetworkConfig(value_support=0, reward_support=0, **MLP), (D,), A)
-    batch = muzero_batch(random_window(config), jnp.ones((N,)), unroll_steps=3, td_steps=2,
-                         discount=0.9, two_player=False)
+    batch = muzero_batch(
+        random_window(config),
+        jnp.ones((N,)),
+        unroll_steps=3,
+        td_steps=2,
+        discount=0.9,
+        two_player=False,
+    )
     start, end = fit(make_muzero_loss(nets, config), jax.jit(nets.init)(KEY), batch, 250)
     # One-hot policies and squared errors: the optimum is 0.
     assert end < 0.02 * start, (start, end)
@@ -83,17 +95,30 @@ def test_muzero_loss_fits_a_fixed_batch_with_scalar_heads():
 def test_muzero_loss_fits_a_fixed_batch_with_categorical_heads():
     config = LossConfig(unroll_steps=2, td_steps=3, discount=1.0, two_player=True)
     nets = make_muzero_networks(NetworkConfig(value_support=4, reward_support=3, **MLP), (D,), A)
-    batch = muzero_batch(random_window(config, seed=1, one_hot_policy=False),
-                         jnp.ones((N,)), unroll_steps=2, td_steps=3, discount=1.0,
-                         two_player=True)
+    batch = muzero_batch(
+        random_window(config, seed=1, one_hot_policy=False),
+        jnp.ones((N,)),
+        unroll_steps=2,
+        td_steps=3,
+        discount=1.0,
+        two_player=True,
+    )
     # Cross-entropies bottom out at the entropies of the targets, not at 0.
     k = config.unroll_steps
     step_scale = jnp.array([1.0] + [1.0 / k] * k)
-    floor = jnp.mean(jnp.sum(step_scale * (
-        config.value_loss_weight * entropy(nets.value_transform.encode(batch.value_target))
-        + config.reward_loss_weight * entropy(nets.reward_transform.encode(batch.reward_target))
-        * (jnp.arange(k + 1) > 0)
-        + config.policy_loss_weight * entropy(batch.policy_target) * batch.policy_mask), -1))
+    floor = jnp.mean(
+        jnp.sum(
+            step_scale
+            * (
+                config.value_loss_weight * entropy(nets.value_transform.encode(batch.value_target))
+                + config.reward_loss_weight
+                * entropy(nets.reward_transform.encode(batch.reward_target))
+                * (jnp.arange(k + 1) > 0)
+                + config.policy_loss_weight * entropy(batch.policy_target) * batch.policy_mask
+            ),
+            -1,
+        )
+    )
     start, end = fit(make_muzero_loss(nets, config), jax.jit(nets.init)(KEY), batch, 250)
     assert end - floor < 0.05 * (start - floor), (start, end, float(floor))
 
@@ -101,14 +126,25 @@ def test_muzero_loss_fits_a_fixed_batch_with_categorical_heads():
 def test_muzero_loss_on_a_conv_network_gives_finite_gradients():
     config = LossConfig(unroll_steps=2, td_steps=1)
     nets = make_muzero_networks(
-        NetworkConfig(channels=4, representation_blocks=0, dynamics_blocks=1, prediction_blocks=0,
-                      head_channels=1, head_hidden=8),
-        (3, 3, 2), A)
+        NetworkConfig(
+            channels=4,
+            representation_blocks=0,
+            dynamics_blocks=1,
+            prediction_blocks=0,
+            head_channels=1,
+            head_hidden=8,
+        ),
+        (3, 3, 2),
+        A,
+    )
     window = random_window(config)._replace(
-        observation=jnp.asarray(np.random.default_rng(3).uniform(
-            size=(config.window_length, N, 3, 3, 2)), jnp.float32))
-    batch = muzero_batch(window, jnp.ones((N,)), unroll_steps=2, td_steps=1, discount=0.997,
-                         two_player=False)
+        observation=jnp.asarray(
+            np.random.default_rng(3).uniform(size=(config.window_length, N, 3, 3, 2)), jnp.float32
+        )
+    )
+    batch = muzero_batch(
+        window, jnp.ones((N,)), unroll_steps=2, td_steps=1, discount=0.997, two_player=False
+    )
     loss_fn = make_muzero_loss(nets, config)
     grads, metrics = jax.jit(jax.grad(loss_fn, has_aux=True))(jax.jit(nets.init)(KEY), batch, KEY)
     assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
@@ -121,8 +157,14 @@ def test_importance_weights_and_policy_mask():
     nets = make_muzero_networks(NetworkConfig(**MLP), (D,), A)
     params = jax.jit(nets.init)(KEY)
     loss_fn = jax.jit(make_muzero_loss(nets, config))
-    batch = muzero_batch(random_window(config), jnp.ones((N,)), unroll_steps=2, td_steps=2,
-                         discount=0.997, two_player=False)
+    batch = muzero_batch(
+        random_window(config),
+        jnp.ones((N,)),
+        unroll_steps=2,
+        td_steps=2,
+        discount=0.997,
+        two_player=False,
+    )
 
     def loss(b):
         return float(loss_fn(params, b, KEY)[0])
@@ -133,12 +175,16 @@ def test_importance_weights_and_policy_mask():
     np.testing.assert_allclose(loss(only_first), loss(copies_of_first) / N, rtol=1e-5)
     # Policy targets of masked (absorbing) steps do not count.
     masked = batch._replace(policy_mask=batch.policy_mask.at[:, 1:].set(0.0))
-    scrambled = masked._replace(policy_target=masked.policy_target.at[:, 1:].set(
-        jax.nn.one_hot(jnp.zeros((N, 2), jnp.int32), A)))
+    scrambled = masked._replace(
+        policy_target=masked.policy_target.at[:, 1:].set(
+            jax.nn.one_hot(jnp.zeros((N, 2), jnp.int32), A)
+        )
+    )
     np.testing.assert_allclose(loss(masked), loss(scrambled), rtol=1e-6)
     # New priorities: the current value's distance to the first value target, per window.
     root_value = nets.value_transform.decode_logits(
-        nets.predict(params, nets.represent(params, batch.observation))[1])
+        nets.predict(params, nets.represent(params, batch.observation))[1]
+    )
     offset = jnp.linspace(-2.0, 2.0, N)
     shifted = batch._replace(value_target=batch.value_target.at[:, 0].set(root_value + offset))
     priorities = jax.jit(make_muzero_priority_fn(nets))(params, shifted)
@@ -147,8 +193,14 @@ def test_importance_weights_and_policy_mask():
 
 def test_wrong_unroll_length_is_rejected():
     nets = make_muzero_networks(NetworkConfig(**MLP), (D,), A)
-    batch = muzero_batch(random_window(LossConfig(unroll_steps=2, td_steps=2)), jnp.ones((N,)),
-                         unroll_steps=2, td_steps=2, discount=1.0, two_player=False)
+    batch = muzero_batch(
+        random_window(LossConfig(unroll_steps=2, td_steps=2)),
+        jnp.ones((N,)),
+        unroll_steps=2,
+        td_steps=2,
+        discount=1.0,
+        two_player=False,
+    )
     loss_fn = make_muzero_loss(nets, LossConfig(unroll_steps=3, td_steps=2))
     with pytest.raises(AssertionError):
         loss_fn(jax.eval_shape(nets.init, KEY), batch, KEY)
@@ -164,13 +216,16 @@ def test_scale_gradient_scales_only_the_gradient():
 def test_alphazero_loss_fits_a_fixed_batch(value_support):
     nets = make_alphazero_networks(NetworkConfig(value_support=value_support, **MLP), (D,), A)
     rng = np.random.default_rng(4)
-    batch = jax.tree.map(jnp.asarray, AlphaZeroBatch(
-        observation=rng.normal(size=(N, D)).astype(np.float32),
-        policy_target=np.eye(A, dtype=np.float32)[rng.integers(0, A, N)],
-        value_target=rng.choice([-1.0, 1.0], N).astype(np.float32),  # game outcomes
-        mask=np.array([1.0] * (N - 1) + [0.0], np.float32),
-        importance_weight=np.ones((N,), np.float32),
-    ))
+    batch = jax.tree.map(
+        jnp.asarray,
+        AlphaZeroBatch(
+            observation=rng.normal(size=(N, D)).astype(np.float32),
+            policy_target=np.eye(A, dtype=np.float32)[rng.integers(0, A, N)],
+            value_target=rng.choice([-1.0, 1.0], N).astype(np.float32),  # game outcomes
+            mask=np.array([1.0] * (N - 1) + [0.0], np.float32),
+            importance_weight=np.ones((N,), np.float32),
+        ),
+    )
     config = LossConfig(value_loss_weight=1.0)
     # With the last state masked, the rest fits to the floor given by the value targets.
     floor = float(jnp.mean(batch.mask * entropy(nets.value_transform.encode(batch.value_target))))
@@ -180,14 +235,17 @@ def test_alphazero_loss_fits_a_fixed_batch(value_support):
     assert end - floor < 0.05 * (start - floor), (start, end, floor)
 
 
-@pytest.mark.parametrize("overrides, field", [
-    ({"unroll_steps": 0}, "unroll_steps"),
-    ({"td_steps": 2.5}, "td_steps"),
-    ({"discount": 1.5}, "discount"),
-    ({"value_loss_weight": -1.0}, "value_loss_weight"),
-    ({"dynamics_gradient_scale": 2.0}, "dynamics_gradient_scale"),
-    ({"clip_rho_threshold": 0.0}, "clip_rho_threshold"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"unroll_steps": 0}, "unroll_steps"),
+        ({"td_steps": 2.5}, "td_steps"),
+        ({"discount": 1.5}, "discount"),
+        ({"value_loss_weight": -1.0}, "value_loss_weight"),
+        ({"dynamics_gradient_scale": 2.0}, "dynamics_gradient_scale"),
+        ({"clip_rho_threshold": 0.0}, "clip_rho_threshold"),
+    ],
+)
 def test_bad_loss_config_names_the_field(overrides, field):
     with pytest.raises(ValueError, match=f"LossConfig.{field}"):
         LossConfig(**overrides)

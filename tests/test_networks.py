@@ -17,11 +17,26 @@ from muzero import (
     make_root_fn,
 )
 
-TINY = NetworkConfig(channels=8, representation_blocks=1, dynamics_blocks=1, prediction_blocks=1,
-                     head_channels=2, head_hidden=16, mlp_sizes=(16,), latent_size=16,
-                     value_support=5, reward_support=3)
-ATARI_TINY = NetworkConfig(channels=8, representation_blocks=0, dynamics_blocks=1,
-                           prediction_blocks=0, downsample=True, head_hidden=16)
+TINY = NetworkConfig(
+    channels=8,
+    representation_blocks=1,
+    dynamics_blocks=1,
+    prediction_blocks=1,
+    head_channels=2,
+    head_hidden=16,
+    mlp_sizes=(16,),
+    latent_size=16,
+    value_support=5,
+    reward_support=3,
+)
+ATARI_TINY = NetworkConfig(
+    channels=8,
+    representation_blocks=0,
+    dynamics_blocks=1,
+    prediction_blocks=0,
+    downsample=True,
+    head_hidden=16,
+)
 B, A = 3, 4
 # Threefry's random bits take seconds to compile on a busy 2-core CPU; rbg keys compile fast.
 KEY = jax.random.key(0, impl="rbg")
@@ -33,12 +48,15 @@ def observations(shape, dtype=jnp.float32, seed=0):
     return jnp.asarray(x.astype(dtype))
 
 
-@pytest.mark.parametrize("config, obs_shape, dtype, latent_shape", [
-    (TINY, (6, 7, 3), jnp.float32, (6, 7, 8)),  # board planes (connect four)
-    (TINY, (3, 3), jnp.float32, (3, 3, 8)),  # planes without a channel axis
-    (ATARI_TINY, (84, 84, 4), jnp.uint8, (6, 6, 8)),  # stacked Atari frames, downsampled
-    (TINY, (5,), jnp.float32, (16,)),  # a vector: the MLP torso
-])
+@pytest.mark.parametrize(
+    "config, obs_shape, dtype, latent_shape",
+    [
+        (TINY, (6, 7, 3), jnp.float32, (6, 7, 8)),  # board planes (connect four)
+        (TINY, (3, 3), jnp.float32, (3, 3, 8)),  # planes without a channel axis
+        (ATARI_TINY, (84, 84, 4), jnp.uint8, (6, 6, 8)),  # stacked Atari frames, downsampled
+        (TINY, (5,), jnp.float32, (16,)),  # a vector: the MLP torso
+    ],
+)
 def test_muzero_shapes_and_latent_range(config, obs_shape, dtype, latent_shape):
     nets = make_muzero_networks(config, obs_shape, A)
 
@@ -49,8 +67,14 @@ def test_muzero_shapes_and_latent_range(config, obs_shape, dtype, latent_shape):
         reward_logits, next_latent = nets.dynamics(params, latent, jnp.array([0, 1, 3]))
         _, other_latent = nets.dynamics(params, latent, jnp.array([2, 2, 2]))
         as_float = nets.represent(params, obs.astype(jnp.float32) / 255.0)
-        return (latent, reward_logits, next_latent, nets.predict(params, next_latent),
-                other_latent, as_float)
+        return (
+            latent,
+            reward_logits,
+            next_latent,
+            nets.predict(params, next_latent),
+            other_latent,
+            as_float,
+        )
 
     obs = observations(obs_shape, dtype)
     latent, reward_logits, next_latent, (policy_logits, value_logits), other, as_float = run(obs)
@@ -84,8 +108,9 @@ def test_root_and_recurrent_fn_run_inside_mctx():
         action = jnp.zeros((B,), jnp.int32)
         step = recurrent_fn(params, jax.random.key(1, impl="rbg"), action, root.embedding)
         one_player = one_player_fn(params, jax.random.key(1, impl="rbg"), action, root.embedding)[0]
-        policy = mctx.muzero_policy(params, jax.random.key(2, impl="rbg"), root, recurrent_fn,
-                                    num_simulations=4)
+        policy = mctx.muzero_policy(
+            params, jax.random.key(2, impl="rbg"), root, recurrent_fn, num_simulations=4
+        )
         return root, step, one_player, policy
 
     root, (output, embedding), one_player, policy = run(obs)
@@ -101,7 +126,8 @@ def test_root_and_recurrent_fn_run_inside_mctx():
 def test_alphazero_shapes(obs_shape, dtype):
     categorical = make_alphazero_networks(TINY, obs_shape, A)
     scalar = make_alphazero_networks(
-        NetworkConfig(channels=8, representation_blocks=1, value_support=0), obs_shape, A)
+        NetworkConfig(channels=8, representation_blocks=1, value_support=0), obs_shape, A
+    )
 
     @jax.jit
     def run(obs):
@@ -112,16 +138,23 @@ def test_alphazero_shapes(obs_shape, dtype):
     assert value.shape == (B, 1) and scalar.value_transform.decode_logits(value).shape == (B,)
 
 
-@pytest.mark.parametrize("config, obs_shape, dtype", [
-    (NetworkConfig(torso="impala", impala_channels=(4, 8, 8), impala_dense=16), (84, 84, 4),
-     jnp.uint8),
-    (TINY, (6, 7, 3), jnp.float32),
-    (TINY, (5,), jnp.float32),
-])
+@pytest.mark.parametrize(
+    "config, obs_shape, dtype",
+    [
+        (
+            NetworkConfig(torso="impala", impala_channels=(4, 8, 8), impala_dense=16),
+            (84, 84, 4),
+            jnp.uint8,
+        ),
+        (TINY, (6, 7, 3), jnp.float32),
+        (TINY, (5,), jnp.float32),
+    ],
+)
 def test_actor_critic_shapes(config, obs_shape, dtype):
     nets = make_actor_critic_networks(config, obs_shape, A)
     policy_logits, value = jax.jit(lambda obs: nets.apply(nets.init(KEY), obs))(
-        observations(obs_shape, dtype))
+        observations(obs_shape, dtype)
+    )
     assert policy_logits.shape == (B, A) and value.shape == (B,)
 
 
@@ -130,22 +163,24 @@ def test_paper_sizes_are_available():
     assert (config.channels, config.representation_blocks, config.value_support) == (256, 16, 300)
     nets = make_muzero_networks(config, (84, 84, 4), 18)
     params = jax.eval_shape(nets.init, jax.random.key(0))  # shapes only: no compute
-    latent = jax.eval_shape(nets.represent, params,
-                            jax.ShapeDtypeStruct((2, 84, 84, 4), jnp.uint8))
+    latent = jax.eval_shape(nets.represent, params, jax.ShapeDtypeStruct((2, 84, 84, 4), jnp.uint8))
     assert latent.shape == (2, 6, 6, 256)
     impala = NetworkConfig.atari_impala()
     assert impala.impala_channels == (16, 32, 32) and impala.impala_dense == 256
 
 
-@pytest.mark.parametrize("overrides, field", [
-    ({"torso": "transformer"}, "torso"),
-    ({"channels": 0}, "channels"),
-    ({"mlp_sizes": (16, -1)}, "mlp_sizes"),
-    ({"value_support": -1}, "value_support"),
-    ({"transform_eps": 0.0}, "transform_eps"),
-    ({"latent_scaling": "tanh"}, "latent_scaling"),
-    ({"block_norm": "batch"}, "block_norm"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"torso": "transformer"}, "torso"),
+        ({"channels": 0}, "channels"),
+        ({"mlp_sizes": (16, -1)}, "mlp_sizes"),
+        ({"value_support": -1}, "value_support"),
+        ({"transform_eps": 0.0}, "transform_eps"),
+        ({"latent_scaling": "tanh"}, "latent_scaling"),
+        ({"block_norm": "batch"}, "block_norm"),
+    ],
+)
 def test_bad_config_names_the_field(overrides, field):
     with pytest.raises(ValueError, match=f"NetworkConfig.{field}"):
         NetworkConfig(**overrides)
@@ -176,15 +211,14 @@ def test_board_actions_mark_the_cell_or_column_played():
     assert columns.shape == (1, 6, 7, 1)
     assert columns[0, :, 2, 0].all() and columns[0].sum() == 6  # connect four: the column
     # Pong: 6 actions over a 6x6 downsampled latent; the network asks for constant planes there.
-    atari = _action_planes(jnp.array([3]), jax.nn.one_hot(jnp.array([3]), 6), (1, 6, 6),
-                           "constant")
+    atari = _action_planes(jnp.array([3]), jax.nn.one_hot(jnp.array([3]), 6), (1, 6, 6), "constant")
     assert atari.shape == (1, 6, 6, 6) and atari[0, :, :, 3].all() and atari.sum() == 36
     with pytest.raises(ValueError, match="action_planes 'board'"):
         _action_planes(jnp.array([3]), jax.nn.one_hot(jnp.array([3]), 5), (1, 6, 6), "board")
 
 
 def test_latent_scaling_and_block_norm_options():
-    """"min_max" keeps every latent in [0, 1] with its extremes reached; "none" leaves the raw
+    """ "min_max" keeps every latent in [0, 1] with its extremes reached; "none" leaves the raw
     latent (here outside [0, 1]); block_norm "none" drops every LayerNorm."""
     obs = jax.random.normal(KEY, (B, 6, 7, 3)) * 3.0
     actions = jnp.arange(B) % A
@@ -201,8 +235,9 @@ def test_latent_scaling_and_block_norm_options():
             else:
                 assert (low < 0).any() or (high > 1).any()
     with_norm = make_muzero_networks(TINY, (6, 7, 3), A).init(KEY)
-    without = make_muzero_networks(dataclasses.replace(TINY, block_norm="none"), (6, 7, 3),
-                                   A).init(KEY)
+    without = make_muzero_networks(dataclasses.replace(TINY, block_norm="none"), (6, 7, 3), A).init(
+        KEY
+    )
     paths = lambda p: [jax.tree_util.keystr(k) for k, _ in jax.tree_util.tree_leaves_with_path(p)]
     assert any("LayerNorm" in k for k in paths(with_norm))
     assert not any("LayerNorm" in k for k in paths(without))

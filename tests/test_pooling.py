@@ -18,8 +18,15 @@ def vjp(fn, x, cotangent):
 
 
 # Even sizes pad one row at the end, odd sizes one at each side; the torso sees 84, 42 and 21.
-SHAPES = [(2, 84, 84, 3), (2, 42, 42, 2), (3, 21, 21, 2), (1, 11, 11, 1), (2, 5, 8, 3),
-          (1, 1, 1, 1), (1, 2, 3, 1)]
+SHAPES = [
+    (2, 84, 84, 3),
+    (2, 42, 42, 2),
+    (3, 21, 21, 2),
+    (1, 11, 11, 1),
+    (2, 5, 8, 3),
+    (1, 1, 1, 1),
+    (1, 2, 3, 1),
+]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -29,8 +36,12 @@ def test_values_and_gradient_match_flax(shape):
     out = jax.jit(max_pool_3x3_stride2)(x)
     np.testing.assert_array_equal(out, reference(x))
     cotangent = jnp.asarray(rng.normal(size=out.shape), jnp.float32)
-    np.testing.assert_allclose(jax.jit(lambda x, g: vjp(max_pool_3x3_stride2, x, g))(x, cotangent),
-                               vjp(reference, x, cotangent), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        jax.jit(lambda x, g: vjp(max_pool_3x3_stride2, x, g))(x, cotangent),
+        vjp(reference, x, cotangent),
+        rtol=1e-6,
+        atol=1e-6,
+    )
 
 
 @pytest.mark.parametrize("shape", [(2, 12, 12, 2), (2, 9, 7, 2)])
@@ -52,9 +63,11 @@ def test_gradient_through_a_conv_matches_flax():
     w = jnp.asarray(rng.normal(size=(3, 3, 2, 4)), jnp.float32)
 
     def loss(w, pool):
-        y = jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
-                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        y = jax.lax.conv_general_dilated(
+            x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
         return jnp.sum(jnp.tanh(pool(y)))
 
-    np.testing.assert_allclose(jax.grad(loss)(w, max_pool_3x3_stride2),
-                               jax.grad(loss)(w, reference), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        jax.grad(loss)(w, max_pool_3x3_stride2), jax.grad(loss)(w, reference), rtol=1e-5, atol=1e-5
+    )

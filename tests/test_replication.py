@@ -32,7 +32,10 @@ def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("replication") / "results.npz"
     proc = subprocess.run(
         [sys.executable, str(WORKER), "replicate", str(out)],
-        env=worker_env(4), capture_output=True, text=True, timeout=120,
+        env=worker_env(4),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return dict(np.load(out))
@@ -48,8 +51,10 @@ def test_replicated_update_equals_single_device_update(results, tag):
         assert not np.allclose(single, results[f"{tag}/initial/{name}"]), name
     for metric in ("loss", "grad_norm", "learning_rate"):
         np.testing.assert_allclose(
-            results[f"{tag}/metric/replicated/{metric}"], results[f"{tag}/metric/single/{metric}"],
-            rtol=1e-5, err_msg=metric,
+            results[f"{tag}/metric/replicated/{metric}"],
+            results[f"{tag}/metric/single/{metric}"],
+            rtol=1e-5,
+            err_msg=metric,
         )
     assert int(results[f"{tag}/step"]) == 3
 
@@ -66,8 +71,11 @@ def test_replicated_muzero_loss_equals_single_device(results):
     assert names
     for name in names:
         np.testing.assert_allclose(
-            results[f"muzero/replicated/{name}"], results[f"muzero/single/{name}"],
-            rtol=1e-5, atol=1e-6, err_msg=name,
+            results[f"muzero/replicated/{name}"],
+            results[f"muzero/single/{name}"],
+            rtol=1e-5,
+            atol=1e-6,
+            err_msg=name,
         )
         assert not np.allclose(results[f"muzero/single/{name}"], results[f"muzero/initial/{name}"])
     metrics = [k.rsplit("/", 1)[1] for k in results if k.startswith("muzero/metric/single/")]

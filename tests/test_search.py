@@ -24,23 +24,38 @@ def _random_invalid(key, batch_size, num_actions=NUM_ACTIONS):
     return invalid.at[jnp.arange(batch_size), jnp.arange(batch_size) % num_actions].set(False)
 
 
-@pytest.mark.parametrize("algorithm, batch_size", [
-    ("muzero", 1), ("muzero", 5), ("muzero", 32), ("gumbel_muzero", 7)])
+@pytest.mark.parametrize(
+    "algorithm, batch_size", [("muzero", 1), ("muzero", 5), ("muzero", 32), ("gumbel_muzero", 7)]
+)
 def test_equal_to_mctx_without_tree(algorithm, batch_size):
-    params, root, recurrent_fn = fakes.random_model(jax.random.PRNGKey(batch_size), batch_size,
-                                                    NUM_ACTIONS)
+    params, root, recurrent_fn = fakes.random_model(
+        jax.random.PRNGKey(batch_size), batch_size, NUM_ACTIONS
+    )
     invalid = _random_invalid(jax.random.PRNGKey(1), batch_size)
-    config = search.SearchConfig(algorithm=algorithm, num_simulations=12,
-                                 max_num_considered_actions=4, temperature=0.7)
-    ours_fn = jax.jit(lambda key: search.run(params, key, root, recurrent_fn, config,
-                                             invalid_actions=invalid))
+    config = search.SearchConfig(
+        algorithm=algorithm, num_simulations=12, max_num_considered_actions=4, temperature=0.7
+    )
+    ours_fn = jax.jit(
+        lambda key: search.run(params, key, root, recurrent_fn, config, invalid_actions=invalid)
+    )
     if algorithm == "muzero":
-        reference_fn = jax.jit(lambda key: mctx.muzero_policy(
-            params, key, root, recurrent_fn, 12, invalid_actions=invalid, temperature=0.7))
+        reference_fn = jax.jit(
+            lambda key: mctx.muzero_policy(
+                params, key, root, recurrent_fn, 12, invalid_actions=invalid, temperature=0.7
+            )
+        )
     else:
-        reference_fn = jax.jit(lambda key: mctx.gumbel_muzero_policy(
-            params, key, root, recurrent_fn, 12, invalid_actions=invalid,
-            max_num_considered_actions=4))
+        reference_fn = jax.jit(
+            lambda key: mctx.gumbel_muzero_policy(
+                params,
+                key,
+                root,
+                recurrent_fn,
+                12,
+                invalid_actions=invalid,
+                max_num_considered_actions=4,
+            )
+        )
     for seed in range(3):
         key = jax.random.PRNGKey(seed)
         ours, reference = ours_fn(key), reference_fn(key)
@@ -48,8 +63,9 @@ def test_equal_to_mctx_without_tree(algorithm, batch_size):
         summary = reference.search_tree.summary()
         np.testing.assert_array_equal(ours.visit_counts, summary.visit_counts)
         # Separately compiled programs may differ in the last bit of float sums.
-        np.testing.assert_allclose(ours.action_weights, reference.action_weights, rtol=1e-6,
-                                   atol=1e-7)
+        np.testing.assert_allclose(
+            ours.action_weights, reference.action_weights, rtol=1e-6, atol=1e-7
+        )
         np.testing.assert_allclose(ours.root_value, summary.value, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(ours.q_values, summary.qvalues, rtol=1e-5, atol=1e-6)
 
@@ -58,8 +74,9 @@ def test_jit_and_no_jit_agree():
     params, root, recurrent_fn = fakes.random_model(jax.random.PRNGKey(0), 4, NUM_ACTIONS)
     config = search.SearchConfig(num_simulations=6)
     invalid = _random_invalid(jax.random.PRNGKey(2), 4)
-    run = functools.partial(search.run, recurrent_fn=recurrent_fn, config=config,
-                            invalid_actions=invalid)
+    run = functools.partial(
+        search.run, recurrent_fn=recurrent_fn, config=config, invalid_actions=invalid
+    )
     eager = run(params, jax.random.PRNGKey(3), root)
     jitted = jax.jit(run)(params, jax.random.PRNGKey(3), root)
     np.testing.assert_array_equal(eager.action, jitted.action)
@@ -71,14 +88,16 @@ def test_jit_and_no_jit_agree():
 def test_batch_rows_do_not_interact(algorithm):
     """Changing every other row (model state and mask) leaves row 0's search unchanged."""
     batch_size = 6
-    params, root, recurrent_fn = fakes.random_model(jax.random.PRNGKey(0), batch_size,
-                                                    NUM_ACTIONS)
+    params, root, recurrent_fn = fakes.random_model(jax.random.PRNGKey(0), batch_size, NUM_ACTIONS)
     invalid = _random_invalid(jax.random.PRNGKey(1), batch_size)
     config = search.SearchConfig(algorithm=algorithm, num_simulations=10)
     other_root = jax.tree.map(lambda x: x.at[1:].set(-x[1:] * 3.0), root)
     other_invalid = invalid.at[1:].set(~invalid[1:]).at[1:, 0].set(False)
-    run = jax.jit(functools.partial(search.run, params, jax.random.PRNGKey(7),
-                                    recurrent_fn=recurrent_fn, config=config))
+    run = jax.jit(
+        functools.partial(
+            search.run, params, jax.random.PRNGKey(7), recurrent_fn=recurrent_fn, config=config
+        )
+    )
     a = run(root, invalid_actions=invalid)
     b = run(other_root, invalid_actions=other_invalid)
     np.testing.assert_array_equal(a.visit_counts[0], b.visit_counts[0])
@@ -106,27 +125,37 @@ def _tempting_masked_model(batch_size, num_actions):
         output = mctx.RecurrentFnOutput(
             reward=jnp.where(took_illegal, 1.0, -10.0),
             discount=jnp.ones_like(rows, dtype=jnp.float32),
-            prior_logits=search.mask_invalid_logits(jnp.zeros((rows.shape[0], num_actions)),
-                                                    illegal_for_rows(rows)),
+            prior_logits=search.mask_invalid_logits(
+                jnp.zeros((rows.shape[0], num_actions)), illegal_for_rows(rows)
+            ),
             value=jnp.full(rows.shape, 5.0),
         )
         return output, rows
 
     rows = jnp.arange(batch_size)
-    root = mctx.RootFnOutput(prior_logits=jnp.zeros((batch_size, num_actions)),
-                             value=jnp.full((batch_size,), 5.0), embedding=rows)
+    root = mctx.RootFnOutput(
+        prior_logits=jnp.zeros((batch_size, num_actions)),
+        value=jnp.full((batch_size,), 5.0),
+        embedding=rows,
+    )
     return root, recurrent_fn, illegal_for_rows(rows)
 
 
-@pytest.mark.parametrize("algorithm, qtransform", [
-    ("muzero", "by_min_max"), ("muzero", "by_parent_and_siblings"),
-    ("gumbel_muzero", "completed_by_mix_value")])
+@pytest.mark.parametrize(
+    "algorithm, qtransform",
+    [
+        ("muzero", "by_min_max"),
+        ("muzero", "by_parent_and_siblings"),
+        ("gumbel_muzero", "completed_by_mix_value"),
+    ],
+)
 def test_illegal_actions_never_chosen_at_root_or_inside(algorithm, qtransform):
     batch_size, num_actions = 5, 6
     root, recurrent_fn, illegal = _tempting_masked_model(batch_size, num_actions)
     config = search.SearchConfig(algorithm=algorithm, num_simulations=40, qtransform=qtransform)
     out = jax.jit(functools.partial(search.run, recurrent_fn=recurrent_fn, config=config))(
-        (), jax.random.PRNGKey(0), root, invalid_actions=illegal)
+        (), jax.random.PRNGKey(0), root, invalid_actions=illegal
+    )
     tree = out.tree
     expanded = tree.children_index != mctx.Tree.UNVISITED  # [B, N, A]
     exists = tree.node_visits > 0  # [B, N]
@@ -141,9 +170,11 @@ def test_mctx_alone_selects_illegal_interior_actions():
     """Why interior masking is needed: the same search in mctx expands illegal actions."""
     root, recurrent_fn, illegal = _tempting_masked_model(5, 6)
     qtransform = functools.partial(mctx.qtransform_by_min_max, min_value=-1.0, max_value=1.0)
-    out = jax.jit(lambda key: mctx.muzero_policy((), key, root, recurrent_fn, 40,
-                                                 invalid_actions=illegal,
-                                                 qtransform=qtransform))(jax.random.PRNGKey(0))
+    out = jax.jit(
+        lambda key: mctx.muzero_policy(
+            (), key, root, recurrent_fn, 40, invalid_actions=illegal, qtransform=qtransform
+        )
+    )(jax.random.PRNGKey(0))
     tree = out.search_tree
     expanded = (tree.children_index != mctx.Tree.UNVISITED)[:, 1:]  # interior nodes only
     assert np.any(np.asarray(expanded & illegal[:, None, :]))
@@ -177,7 +208,8 @@ def _search_tic_tac_toe(states, prediction_fn, config, seed=0):
     prior_logits, value = prediction_fn((), states)
     root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=states)
     return jax.jit(functools.partial(search.run, recurrent_fn=recurrent_fn, config=config))(
-        (), jax.random.PRNGKey(seed), root, invalid_actions=~states.legal_action_mask)
+        (), jax.random.PRNGKey(seed), root, invalid_actions=~states.legal_action_mask
+    )
 
 
 def _uniform_zero(params, states):
@@ -186,9 +218,23 @@ def _uniform_zero(params, states):
 
 
 # Positions where the player to move can win at once, or else must block one threat.
-WIN_OR_BLOCK = [(0, 3, 1, 4), (2, 4, 6, 0, 1), (0, 1, 4, 2), (1, 0, 4, 3), (0, 3, 4, 5),
-                (0, 8, 1, 7), (6, 0, 7, 1), (0, 1, 3, 2), (4, 0, 8, 2), (1, 4, 2, 0),
-                (4, 2, 6, 0), (4, 0, 2, 6), (0, 4, 8, 2), (4, 0, 1, 7, 3), (4, 8, 3, 5)]
+WIN_OR_BLOCK = [
+    (0, 3, 1, 4),
+    (2, 4, 6, 0, 1),
+    (0, 1, 4, 2),
+    (1, 0, 4, 3),
+    (0, 3, 4, 5),
+    (0, 8, 1, 7),
+    (6, 0, 7, 1),
+    (0, 1, 3, 2),
+    (4, 0, 8, 2),
+    (1, 4, 2, 0),
+    (4, 2, 6, 0),
+    (4, 0, 2, 6),
+    (0, 4, 8, 2),
+    (4, 0, 1, 7, 3),
+    (4, 8, 3, 5),
+]
 
 
 def test_uniform_prior_zero_value_finds_wins_and_blocks():
@@ -198,8 +244,10 @@ def test_uniform_prior_zero_value_finds_wins_and_blocks():
         wins, threats = fakes.immediate_wins(board, 1), fakes.immediate_wins(board, 2)
         assert wins or len(threats) == 1, moves  # each position has one kind of right answer
         answers.append(set(wins) if wins else set(threats))
-    assert sum(1 for moves in WIN_OR_BLOCK if not fakes.immediate_wins(
-        fakes.relative_board(moves), 1)) >= 6  # blocks are tested, not only wins
+    assert (
+        sum(1 for moves in WIN_OR_BLOCK if not fakes.immediate_wins(fakes.relative_board(moves), 1))
+        >= 6
+    )  # blocks are tested, not only wins
     states = _states_after(WIN_OR_BLOCK)
     config = search.SearchConfig(num_simulations=400, dirichlet_fraction=0.0, temperature=0.0)
     out = _search_tic_tac_toe(states, _uniform_zero, config)
@@ -223,8 +271,11 @@ def test_exact_minimax_value_plays_optimally_everywhere():
     config = search.SearchConfig(num_simulations=128, dirichlet_fraction=0.0, temperature=0.0)
     out = _search_tic_tac_toe(states, minimax_prediction, config)
     actions = np.asarray(out.action)
-    wrong = [(board, int(a)) for (board, _), a in zip(positions, actions, strict=True)
-             if int(a) not in fakes.optimal_moves(board)]
+    wrong = [
+        (board, int(a))
+        for (board, _), a in zip(positions, actions, strict=True)
+        if int(a) not in fakes.optimal_moves(board)
+    ]
     assert not wrong, f"{len(wrong)} suboptimal moves, e.g. {wrong[:3]}"
     # The root value agrees in sign with the exact value wherever the game is decided.
     exact = np.array([fakes.negamax(board) for board, _ in positions])
@@ -233,6 +284,7 @@ def test_exact_minimax_value_plays_optimally_everywhere():
 
 
 # --- subtree reuse ----------------------------------------------------------------------------
+
 
 def _assert_consistent(tree):
     """Every existing non-root node is its parent's child through its own action."""
@@ -258,25 +310,30 @@ def test_reuse_keeps_child_statistics_and_adds_exactly_num_simulations():
 
     kept = jax.jit(search.reuse_subtree)(first.tree, action)
     np.testing.assert_array_equal(kept.node_visits[:, 0], first.tree.node_visits[rows, child])
-    np.testing.assert_array_equal(kept.children_visits[:, 0],
-                                  first.tree.children_visits[rows, child])
+    np.testing.assert_array_equal(
+        kept.children_visits[:, 0], first.tree.children_visits[rows, child]
+    )
     np.testing.assert_allclose(kept.node_values[:, 0], first.tree.node_values[rows, child])
     _assert_consistent(kept)
     # Exactly the child's subtree survives.
-    assert np.all(np.asarray(jnp.sum(kept.node_visits > 0, axis=1)) <
-                  np.asarray(jnp.sum(first.tree.node_visits > 0, axis=1)))
+    assert np.all(
+        np.asarray(jnp.sum(kept.node_visits > 0, axis=1))
+        < np.asarray(jnp.sum(first.tree.node_visits > 0, axis=1))
+    )
 
     next_states = jax.vmap(TTT.step)(states, action)
     recurrent_fn = search.make_exact_recurrent_fn(fakes.pgx_step_fn(TTT), _uniform_zero)
     prior_logits, value = _uniform_zero((), next_states)
     root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=next_states)
-    continued = jax.jit(functools.partial(
-        search.run, recurrent_fn=recurrent_fn, config=config.replace(num_simulations=16)))(
-        (), jax.random.PRNGKey(1), root, invalid_actions=~next_states.legal_action_mask,
-        tree=kept)
+    continued = jax.jit(
+        functools.partial(
+            search.run, recurrent_fn=recurrent_fn, config=config.replace(num_simulations=16)
+        )
+    )((), jax.random.PRNGKey(1), root, invalid_actions=~next_states.legal_action_mask, tree=kept)
     np.testing.assert_array_equal(continued.tree.node_visits[:, 0], kept.node_visits[:, 0] + 16)
-    np.testing.assert_array_equal(jnp.sum(continued.visit_counts, axis=1),
-                                  kept.node_visits[:, 0] + 16 - 1)
+    np.testing.assert_array_equal(
+        jnp.sum(continued.visit_counts, axis=1), kept.node_visits[:, 0] + 16 - 1
+    )
     assert continued.tree.node_visits.shape[1] == kept.node_visits.shape[1] + 16
     _assert_consistent(continued.tree)
 
@@ -291,22 +348,31 @@ def test_reuse_fixed_shape_loop_and_reset_rows():
     def move(states, tree, key, keep):
         prior_logits, value = _uniform_zero((), states)
         root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=states)
-        out = search.run((), key, root, recurrent_fn, config,
-                         invalid_actions=~states.legal_action_mask, tree=tree)
+        out = search.run(
+            (),
+            key,
+            root,
+            recurrent_fn,
+            config,
+            invalid_actions=~states.legal_action_mask,
+            tree=tree,
+        )
         tree = search.reuse_subtree(out.tree, out.action, keep=keep, max_nodes=max_nodes)
         return jax.vmap(TTT.step)(states, out.action), tree, out
 
     states = _states_after([(), ()])
     fresh = _search_tic_tac_toe(states, _uniform_zero, config)
     tree = jax.jit(functools.partial(search.reuse_subtree, max_nodes=max_nodes))(
-        fresh.tree, jnp.array([4, 4]), keep=jnp.array([True, False]))
+        fresh.tree, jnp.array([4, 4]), keep=jnp.array([True, False])
+    )
     assert int(tree.node_visits[1, 0]) == 0  # row 1 restarts
     states = jax.vmap(TTT.step)(states, jnp.array([4, 4]))
     for step in range(3):
         before = np.asarray(tree.node_visits[:, 0])
         states, tree, out = move(states, tree, jax.random.PRNGKey(step), jnp.array([True, True]))
-        np.testing.assert_array_equal(jnp.sum(out.visit_counts, axis=1),
-                                      np.maximum(before, 1) + config.num_simulations - 1)
+        np.testing.assert_array_equal(
+            jnp.sum(out.visit_counts, axis=1), np.maximum(before, 1) + config.num_simulations - 1
+        )
         assert tree.node_visits.shape == (2, max_nodes)
 
 
@@ -314,14 +380,22 @@ def test_reuse_is_refused_for_gumbel():
     params, root, recurrent_fn = fakes.random_model(jax.random.PRNGKey(0), 2, NUM_ACTIONS)
     config = search.SearchConfig(num_simulations=4)
     out = jax.jit(functools.partial(search.run, recurrent_fn=recurrent_fn, config=config))(
-        params, jax.random.PRNGKey(0), root)
+        params, jax.random.PRNGKey(0), root
+    )
     kept = jax.jit(search.reuse_subtree)(out.tree, out.action)
     with pytest.raises(ValueError, match="muzero"):
-        search.run(params, jax.random.PRNGKey(0), root, recurrent_fn,
-                   config.replace(algorithm="gumbel_muzero"), tree=kept)
+        search.run(
+            params,
+            jax.random.PRNGKey(0),
+            root,
+            recurrent_fn,
+            config.replace(algorithm="gumbel_muzero"),
+            tree=kept,
+        )
 
 
 # --- acting and config ------------------------------------------------------------------------
+
 
 def test_select_action_greedy_and_temperature():
     counts = jnp.array([[1.0, 5.0, 2.0, 0.0]] * 4000)
@@ -332,17 +406,32 @@ def test_select_action_greedy_and_temperature():
     np.testing.assert_allclose(frequencies, [1 / 8, 5 / 8, 2 / 8, 0.0], atol=0.03)
     hot = np.asarray(search.select_action(jax.random.PRNGKey(2), counts, 2.0))
     assert np.mean(hot == 1) < np.mean(sampled == 1)  # flatter at a higher temperature
-    masked = search.select_action(jax.random.PRNGKey(3), counts, 1.0,
-                                  invalid_actions=jnp.array([[False, True, False, False]] * 4000))
+    masked = search.select_action(
+        jax.random.PRNGKey(3),
+        counts,
+        1.0,
+        invalid_actions=jnp.array([[False, True, False, False]] * 4000),
+    )
     assert not np.any(np.asarray(masked) == 1)
 
 
-@pytest.mark.parametrize("field, value", [
-    ("algorithm", "alphago"), ("num_simulations", 0), ("num_simulations", 2.5),
-    ("max_depth", 0), ("pb_c_base", 0.0), ("dirichlet_alpha", -1.0),
-    ("dirichlet_fraction", 1.5), ("temperature", -0.1), ("max_num_considered_actions", 0),
-    ("gumbel_scale", float("nan")), ("qtransform", "by_magic"), ("qtransform_max_value", -5.0),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("algorithm", "alphago"),
+        ("num_simulations", 0),
+        ("num_simulations", 2.5),
+        ("max_depth", 0),
+        ("pb_c_base", 0.0),
+        ("dirichlet_alpha", -1.0),
+        ("dirichlet_fraction", 1.5),
+        ("temperature", -0.1),
+        ("max_num_considered_actions", 0),
+        ("gumbel_scale", float("nan")),
+        ("qtransform", "by_magic"),
+        ("qtransform_max_value", -5.0),
+    ],
+)
 def test_bad_config_names_the_field(field, value):
     with pytest.raises(ValueError, match=f"SearchConfig.{field}"):
         search.SearchConfig(**{field: value})

@@ -71,7 +71,9 @@ def test_alphazero_policy_follows_the_stones():
         observation=jnp.asarray(observation),
         policy_target=jax.nn.one_hot(cell, 9),  # the policy plays where the stone is
         value_target=jnp.asarray(rng.normal(size=64), jnp.float32),
-        mask=jnp.ones(64), importance_weight=jnp.ones(64))
+        mask=jnp.ones(64),
+        importance_weight=jnp.ones(64),
+    )
     index = jnp.asarray(rng.integers(0, 8, 64))
     out = muzero.augment_alphazero_batch(batch, sym, index)
     moved_to = np.argmax(np.asarray(out.observation[..., 0]).reshape(64, 9), axis=1)
@@ -93,10 +95,14 @@ def test_muzero_actions_and_policies_move_together():
     policy[np.arange(n)[:, None], np.arange(k), action] = 0.94  # each step's policy picks its move
     observation = rng.normal(size=(n, 6, 7, 3)).astype(np.float32)
     batch = muzero.MuZeroBatch(
-        observation=jnp.asarray(observation), action=jnp.asarray(action, jnp.int32),
-        value_target=jnp.zeros((n, k + 1)), reward_target=jnp.ones((n, k + 1)),
-        policy_target=jnp.asarray(policy), policy_mask=jnp.ones((n, k + 1)),
-        importance_weight=jnp.ones(n))
+        observation=jnp.asarray(observation),
+        action=jnp.asarray(action, jnp.int32),
+        value_target=jnp.zeros((n, k + 1)),
+        reward_target=jnp.ones((n, k + 1)),
+        policy_target=jnp.asarray(policy),
+        policy_mask=jnp.ones((n, k + 1)),
+        importance_weight=jnp.ones(n),
+    )
     index = np.arange(n) % 2  # even rows as they are, odd rows mirrored
     out = muzero.augment_muzero_batch(batch, sym, jnp.asarray(index))
     np.testing.assert_array_equal(np.argmax(out.policy_target[:, :k], axis=2), out.action)
@@ -113,8 +119,11 @@ def test_the_loss_sees_every_orientation():
     n = 256
     batch = muzero.AlphaZeroBatch(
         observation=jnp.repeat(jnp.asarray(observation), n, axis=0),
-        policy_target=jnp.full((n, 9), 1 / 9), value_target=jnp.zeros(n), mask=jnp.ones(n),
-        importance_weight=jnp.ones(n))
+        policy_target=jnp.full((n, 9), 1 / 9),
+        value_target=jnp.zeros(n),
+        mask=jnp.ones(n),
+        importance_weight=jnp.ones(n),
+    )
     seen = []
 
     def loss_fn(params, batch, key):
@@ -171,7 +180,7 @@ def test_the_rules_respect_the_symmetries(env_name, openspiel_game):
         def observe(moves_list):
             moves = np.zeros((len(moves_list), length), np.int32)
             for i, moves_i in enumerate(moves_list):
-                moves[i, :len(moves_i)] = moves_i
+                moves[i, : len(moves_i)] = moves_i
             state = replay(moves, np.array([len(m) for m in moves_list], np.int32))
             return np.asarray(state.observation, np.float32), np.asarray(state.legal_action_mask)
     else:
@@ -191,8 +200,9 @@ def test_the_rules_respect_the_symmetries(env_name, openspiel_game):
 
     observation, legal = observe(histories)
     for s in range(sym.count):
-        turned, turned_legal = observe([[int(sym.action_image[s, a]) for a in h]
-                                        for h in histories])
+        turned, turned_legal = observe(
+            [[int(sym.action_image[s, a]) for a in h] for h in histories]
+        )
         n, h, w, c = observation.shape
         expected = observation.reshape(n, h * w, c)[:, sym.cell_source[s]].reshape(n, h, w, c)
         np.testing.assert_array_equal(turned, expected, err_msg=f"symmetry {s}")
@@ -200,10 +210,12 @@ def test_the_rules_respect_the_symmetries(env_name, openspiel_game):
 
 
 def test_games_without_known_symmetries_and_vtrace_are_refused():
-    chess = configs.load_config("tic_tac_toe_muzero", [
-        "env.name=openspiel:breakthrough", "learner.augment_symmetries=true"])
-    with pytest.raises(UsageError, match="no board symmetries are known for "
-                                          "openspiel:breakthrough"):
+    chess = configs.load_config(
+        "tic_tac_toe_muzero", ["env.name=openspiel:breakthrough", "learner.augment_symmetries=true"]
+    )
+    with pytest.raises(
+        UsageError, match="no board symmetries are known for openspiel:breakthrough"
+    ):
         make_agent(chess, make_env(chess.env.name, 1).spec)
     vtrace = configs.load_config("cartpole_vtrace", ["learner.augment_symmetries=true"])
     with pytest.raises(UsageError, match="search agents"):
@@ -218,8 +230,12 @@ def test_games_without_known_symmetries_and_vtrace_are_refused():
 def test_augmented_loss_trains(preset):
     """The agent's augmented loss is finite and differentiable, and it sees turned boards: on
     random boards its value differs from the plain loss's."""
-    tiny = ["network.channels=8", "network.head_hidden=8", "network.representation_blocks=1",
-            "network.dynamics_blocks=1"]
+    tiny = [
+        "network.channels=8",
+        "network.head_hidden=8",
+        "network.representation_blocks=1",
+        "network.dynamics_blocks=1",
+    ]
     plain_config = configs.load_config(preset, [*tiny, "learner.augment_symmetries=false"])
     config = configs.load_config(preset, [*tiny, "learner.augment_symmetries=true"])
     spec = make_env(config.env.name, 1).spec
@@ -230,15 +246,19 @@ def test_augmented_loss_trains(preset):
     window = muzero.Trajectory(
         observation=rng.integers(0, 2, (length, n, *spec.observation_shape)).astype(np.float32),
         action=rng.integers(0, 9, (length, n)).astype(np.int32),
-        reward=np.zeros((length, n), np.float32), discount=np.ones((length, n), np.float32),
+        reward=np.zeros((length, n), np.float32),
+        discount=np.ones((length, n), np.float32),
         search_policy=np.full((length, n, 9), 1 / 9, np.float32),
         search_value=np.zeros((length, n), np.float32),
-        legal_mask=np.ones((length, n, 9), bool), to_play=np.zeros((length, n), np.int32),
+        legal_mask=np.ones((length, n, 9), bool),
+        to_play=np.zeros((length, n), np.int32),
         behaviour_logits=np.zeros((length, n, 9), np.float32),
-        policy_version=np.zeros((length, n), np.int32))
+        policy_version=np.zeros((length, n), np.int32),
+    )
     batch, _ = agent.make_batch(window, np.ones(n, np.float32))
     (loss, _), grads = jax.value_and_grad(agent.loss_fn, has_aux=True)(
-        params, batch, jax.random.PRNGKey(1))
+        params, batch, jax.random.PRNGKey(1)
+    )
     assert np.isfinite(loss) and all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
     plain_loss, _ = plain.loss_fn(params, batch, jax.random.PRNGKey(1))
     assert loss != pytest.approx(float(plain_loss), rel=1e-6)  # random boards, turned: differs

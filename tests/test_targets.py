@@ -49,8 +49,9 @@ def test_n_step_bootstraps_from_the_value_n_steps_ahead(jit):
 
 
 def test_n_step_stops_at_the_episode_end():
-    z = n_step_values(column([1, 2, 3, 4, 5]), column([1, 0, 1, 1, 1]),
-                      column([10, 20, 30, 40, 50]), 3)
+    z = n_step_values(
+        column([1, 2, 3, 4, 5]), column([1, 0, 1, 1, 1]), column([10, 20, 30, 40, 50]), 3
+    )
     # Steps 0 and 1 end with the episode (no bootstrap); step 2 starts the next episode.
     np.testing.assert_allclose(z[:, 0], [3.0, 2.0, 57.0, 54.0, 50.0])
 
@@ -70,21 +71,24 @@ def test_two_player_signs_are_from_the_view_of_the_player_to_move():
 def test_window_with_episode_end_gives_absorbing_targets():
     # K = 2, n = 2: the episode ends after step 1, so unroll step 2 is past its end.
     window = trajectory([1, 2, 3, 4, 5], [1, 0, 1, 1, 1], [10, 20, 30, 40, 50])
-    batch = muzero_batch(window, jnp.ones((1,)), unroll_steps=2, td_steps=2, discount=1.0,
-                         two_player=False)
+    batch = muzero_batch(
+        window, jnp.ones((1,)), unroll_steps=2, td_steps=2, discount=1.0, two_player=False
+    )
     np.testing.assert_allclose(batch.value_target[0], [3.0, 2.0, 0.0])
     np.testing.assert_allclose(batch.reward_target[0], [0.0, 1.0, 2.0])
     np.testing.assert_allclose(batch.policy_mask[0], [1.0, 1.0, 0.0])
-    np.testing.assert_allclose(batch.policy_target[0], [[1, 0, 0], [0, 1, 0], [1 / 3] * 3],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        batch.policy_target[0], [[1, 0, 0], [0, 1, 0], [1 / 3] * 3], rtol=1e-6
+    )
     np.testing.assert_array_equal(batch.action[0], [0, 1])
     assert batch.observation.shape == (1, 1)
 
 
 def test_window_ending_at_its_first_step():
     window = trajectory([1, 2, 3, 4, 5], [0, 1, 1, 1, 1], [10, 20, 30, 40, 50])
-    batch = muzero_batch(window, jnp.ones((1,)), unroll_steps=2, td_steps=2, discount=1.0,
-                         two_player=False)
+    batch = muzero_batch(
+        window, jnp.ones((1,)), unroll_steps=2, td_steps=2, discount=1.0, two_player=False
+    )
     np.testing.assert_allclose(batch.value_target[0], [1.0, 0.0, 0.0])
     np.testing.assert_allclose(batch.reward_target[0], [0.0, 1.0, 0.0])
     np.testing.assert_allclose(batch.policy_mask[0], [1.0, 0.0, 0.0])
@@ -92,10 +96,12 @@ def test_window_ending_at_its_first_step():
 
 def test_window_bootstraps_with_discount():
     window = trajectory([1, 2, 3, 4], [1, 1, 1, 1], [10, 20, 30, 40], obs_steps=1)
-    batch = muzero_batch(window, jnp.full((1,), 0.5), unroll_steps=1, td_steps=2,
-                         discount=0.9, two_player=False)
-    np.testing.assert_allclose(batch.value_target[0],
-                               [1 + 0.9 * 2 + 0.81 * 30, 2 + 0.9 * 3 + 0.81 * 40], rtol=1e-6)
+    batch = muzero_batch(
+        window, jnp.full((1,), 0.5), unroll_steps=1, td_steps=2, discount=0.9, two_player=False
+    )
+    np.testing.assert_allclose(
+        batch.value_target[0], [1 + 0.9 * 2 + 0.81 * 30, 2 + 0.9 * 3 + 0.81 * 40], rtol=1e-6
+    )
     np.testing.assert_allclose(batch.importance_weight, [0.5])
     # Every leaf of the batch has the batch on axis 0.
     assert all(x.shape[0] == 1 for x in jax.tree.leaves(batch))
@@ -104,22 +110,25 @@ def test_window_bootstraps_with_discount():
 def test_two_player_window_signs():
     # Ply 2's mover (the player at step 0) wins; the episode then ends.
     window = trajectory([0, 0, 1, 0], [1, 1, 0, 1], [0, 0, 0, 0])
-    batch = muzero_batch(window, jnp.ones((1,)), unroll_steps=2, td_steps=1, discount=1.0,
-                         two_player=True)
+    batch = muzero_batch(
+        window, jnp.ones((1,)), unroll_steps=2, td_steps=1, discount=1.0, two_player=True
+    )
     # n = 1: z_0 = r_0 - v_1 = 0, z_1 = r_1 - v_2 = 0, z_2 = r_2 = 1 (terminal).
     np.testing.assert_allclose(batch.value_target[0], [0.0, 0.0, 1.0])
     np.testing.assert_allclose(batch.reward_target[0], [0.0, 0.0, 0.0])
     long = trajectory([0, 0, 1, 0, 0, 0, 0], [1, 1, 0, 1, 1, 1, 1], [0] * 7)
-    batch = muzero_batch(long, jnp.ones((1,)), unroll_steps=2, td_steps=4, discount=1.0,
-                         two_player=True)
+    batch = muzero_batch(
+        long, jnp.ones((1,)), unroll_steps=2, td_steps=4, discount=1.0, two_player=True
+    )
     np.testing.assert_allclose(batch.value_target[0], [1.0, -1.0, 1.0])
 
 
 def test_window_of_the_wrong_length_is_a_clear_error():
     window = trajectory([0] * 5, [1] * 5, [0] * 5)
     with pytest.raises(ValueError, match="unroll_steps \\+ td_steps \\+ 1 = 6"):
-        muzero_batch(window, jnp.ones((1,)), unroll_steps=3, td_steps=2, discount=1.0,
-                     two_player=False)
+        muzero_batch(
+            window, jnp.ones((1,)), unroll_steps=3, td_steps=2, discount=1.0, two_player=False
+        )
 
 
 def test_priorities_are_distance_of_search_value_to_target():
@@ -132,10 +141,10 @@ def test_priorities_are_distance_of_search_value_to_target():
 def test_alphazero_targets_are_outcomes_for_the_player_to_move():
     traj = trajectory([0, 0, -1, 0, 1, 0], [1, 1, 0, 1, 1, 1], [0, 0, 0, 0, 0.5, 0])
     n = 3  # windows of n + 1 = 4 steps start at steps 0, 1, 2
-    window = jax.tree.map(lambda x: jnp.stack([x[t:t + n + 1, 0] for t in range(3)], axis=1),
-                          traj)  # [4, 3]
-    batch = alphazero_batch(window, jnp.full((3,), 0.5), td_steps=n, discount=1.0,
-                            two_player=True)
+    window = jax.tree.map(
+        lambda x: jnp.stack([x[t : t + n + 1, 0] for t in range(3)], axis=1), traj
+    )  # [4, 3]
+    batch = alphazero_batch(window, jnp.full((3,), 0.5), td_steps=n, discount=1.0, two_player=True)
     # The first game: the mover at ply 2 loses (-1), so the movers at plies 0 and 1 get -1 and 1.
     np.testing.assert_allclose(batch.value_target, [-1.0, 1.0, -1.0])
     np.testing.assert_allclose(batch.mask, [1, 1, 1])

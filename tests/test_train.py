@@ -17,28 +17,49 @@ from selfplay import train as train_module
 from tests import fakes
 
 TINY = [
-    "learner.batch_size=16", "replay.min_size=64", "replay.capacity=4000",
-    "actors.threads_per_device=2", "actors.envs_per_thread=4", "actors.unroll_length=8",
-    "search.num_simulations=4", "network.channels=8", "network.head_hidden=8",
-    "learner.log_every_s=0.5", "learner.checkpoint_every=2",
+    "learner.batch_size=16",
+    "replay.min_size=64",
+    "replay.capacity=4000",
+    "actors.threads_per_device=2",
+    "actors.envs_per_thread=4",
+    "actors.unroll_length=8",
+    "search.num_simulations=4",
+    "network.channels=8",
+    "network.head_hidden=8",
+    "learner.log_every_s=0.5",
+    "learner.checkpoint_every=2",
 ]
 
 
 def _tiny(preset: str, *extra: str) -> configs.ExperimentConfig:
     overrides = list(TINY) + list(extra)
     if preset == "cartpole_vtrace":
-        overrides = ["learner.batch_size=2", "actors.envs_per_thread=4",
-                     "actors.unroll_length=8", "network.mlp_sizes=[16,16]",
-                     "learner.log_every_s=0.5", "learner.checkpoint_every=2", *extra]
+        overrides = [
+            "learner.batch_size=2",
+            "actors.envs_per_thread=4",
+            "actors.unroll_length=8",
+            "network.mlp_sizes=[16,16]",
+            "learner.log_every_s=0.5",
+            "learner.checkpoint_every=2",
+            *extra,
+        ]
     return configs.load_config(preset, overrides)
 
 
-@pytest.mark.parametrize("preset, extra", [
-    ("tic_tac_toe_muzero", []), ("tic_tac_toe_alphazero", []), ("cartpole_vtrace", []),
-    # AlphaZero's exact model searched by Gumbel MuZero, as pgx's own AlphaZero example does.
-    ("tic_tac_toe_alphazero", ["search.algorithm=gumbel_muzero",
-                               "search.qtransform=completed_by_mix_value"]),
-], ids=["muzero", "alphazero", "vtrace", "alphazero-gumbel"])
+@pytest.mark.parametrize(
+    "preset, extra",
+    [
+        ("tic_tac_toe_muzero", []),
+        ("tic_tac_toe_alphazero", []),
+        ("cartpole_vtrace", []),
+        # AlphaZero's exact model searched by Gumbel MuZero, as pgx's own AlphaZero example does.
+        (
+            "tic_tac_toe_alphazero",
+            ["search.algorithm=gumbel_muzero", "search.qtransform=completed_by_mix_value"],
+        ),
+    ],
+    ids=["muzero", "alphazero", "vtrace", "alphazero-gumbel"],
+)
 def test_smoke_run_of_each_mode(preset, extra, tmp_path):
     config = _tiny(preset, "learner.max_updates=4", *extra)
     result = train_module.train(config, tmp_path / "run", progress=False)
@@ -67,15 +88,24 @@ def test_a_failing_actor_thread_stops_the_run_with_its_message(tmp_path, monkeyp
     monkeypatch.setattr(actors, "make_env", make_failing_env)
     started = time.monotonic()
     with pytest.raises(RuntimeError, match="environment exploded"):
-        train_module.train(_tiny("tic_tac_toe_muzero", "learner.max_updates=1000"),
-                           tmp_path / "run", progress=False)
+        train_module.train(
+            _tiny("tic_tac_toe_muzero", "learner.max_updates=1000"),
+            tmp_path / "run",
+            progress=False,
+        )
     assert time.monotonic() - started < 120  # stopped, never hung
 
 
 def _podracer(*args, **kwargs):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-m", "podracer", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "podracer", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
 
 
 def _wait_for_checkpoint(run: pathlib.Path, process, timeout=240.0):
@@ -115,20 +145,28 @@ def test_killed_run_resumes_and_sigint_stops_with_a_final_checkpoint(tmp_path):
     assert max(after) >= max(before)  # the final checkpoint at the stopped step
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--config", "no_such_preset"], "unknown preset 'no_such_preset'"),
-    (["search.no_such_field=3"], "unknown config field 'search.no_such_field'"),
-    (["search.num_simulations=many"], "search.num_simulations must be an integer"),
-    (["search.num_simulations=0"], "SearchConfig.num_simulations must be an integer >= 1"),
-    (["--config", "tic_tac_toe_muzero", "env.name=openspiel:no_such_game"], "no_such_game"),
-    (["env.name=pgx:no_such_game"], "no_such_game"),  # the default preset is pgx AlphaZero
-    (["env.name=openspiel:connect_four"], "alphazero needs pgx"),
-    (["learner.max_updates"], "is not key.path=value"),
-    (["devices.cpu_convolutions=fast"], "DevicesConfig.cpu_convolutions must be 'xla' or 'eigen'"),
-    # The board presets pick min-max Q for PUCT; Gumbel needs its completed Q named too.
-    (["search.algorithm=gumbel_muzero"], "SearchConfig.qtransform must be None or "
-                                         "'completed_by_mix_value' with algorithm"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--config", "no_such_preset"], "unknown preset 'no_such_preset'"),
+        (["search.no_such_field=3"], "unknown config field 'search.no_such_field'"),
+        (["search.num_simulations=many"], "search.num_simulations must be an integer"),
+        (["search.num_simulations=0"], "SearchConfig.num_simulations must be an integer >= 1"),
+        (["--config", "tic_tac_toe_muzero", "env.name=openspiel:no_such_game"], "no_such_game"),
+        (["env.name=pgx:no_such_game"], "no_such_game"),  # the default preset is pgx AlphaZero
+        (["env.name=openspiel:connect_four"], "alphazero needs pgx"),
+        (["learner.max_updates"], "is not key.path=value"),
+        (
+            ["devices.cpu_convolutions=fast"],
+            "DevicesConfig.cpu_convolutions must be 'xla' or 'eigen'",
+        ),
+        # The board presets pick min-max Q for PUCT; Gumbel needs its completed Q named too.
+        (
+            ["search.algorithm=gumbel_muzero"],
+            "SearchConfig.qtransform must be None or 'completed_by_mix_value' with algorithm",
+        ),
+    ],
+)
 def test_bad_input_gets_one_line_and_exit_code_2(args, message, tmp_path, capsys):
     code = cli.main(["train", "--run-dir", str(tmp_path / "run"), *args])
     captured = capsys.readouterr()

@@ -17,10 +17,19 @@ from selfplay.params import ParameterServer
 from selfplay.train import train
 from tests import fakes
 
-_SMALL = ["learner.batch_size=2", "actors.threads_per_device=1", "actors.envs_per_thread=8",
-          "actors.envs_per_step=4", "actors.unroll_length=8", "network.mlp_sizes=[16,16]",
-          "network.latent_size=16", "network.head_hidden=8", "search.num_simulations=4",
-          "learner.log_every_s=0.5", "learner.checkpoint_every=2"]
+_SMALL = [
+    "learner.batch_size=2",
+    "actors.threads_per_device=1",
+    "actors.envs_per_thread=8",
+    "actors.envs_per_step=4",
+    "actors.unroll_length=8",
+    "network.mlp_sizes=[16,16]",
+    "network.latent_size=16",
+    "network.head_hidden=8",
+    "search.num_simulations=4",
+    "learner.log_every_s=0.5",
+    "learner.checkpoint_every=2",
+]
 
 
 def _config(*extra: str) -> configs.ExperimentConfig:
@@ -53,8 +62,9 @@ def _run_actor(config, spec, num_pushes: int, monkeypatch):
             stop.set("enough pushes")
 
     monkeypatch.setattr(actors, "push", record)
-    actors.async_actor_loop(0, device, config, agent, server, None, stats, stop,
-                                   jax.random.PRNGKey(1))
+    actors.async_actor_loop(
+        0, device, config, agent, server, None, stats, stop, jax.random.PRNGKey(1)
+    )
     return pushed, stats
 
 
@@ -90,14 +100,16 @@ def test_each_column_is_one_envs_consecutive_steps(mode, monkeypatch):
             np.testing.assert_array_equal(trajectory.reward[:, e], 1000.0 * e + steps + 1)
             ends = obs[:, 2] + 1 == env.episode_length(e)
             np.testing.assert_array_equal(trajectory.discount[:, e], np.where(ends, 0.0, 1.0))
-            np.testing.assert_array_equal(trajectory.action[:, e], env.actions[e][steps[0]:
-                                                                                  steps[-1] + 1])
+            np.testing.assert_array_equal(
+                trajectory.action[:, e], env.actions[e][steps[0] : steps[-1] + 1]
+            )
     # Every step the fake took was counted once, and every episode it ended.
     assert stats.frames == env._steps.sum()
     returns, lengths = stats.drain_episodes()
     assert len(returns) == env._episodes.sum()
-    assert sorted(lengths) == sorted(env.episode_length(e) for e in range(8)
-                                     for _ in range(env._episodes[e]))
+    assert sorted(lengths) == sorted(
+        env.episode_length(e) for e in range(8) for _ in range(env._episodes[e])
+    )
 
 
 def test_columns_follow_cartpole_physics_with_a_real_async_envpool(monkeypatch):
@@ -117,17 +129,36 @@ def test_columns_follow_cartpole_physics_with_a_real_async_envpool(monkeypatch):
     assert stats.frames > 0
 
 
-@pytest.mark.parametrize("args, message", [
-    (["actors.envs_per_thread=8", "actors.envs_per_step=9"],
-     "ActorConfig.envs_per_step must be <= envs_per_thread (8)"),
-    (["actors.envs_per_thread=8", "actors.envs_per_step=5"], "2 * envs_per_step - 1"),
-    (["actors.envs_per_step=-1"], "ActorConfig.envs_per_step must be an integer >= 0"),
-    (["--config", "tic_tac_toe_alphazero", "actors.envs_per_thread=8", "actors.envs_per_step=4"],
-     "actors.envs_per_step=4 (async stepping, below actors.envs_per_thread=8) works only"),
-    (["--config", "tic_tac_toe_muzero", "actors.envs_per_thread=8", "actors.envs_per_step=4"],
-     "not openspiel:tic_tac_toe"),
-    (['env.options={"batch_size": 4}'], "set actors.envs_per_step"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["actors.envs_per_thread=8", "actors.envs_per_step=9"],
+            "ActorConfig.envs_per_step must be <= envs_per_thread (8)",
+        ),
+        (["actors.envs_per_thread=8", "actors.envs_per_step=5"], "2 * envs_per_step - 1"),
+        (["actors.envs_per_step=-1"], "ActorConfig.envs_per_step must be an integer >= 0"),
+        (
+            [
+                "--config",
+                "tic_tac_toe_alphazero",
+                "actors.envs_per_thread=8",
+                "actors.envs_per_step=4",
+            ],
+            "actors.envs_per_step=4 (async stepping, below actors.envs_per_thread=8) works only",
+        ),
+        (
+            [
+                "--config",
+                "tic_tac_toe_muzero",
+                "actors.envs_per_thread=8",
+                "actors.envs_per_step=4",
+            ],
+            "not openspiel:tic_tac_toe",
+        ),
+        (['env.options={"batch_size": 4}'], "set actors.envs_per_step"),
+    ],
+)
 def test_bad_async_settings_get_one_line_and_exit_code_2(args, message, tmp_path, capsys):
     if "--config" not in args:
         args = ["--config", "cartpole_vtrace", *args]

@@ -15,8 +15,9 @@ from muzero import (
 )
 
 # Wide range with fine coverage of small magnitudes, where cancellation would show.
-WIDE = np.concatenate([-np.logspace(-6, 4, 501), [0.0], np.logspace(-6, 4, 501),
-                       np.linspace(-1e4, 1e4, 1001)]).astype(np.float32)
+WIDE = np.concatenate(
+    [-np.logspace(-6, 4, 501), [0.0], np.logspace(-6, 4, 501), np.linspace(-1e4, 1e4, 1001)]
+).astype(np.float32)
 
 
 def test_h_inverse_undoes_h_over_a_wide_range():
@@ -59,8 +60,7 @@ def test_categorical_loss_is_smallest_at_the_target():
     # Cross-entropy at the optimum is the entropy of the two-hot target.
     p = np.asarray(transform.encode(target))
     entropy = -np.sum(p * np.log(np.maximum(p, 1e-30)), axis=-1)
-    np.testing.assert_allclose(best, entropy,
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(best, entropy, rtol=1e-5, atol=1e-6)
 
 
 def test_scalar_transform_is_squared_error():

@@ -26,8 +26,11 @@ def random_inputs(seed, t=7, b=5):
     v_t = jax.random.normal(keys[1], (t, b))
     r_t = jax.random.normal(keys[2], (t, b))
     # Some episode ends (discount 0) among discounts in (0, 1].
-    discount_t = jnp.where(jax.random.uniform(keys[3], (t, b)) < 0.2, 0.0,
-                           jax.random.uniform(keys[4], (t, b), minval=0.5, maxval=1.0))
+    discount_t = jnp.where(
+        jax.random.uniform(keys[3], (t, b)) < 0.2,
+        0.0,
+        jax.random.uniform(keys[4], (t, b), minval=0.5, maxval=1.0),
+    )
     # Ratios on both sides of the clipping thresholds.
     rho_tm1 = jnp.exp(jax.random.normal(keys[5], (t, b)))
     return v_tm1, v_t, r_t, discount_t, rho_tm1
@@ -44,7 +47,9 @@ def test_vtrace_equals_rlax(jit, lambda_, clip_rho, clip_pg_rho):
     # rlax works on one [T] sequence: map it over the batch axis 1.
     reference = jax.vmap(
         lambda *xs: rlax.vtrace_td_error_and_advantage(*xs, lambda_, clip_rho, clip_pg_rho),
-        in_axes=1, out_axes=1)(*inputs)
+        in_axes=1,
+        out_axes=1,
+    )(*inputs)
     np.testing.assert_allclose(out.errors, reference.errors, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out.pg_advantage, reference.pg_advantage, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out.q_estimate, reference.q_estimate, rtol=1e-5, atol=1e-5)
@@ -67,7 +72,8 @@ def test_vtrace_on_policy_is_the_n_step_return():
 def test_vtrace_loss_learns_values_and_prefers_the_rewarded_action():
     t, b, a, d = 6, 4, 3, 5
     nets = make_actor_critic_networks(
-        NetworkConfig(mlp_sizes=(32,), latent_size=32, head_hidden=32), (d,), a)
+        NetworkConfig(mlp_sizes=(32,), latent_size=32, head_hidden=32), (d,), a
+    )
     config = LossConfig(discount=0.9, entropy_cost=0.0)
     loss_fn = make_vtrace_loss(nets, config)
     keys = jax.random.split(jax.random.key(1), 2)
@@ -89,8 +95,9 @@ def test_vtrace_loss_learns_values_and_prefers_the_rewarded_action():
             updates, opt_state = optimizer.update(grads, opt_state)
             return (optax.apply_updates(params, updates), opt_state), metrics["value_loss"]
 
-        (params, _), value_losses = jax.lax.scan(step, (params, optimizer.init(params)), None,
-                                                 length=300)
+        (params, _), value_losses = jax.lax.scan(
+            step, (params, optimizer.init(params)), None, length=300
+        )
         return params, value_losses
 
     params = jax.jit(nets.init)(KEY)
@@ -107,7 +114,8 @@ def test_vtrace_loss_and_gradient_equal_the_loss_over_one_forward_pass():
     # gradient); written here over one pass of all T steps with rlax, it must be the same.
     t, b, a, d = 5, 3, 4, 6
     nets = make_actor_critic_networks(
-        NetworkConfig(mlp_sizes=(16,), latent_size=16, head_hidden=16), (d,), a)
+        NetworkConfig(mlp_sizes=(16,), latent_size=16, head_hidden=16), (d,), a
+    )
     config = LossConfig(discount=0.95, entropy_cost=0.01, baseline_cost=0.5, vtrace_lambda=0.9)
     keys = jax.random.split(jax.random.key(2), 5)
     batch = VTraceBatch(
@@ -127,21 +135,32 @@ def test_vtrace_loss_and_gradient_equal_the_loss_over_one_forward_pass():
         rho = jnp.exp(jax.lax.stop_gradient(pick(log_pi)) - pick(log_mu))
         out = jax.vmap(
             lambda *xs: rlax.vtrace_td_error_and_advantage(*xs, lambda_=config.vtrace_lambda),
-            in_axes=1, out_axes=1)(values[:-1], jax.lax.stop_gradient(values[1:]),
-                                   batch.reward[:-1], config.discount * batch.discount[:-1], rho)
+            in_axes=1,
+            out_axes=1,
+        )(
+            values[:-1],
+            jax.lax.stop_gradient(values[1:]),
+            batch.reward[:-1],
+            config.discount * batch.discount[:-1],
+            rho,
+        )
         entropy = jnp.mean(-jnp.sum(jnp.exp(log_pi) * log_pi, axis=-1))
         advantage = jax.lax.stop_gradient(out.pg_advantage)  # rlax leaves this to the pg loss
-        return (-jnp.mean(pick(log_pi) * advantage)
-                + config.baseline_cost * 0.5 * jnp.mean(jnp.square(out.errors))
-                - config.entropy_cost * entropy)
+        return (
+            -jnp.mean(pick(log_pi) * advantage)
+            + config.baseline_cost * 0.5 * jnp.mean(jnp.square(out.errors))
+            - config.entropy_cost * entropy
+        )
 
     params = nets.init(keys[4])
     (loss, _), grads = jax.value_and_grad(make_vtrace_loss(nets, config), has_aux=True)(
-        params, batch, KEY)
+        params, batch, KEY
+    )
     reference, reference_grads = jax.value_and_grad(reference_loss)(params)
     np.testing.assert_allclose(loss, reference, rtol=1e-5, atol=1e-6)
-    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6),
-                 grads, reference_grads)
+    jax.tree.map(
+        lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6), grads, reference_grads
+    )
 
 
 def test_vtrace_rejects_two_player_config():

@@ -26,7 +26,13 @@ _LAZY = {
 }
 
 __all__ = [
-    "FAMILIES", "BatchedEnv", "EnvSpec", "TimeStep", "env_spec", "make_env", "parse_env_name",
+    "FAMILIES",
+    "BatchedEnv",
+    "EnvSpec",
+    "TimeStep",
+    "env_spec",
+    "make_env",
+    "parse_env_name",
     *_LAZY,
 ]
 

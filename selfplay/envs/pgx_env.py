@@ -119,7 +119,9 @@ def pgx_replay(env_id: str) -> Callable[[jax.Array, jax.Array], Any]:
             keep = t < lengths  # [N]
             return jax.tree.map(
                 lambda new, old: jnp.where(keep.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
-                stepped, state)
+                stepped,
+                state,
+            )
 
         return jax.lax.fori_loop(0, moves.shape[1], play, state)
 
