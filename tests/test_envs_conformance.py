@@ -17,7 +17,8 @@ class Case(NamedTuple):
     min_episodes: int  # random play must finish at least this many episodes
     lengths: tuple[int, int]  # inclusive range of plausible episode lengths
     returns: frozenset[float] | None  # every possible episode return, None if not a small set
-    fresh: str  # how to recognise a new episode's first observation: "reset", "cartpole", "none"
+    fresh: str  # how to recognise a new episode's first observation: "reset", "cartpole",
+    #   "breakout", "none"
 
     @property
     def id(self) -> str:
@@ -33,6 +34,9 @@ CASES = [
     Case("pgx:connect_four", 8, 120, {}, 25, (7, 42), WIN_DRAW_LOSS, "reset"),
     Case("envpool:CartPole-v1", 8, 150, {}, 30, (8, 500), None, "cartpole"),
     Case("envpool:CartPole-v1", 9, 150, {"batch_size": 4}, 15, (8, 500), None, "cartpole"),
+    Case("gymnax:CartPole-v1", 8, 150, {}, 30, (8, 500), None, "cartpole"),
+    # The ball starts 6 rows above the paddle's row: no episode is shorter than 6 steps.
+    Case("gymnax:Breakout-MinAtar", 4, 60, {}, 10, (6, 1000), None, "breakout"),
     # A short time limit so that Atari episodes end (by truncation) within a fast test.
     Case("envpool:Pong-v5", 2, 70, {"max_episode_steps": 30}, 4, (30, 30), None, "none"),
 ]
@@ -103,7 +107,7 @@ def test_shapes_and_dtypes_match_the_spec(rollout):
         assert not (ts.episode_end & ~ts.done).any()
         if spec.num_players == 1:
             assert (ts.to_play == 0).all()
-        if spec.family == "envpool":
+        if spec.family in ("envpool", "gymnax"):
             assert ts.legal_mask.all()
 
 
@@ -136,7 +140,7 @@ def test_episode_statistics_add_up_and_are_plausible(rollout):
     assert lengths.min() >= case.lengths[0] and lengths.max() <= case.lengths[1]
     if case.returns is not None:
         assert {float(g) for g, _ in episodes} <= case.returns
-    if spec.name == "envpool:CartPole-v1":  # +1 per step survived
+    if spec.env_id == "CartPole-v1":  # +1 per step survived
         np.testing.assert_allclose([g for g, _ in episodes], lengths)
 
 
@@ -152,6 +156,10 @@ def test_auto_reset_gives_the_new_episode_in_the_same_step(rollout):
             assert ts.legal_mask[done].all()
         elif case.fresh == "cartpole":  # CartPole starts uniformly within +-0.05
             assert (np.abs(ts.observation[done]) <= 0.05).all()
+        elif case.fresh == "breakout":  # planes paddle, ball, trail, bricks: a full wall of bricks
+            paddle, bricks = ts.observation[done, ..., 0], ts.observation[done, ..., 3]
+            assert (paddle.sum(axis=(1, 2)) == 1).all() and (paddle[:, 9, 4] == 1).all()
+            assert (bricks[:, 1:4] == 1).all() and (bricks.sum(axis=(1, 2)) == 30).all()
     assert starts >= case.min_episodes
 
 
@@ -223,7 +231,7 @@ def test_illegal_or_malformed_actions_raise(rollout):
     "name, fragment",
     [
         ("connect_four", "expected '<family>:<id>'"),
-        ("gym:CartPole-v1", "family one of openspiel, pgx, envpool"),
+        ("gym:CartPole-v1", "family one of openspiel, pgx, envpool, gymnax"),
         ("openspiel:tic_tac_to", "did you mean tic_tac_toe"),
         ("openspiel:backgammon", "chance nodes"),
         ("openspiel:kuhn_poker", "imperfect information"),
@@ -233,6 +241,9 @@ def test_illegal_or_malformed_actions_raise(rollout):
         ("pgx:kuhn_poker", "imperfect information"),
         ("envpool:CartPole-v2", "did you mean CartPole-v1"),
         ("envpool:Pendulum-v1", "only discrete actions"),
+        ("gymnax:CartPole-v2", "did you mean CartPole-v1"),
+        ("gymnax:breakout-minatar", "did you mean Breakout-MinAtar"),
+        ("gymnax:Pendulum-v1", "only discrete actions"),
     ],
 )
 def test_bad_names_give_one_clear_line(name, fragment):
@@ -247,5 +258,7 @@ def test_bad_options_give_usage_errors():
         make_env("openspiel:tic_tac_toe", 2, 0, colour="red")
     with pytest.raises(UsageError, match="bad envpool option"):
         make_env("envpool:CartPole-v1", 2, 0, colour="red")
+    with pytest.raises(UsageError, match="unknown option.*colour.*accepted: max_episode_steps"):
+        make_env("gymnax:CartPole-v1", 2, 0, colour="red")
     with pytest.raises(UsageError, match="num_envs"):
         make_env("openspiel:tic_tac_toe", 0, 0)

@@ -1,10 +1,12 @@
-"""Environment adapters: OpenSpiel, pgx and envpool behind one batched interface.
+"""Environment adapters: OpenSpiel, pgx, envpool and gymnax behind one batched interface.
 
 `make_env("openspiel:connect_four", num_envs=64, seed=0)` returns a `BatchedEnv`; see
 `selfplay/envs/base.py` for the conventions (same-step auto-reset, points of view, layouts) and
-`selfplay/envs/registry.py` for the names.
-The family modules (`openspiel`, `pgx_env`, `envpool_env`) are imported on first use of one of
-their names, so that a run on one family never loads the libraries of the others.
+`selfplay/envs/registry.py` for the names. The JAX-native families also offer pure, jittable
+`reset`/`step` functions for a loop inside one jit: `pgx_functions` for games and
+`gymnax_functions` for single-agent envs (`gymnax:CartPole-v1`, `gymnax:Breakout-MinAtar`, ...).
+The family modules (`openspiel`, `pgx_env`, `envpool_env`, `gymnax_env`) are imported on first use
+of one of their names, so that a run on one family never loads the libraries of the others.
 """
 
 import importlib
@@ -23,6 +25,11 @@ _LAZY = {
     "pgx_replay": "selfplay.envs.pgx_env",
     "pgx_functions": "selfplay.envs.pgx_env",
     "EnvPoolEnv": "selfplay.envs.envpool_env",
+    "GymnaxEnv": "selfplay.envs.gymnax_env",
+    "GymnaxEnvState": "selfplay.envs.gymnax_env",
+    "GymnaxFunctions": "selfplay.envs.gymnax_env",
+    "gymnax_functions": "selfplay.envs.gymnax_env",
+    "gymnax_spec": "selfplay.envs.gymnax_env",
 }
 
 __all__ = [

@@ -3,7 +3,8 @@
 Conventions every adapter follows (the conformance test checks them):
 
 - **Batched, host-side numpy.** `reset` and `step` take and return numpy arrays with a leading
-  batch axis `[B, ...]`. The pgx adapter also offers the same `TimeStep` as JAX arrays on device.
+  batch axis `[B, ...]`. The pgx and gymnax adapters also offer the same `TimeStep` as JAX
+  arrays on device.
 - **Same-step auto-reset.** When a transition ends an episode (`done`), the `TimeStep` returned by
   that very `step` carries the reward, `done`, `truncated` and episode statistics of the episode
   that just ended, while `observation`, `legal_mask` and `to_play` already describe the first state
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 # The environment families `make_env` knows (selfplay.envs.registry), by name prefix.
-FAMILIES = ("openspiel", "pgx", "envpool")
+FAMILIES = ("openspiel", "pgx", "envpool", "gymnax")
 
 
 class TimeStep(NamedTuple):
@@ -63,7 +64,7 @@ class EnvSpec:
     """What a learner or a search needs to know about an environment, fixed at construction."""
 
     name: str  # the full name given to make_env, e.g. "openspiel:connect_four"
-    family: str  # "openspiel", "pgx" or "envpool"
+    family: str  # "openspiel", "pgx", "envpool" or "gymnax"
     num_actions: int  # size A of the discrete action space
     observation_shape: tuple[int, ...]  # shape of one observation, channels-last for images
     observation_dtype: str  # numpy dtype name of observations: "float32", or "uint8" for Atari

@@ -20,7 +20,7 @@ def parse_env_name(name: str) -> tuple[str, str]:
         raise UsageError(
             f"bad environment name {name!r}: expected '<family>:<id>' with family one of "
             f"{', '.join(FAMILIES)} (e.g. openspiel:connect_four, pgx:tic_tac_toe, "
-            "envpool:CartPole-v1)"
+            "envpool:CartPole-v1, gymnax:Breakout-MinAtar)"
         )
     return family, env_id
 
@@ -32,6 +32,8 @@ def make_env(name: str, num_envs: int, seed: int = 0, **options: Any) -> Batched
       - `openspiel:<game string>` (e.g. `openspiel:go(board_size=9)`): `to_play_plane`,
         `max_episode_steps`.
       - `pgx:<env id>` (e.g. `pgx:connect_four`): no options.
+      - `gymnax:<env id>` (e.g. `gymnax:CartPole-v1`, `gymnax:Breakout-MinAtar`), discrete
+        actions only: `max_episode_steps` (overrides the env's time limit).
       - `envpool:<task id>` (e.g. `envpool:Pong-v5`): `batch_size` (async when < num_envs) and any
         `envpool.make` option (`episodic_life`, `reward_clip`, `repeat_action_probability`, ...).
     The families' modules are imported here, on use, so that a run on one never loads the others.
@@ -48,6 +50,11 @@ def make_env(name: str, num_envs: int, seed: int = 0, **options: Any) -> Batched
 
         _check_options(name, options, set())
         return PgxEnv(env_id, num_envs, seed)
+    if family == "gymnax":
+        from selfplay.envs.gymnax_env import GymnaxEnv
+
+        _check_options(name, options, {"max_episode_steps"})
+        return GymnaxEnv(env_id, num_envs, seed, **options)
     from selfplay.envs.envpool_env import EnvPoolEnv
 
     return EnvPoolEnv(env_id, num_envs, seed, **options)

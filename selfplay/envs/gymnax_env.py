@@ -1,0 +1,299 @@
+"""gymnax adapter: JAX-native single-agent environments batched with vmap, auto-reset inside jit.
+
+Two ways in, like the pgx adapter:
+
+- `gymnax_functions(env_id, num_envs)`: a pure `reset(key)` / `step(env_state, actions)` pair over
+  a `GymnaxEnvState` pytree, for a fully jitted (Anakin) loop; `gymnax_spec(env_id)` is its spec.
+- `GymnaxEnv`: the host-side `BatchedEnv` (numpy `step`) plus `step_device` (JAX arrays, no
+  transfer) and `.env_state` (the whole device-side state, as `functions.step` takes it).
+
+Every gymnax env with a discrete action space is accepted (`gymnax.registered_envs`), e.g.
+`CartPole-v1`, `Acrobot-v1`, `MountainCar-v0`, `Breakout-MinAtar`, `Catch-bsuite`; continuous ones
+(`Pendulum-v1`, `MountainCarContinuous-v0`, ...) are refused. Each step is gymnax's own `step`,
+which steps, separates termination from the time limit and auto-resets in the same call.
+
+Time limits: an episode is truncated when it reaches the env params' `max_steps_in_episode`
+without terminating (gymnax >= 1.0 keeps the time limit out of `step_env`'s `terminated`, and so
+do we: `truncated` is the time limit and nothing else). gymnax's defaults apply unless
+`max_episode_steps` overrides them: CartPole-v1 500, Acrobot-v1 500, MountainCar-v0 200, the
+MinAtar games 1000 (Asterix, Breakout, Seaquest, SpaceInvaders) and 2500 for Freeway, which never
+terminates by itself (in MinAtar its 2500-frame end is the game's; here it is a truncation).
+gymnax's MinAtar has no sticky actions (MinAtar's default is 0.1) and uses the minimal action sets.
+
+Observations, cast to float32, channels-last: vectors stay `[D]` (CartPole `[4]`, Acrobot `[6]`),
+MinAtar's planes are `[10, 10, C]` (Breakout C=4, SpaceInvaders 6, Freeway 7, Seaquest 10), 2-d
+grids (bsuite Catch `[10, 5]`, DeepSea) get a trailing channel axis `[H, W, 1]`, and a discrete
+observation (FrozenLake's cell index) becomes a one-hot `[N]`. Every action is legal in every
+state (`legal_mask` all True), `to_play` is 0, and `episode_return` is the sum of gymnax's rewards.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import chex
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+from gymnax.environments import spaces
+
+from configs.errors import UsageError
+from selfplay.envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions
+
+__all__ = [
+    "GymnaxEnv",
+    "GymnaxEnvState",
+    "GymnaxFunctions",
+    "gymnax_functions",
+    "gymnax_spec",
+]
+
+
+class GymnaxEnvState(NamedTuple):
+    """The device-side state of a batch of gymnax envs and their running episode statistics."""
+
+    env: Any  # batched gymnax EnvState (a flax struct), leading axis [B]
+    key: jax.Array  # PRNG key for the envs' randomness and new episodes
+    episode_return: jax.Array  # [B] float32, return so far in the current episode
+    episode_length: jax.Array  # [B] int32, steps so far in the current episode
+
+
+class GymnaxFunctions(NamedTuple):
+    """Pure, jittable batched env functions (same-step auto-reset), for a jitted loop."""
+
+    reset: Callable[[jax.Array], tuple[GymnaxEnvState, TimeStep]]  # key -> (state, first TimeStep)
+    step: Callable[[GymnaxEnvState, jax.Array], tuple[GymnaxEnvState, TimeStep]]  # actions [B]
+
+
+class _Loaded(NamedTuple):
+    """One gymnax env with its params (time limit applied) and how its observations are shown."""
+
+    env: Any  # gymnax Environment
+    params: Any  # its EnvParams, `max_steps_in_episode` overridden where asked
+    observe: Callable[[jax.Array], jax.Array]  # one raw observation -> float32 network input
+    spec: EnvSpec
+
+
+def _checked_limit(env_id: str, max_episode_steps: Any) -> int | None:
+    """`max_episode_steps` as an int (None: the env's default); UsageError unless an int > 0."""
+    if max_episode_steps is None:
+        return None
+    if (
+        isinstance(max_episode_steps, bool)
+        or not isinstance(max_episode_steps, int | np.integer)
+        or max_episode_steps < 1
+    ):
+        raise UsageError(
+            f"max_episode_steps must be an integer > 0 for gymnax:{env_id}, "
+            f"got {max_episode_steps!r}"
+        )
+    return int(max_episode_steps)
+
+
+@functools.cache  # one gymnax env object per (id, limit): jit caches key on its identity
+def _load(env_id: str, max_episode_steps: int | None) -> _Loaded:
+    """The env `env_id` with its time limit (checked by `_checked_limit`); UsageError if bad."""
+    registered = list(gymnax.registered_envs)
+    if env_id not in registered:
+        close = difflib.get_close_matches(env_id, registered, n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise UsageError(
+            f"unknown gymnax env {env_id!r}: {hint}registered: {', '.join(registered)}"
+        )
+    try:
+        env, params = gymnax.make(env_id)
+    except Exception as e:  # e.g. MNISTBandit-bsuite downloads its data set on construction
+        raise UsageError(f"gymnax cannot make {env_id!r}: {type(e).__name__}: {e}") from None
+    action_space = env.action_space(params)
+    if not isinstance(action_space, spaces.Discrete):
+        raise UsageError(
+            f"gymnax env {env_id!r} has a {type(action_space).__name__} action space; "
+            "only discrete actions are supported"
+        )
+    if max_episode_steps is not None:
+        params = params.replace(max_steps_in_episode=max_episode_steps)
+    observation_space = env.observation_space(params)
+
+    def observe(raw: jax.Array) -> jax.Array:
+        if isinstance(observation_space, spaces.Discrete):  # a state index: one-hot [N]
+            return jax.nn.one_hot(raw, observation_space.n, dtype=jnp.float32)
+        obs = raw.astype(jnp.float32)
+        # A 2-d grid is one image plane: [H, W] -> [H, W, 1] for channels-last conv nets.
+        return obs[..., None] if obs.ndim == 2 else obs
+
+    raw_obs, _ = jax.eval_shape(env.reset_env, jax.random.PRNGKey(0), params)
+    obs = jax.eval_shape(observe, raw_obs)  # shapes only, no compute
+    spec = EnvSpec(
+        name=f"gymnax:{env_id}",
+        family="gymnax",
+        num_actions=int(action_space.n),
+        observation_shape=tuple(int(d) for d in obs.shape),
+        observation_dtype="float32",
+        num_players=1,
+        two_player_zero_sum=False,
+        discount=1.0,
+        deterministic=False,
+        max_episode_steps=int(params.max_steps_in_episode),
+    )
+    return _Loaded(env, params, observe, spec)
+
+
+def gymnax_spec(env_id: str, max_episode_steps: int | None = None) -> EnvSpec:
+    """The `EnvSpec` of gymnax env `env_id` (e.g. "CartPole-v1"); UsageError on a bad name."""
+    return _load(env_id, _checked_limit(env_id, max_episode_steps)).spec
+
+
+def gymnax_functions(
+    env_id: str, num_envs: int, max_episode_steps: int | None = None
+) -> GymnaxFunctions:
+    """Pure `reset(key)` and `step(env_state, actions)` for `num_envs` copies of a gymnax env.
+
+    `env_id` is gymnax's name (e.g. "Breakout-MinAtar"); `max_episode_steps` overrides its time
+    limit (see the module docstring for the defaults). The same arguments return the same
+    functions, so that jit compiles them once. UsageError on a bad name, a continuous env or a
+    bad limit.
+    """
+    if num_envs < 1:
+        raise UsageError(f"num_envs must be >= 1, got {num_envs}")
+    return _cached_functions(env_id, int(num_envs), _checked_limit(env_id, max_episode_steps))
+
+
+@functools.cache
+def _cached_functions(env_id: str, num_envs: int, max_episode_steps: int | None) -> GymnaxFunctions:
+    return _functions(_load(env_id, max_episode_steps), num_envs)
+
+
+@functools.cache
+def _jitted(env_id: str, num_envs: int, max_episode_steps: int | None) -> tuple[Callable, Callable]:
+    # Shared by every GymnaxEnv of this env, size and limit, so a second env compiles nothing.
+    functions = _cached_functions(env_id, num_envs, max_episode_steps)
+    return jax.jit(functions.reset), jax.jit(functions.step)
+
+
+def _functions(loaded: _Loaded, num_envs: int) -> GymnaxFunctions:
+    env, params, observe = loaded.env, loaded.params, loaded.observe
+    num_actions = loaded.spec.num_actions
+    vreset = jax.vmap(env.reset, in_axes=(0, None))
+    # gymnax's own `step` (not `step_env`): it splits termination from the time limit and
+    # auto-resets in the same call, and some envs override it (DeepSea keeps its regret counters
+    # across episodes). It builds a fresh episode for every env on every step; for these small
+    # envs that costs less than a batch-wide `lax.cond` would save.
+    vstep = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    vobserve = jax.vmap(observe)
+    env_ids = jnp.arange(num_envs, dtype=jnp.int32)
+    all_legal = jnp.ones((num_envs, num_actions), bool)
+    to_play = jnp.zeros(num_envs, jnp.int32)
+
+    def timestep(raw_obs, reward, done, truncated, ep_return, ep_length) -> TimeStep:
+        return TimeStep(
+            observation=vobserve(raw_obs),  # [B, *obs_shape] float32
+            reward=reward,
+            done=done,
+            truncated=truncated,
+            legal_mask=all_legal,
+            to_play=to_play,
+            episode_return=ep_return,
+            episode_length=ep_length,
+            episode_end=done,
+            env_id=env_ids,
+        )
+
+    def reset(key: jax.Array) -> tuple[GymnaxEnvState, TimeStep]:
+        key, reset_key = jax.random.split(key)
+        raw_obs, state = vreset(jax.random.split(reset_key, num_envs), params)
+        zeros_f = jnp.zeros(num_envs, jnp.float32)
+        zeros_i = jnp.zeros(num_envs, jnp.int32)
+        no = jnp.zeros(num_envs, bool)
+        env_state = GymnaxEnvState(state, key, zeros_f, zeros_i)
+        return env_state, timestep(raw_obs, zeros_f, no, no, zeros_f, zeros_i)
+
+    def step(env_state: GymnaxEnvState, actions: jax.Array) -> tuple[GymnaxEnvState, TimeStep]:
+        chex.assert_shape(actions, (num_envs,))
+        chex.assert_shape([env_state.episode_return, env_state.episode_length], (num_envs,))
+        key, step_key = jax.random.split(env_state.key)
+        raw_obs, state, reward, terminated, time_up, _ = vstep(
+            jax.random.split(step_key, num_envs), env_state.env, actions.astype(jnp.int32), params
+        )  # raw_obs and state are already the next episode's where the episode ended
+        terminated = terminated.astype(bool)  # [B]
+        done = terminated | time_up  # [B]
+        truncated = time_up & ~terminated  # [B], reaching the limit on a terminal step terminates
+        reward = reward.astype(jnp.float32)  # [B]
+        ep_return = env_state.episode_return + reward
+        ep_length = env_state.episode_length + 1
+        ts = timestep(
+            raw_obs,
+            reward,
+            done,
+            truncated,
+            jnp.where(done, ep_return, 0.0),
+            jnp.where(done, ep_length, 0),
+        )
+        next_env_state = GymnaxEnvState(
+            state, key, jnp.where(done, 0.0, ep_return), jnp.where(done, 0, ep_length)
+        )
+        return next_env_state, ts
+
+    return GymnaxFunctions(reset=reset, step=step)
+
+
+class GymnaxEnv(SyncSendRecv):
+    """`num_envs` copies of a gymnax env as a `BatchedEnv`; the state stays on device."""
+
+    def __init__(
+        self, env_id: str, num_envs: int, seed: int = 0, *, max_episode_steps: int | None = None
+    ):
+        if num_envs < 1:
+            raise UsageError(f"num_envs must be >= 1, got {num_envs}")
+        max_episode_steps = _checked_limit(env_id, max_episode_steps)
+        loaded = _load(env_id, max_episode_steps)
+        self.env_id = env_id
+        self.num_envs = num_envs
+        self.batch_size = num_envs
+        self.spec = loaded.spec
+        self.gymnax_env = loaded.env
+        self.gymnax_params = loaded.params
+        self.functions = gymnax_functions(env_id, num_envs, max_episode_steps)
+        self._reset, self._step = _jitted(env_id, num_envs, max_episode_steps)
+        self._seed = seed
+        self._env_state: GymnaxEnvState | None = None
+
+    @property
+    def env_state(self) -> GymnaxEnvState:
+        """The whole device-side state, as `functions.step` takes it."""
+        if self._env_state is None:
+            raise ValueError("no state before reset")
+        return self._env_state
+
+    def reset(self, seed: int | None = None) -> TimeStep:
+        """Starts every env afresh; `seed` (default: the one given at construction) fixes all
+        the randomness to come."""
+        self._seed = self._seed if seed is None else seed
+        self._pending = None
+        self._env_state, ts = self._reset(jax.random.PRNGKey(self._seed))
+        return _to_host(ts)
+
+    def step_device(self, actions: jax.Array) -> TimeStep:
+        """Steps with `actions` [B] int (host or device, unchecked); returns device arrays."""
+        if self._env_state is None:
+            raise ValueError("step called before reset")
+        self._env_state, ts = self._step(self._env_state, jnp.asarray(actions, jnp.int32))
+        return ts
+
+    def step(self, actions: np.ndarray) -> TimeStep:
+        """Steps with `actions` [B] in [0, num_actions) (ValueError otherwise); numpy out."""
+        if self._env_state is None:
+            raise ValueError("step called before reset")
+        actions = check_actions(actions, self.num_envs, self.spec.num_actions)
+        return _to_host(self.step_device(actions))
+
+    def close(self) -> None:
+        self._env_state = None
+        self._pending = None
+
+
+def _to_host(ts: TimeStep) -> TimeStep:
+    return TimeStep(*jax.device_get(tuple(ts)))
