@@ -1,11 +1,15 @@
-"""Test-wide settings: one XLA thread per test process (pytest -n 2 on 2 cores), and a persistent
-compilation cache so the many small training runs of the suite compile each program once."""
+"""Test-wide settings: one XLA thread per test process (pytest -n 2 on 2 cores), XLA's fastest
+compilation (LLVM at -O0: the suite's programs are compiled far more than they run, and the tests
+check behaviour, not speed), and a persistent compilation cache so the many small training runs of
+the suite compile each program once. Subprocesses the tests start inherit the first two."""
 
 import os
 import pathlib
 import tempfile
 
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+os.environ.setdefault(
+    "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false --xla_backend_optimization_level=0"
+)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
