@@ -32,6 +32,7 @@ from arena.players import (
     registered_players,
     split_specs,
 )
+from arena.progress import RunEvaluator
 from arena.ratings import (
     Outcome,
     Ratings,
@@ -58,6 +59,7 @@ __all__ = [
     "Player",
     "PlayerSpec",
     "Ratings",
+    "RunEvaluator",
     "Summary",
     "crosstable",
     "describe_players",

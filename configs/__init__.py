@@ -12,8 +12,10 @@ from configs.experiment import (
     ActorConfig,
     DevicesConfig,
     EnvConfig,
+    EvaluationConfig,
     ExperimentConfig,
     LearnerConfig,
+    LoggingConfig,
     ReplayConfig,
 )
 from configs.loading import apply_overrides, describe_fields, from_dict, load_config, to_dict
@@ -24,8 +26,10 @@ __all__ = [
     "ActorConfig",
     "DevicesConfig",
     "EnvConfig",
+    "EvaluationConfig",
     "ExperimentConfig",
     "LearnerConfig",
+    "LoggingConfig",
     "ReplayConfig",
     "UsageError",
     "apply_overrides",

@@ -18,8 +18,10 @@ __all__ = [
     "ActorConfig",
     "DevicesConfig",
     "EnvConfig",
+    "EvaluationConfig",
     "ExperimentConfig",
     "LearnerConfig",
+    "LoggingConfig",
     "ReplayConfig",
 ]
 
@@ -226,6 +228,48 @@ class DevicesConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class EvaluationConfig:
+    """Strength over time: the newest parameters, greedy, against fixed opponents while training."""
+
+    # Seconds between evaluations (in a thread beside the learner); 0 turns them off.
+    every_s: float = 60.0
+    # Board games: arena player specs played with both colours; empty: `random` and an `mcts:N`
+    # sized to the game (`podracer arena --help` lists the players).
+    opponents: tuple[str, ...] = ()
+    # Games against each opponent (half with each colour; rounded up to even); one-player
+    # environments: episodes of the greedy agent.
+    games: int = 10
+    # Simulations of the agent's search when evaluated; 0: the run's own.
+    num_simulations: int = 0
+
+    def __post_init__(self):
+        _number_at_least(self, "every_s", 0.0)
+        _int_at_least(self, "games", 1)
+        _int_at_least(self, "num_simulations", 0)
+        if not isinstance(self.opponents, tuple) or not all(
+            isinstance(o, str) and o for o in self.opponents
+        ):
+            _fail("EvaluationConfig", "opponents", "a list of player specs", self.opponents)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoggingConfig:
+    """Where the metrics go besides metrics.jsonl and TensorBoard."""
+
+    # Also log to Weights & Biases (`pip install 'podracer[wandb]'`); offline (files under the
+    # run directory's wandb/, for `wandb sync`) when its servers cannot be reached.
+    wandb: bool = False
+    # The W&B project the run is logged to.
+    wandb_project: str = "podracer"
+
+    def __post_init__(self):
+        if not isinstance(self.wandb, bool):
+            _fail("LoggingConfig", "wandb", "true or false", self.wandb)
+        if not isinstance(self.wandb_project, str) or not self.wandb_project:
+            _fail("LoggingConfig", "wandb_project", "a non-empty string", self.wandb_project)
+
+
+@dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
     """A whole training run: `podracer train` builds everything from this."""
 
@@ -249,6 +293,8 @@ class ExperimentConfig:
     replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
     devices: DevicesConfig = dataclasses.field(default_factory=DevicesConfig)
+    evaluation: EvaluationConfig = dataclasses.field(default_factory=EvaluationConfig)
+    logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
 
     def __post_init__(self):
         if self.mode not in MODES:

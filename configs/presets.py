@@ -1,14 +1,15 @@
 """Named experiment configs: `podracer train --config NAME`.
 
 Board-game presets use discount 1, two-player signs and value targets that reach the end of the
-game (td_steps >= the longest game), except where a preset says why not. Sizes are chosen for a
-2-core CPU unless the name says otherwise.
+game (td_steps >= the longest game), except where a preset says why not. `INFO` says what each is
+sized for (a 2-core CPU, or an accelerator) and what it reaches there.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import NamedTuple
 
 from configs.experiment import (
     ActorConfig,
@@ -23,11 +24,14 @@ from search.config import SearchConfig
 
 __all__ = [
     "DEFAULT",
+    "INFO",
+    "PresetInfo",
     "atari_muzero",
     "atari_vtrace",
     "cartpole_vtrace",
     "connect_four_alphazero",
     "connect_four_muzero",
+    "describe",
     "get",
     "go9_muzero",
     "names",
@@ -183,18 +187,32 @@ def tic_tac_toe_alphazero() -> ExperimentConfig:
 
 
 def connect_four_muzero() -> ExperimentConfig:
-    return _board_game(
+    # Sized for 2 CPU cores, with what made the other board presets learn there: the AlphaZero
+    # preset's network, 32 simulations, value targets 10 plies on, a random move in 10% of
+    # self-play moves, the mirror symmetry and a decaying learning rate; tic_tac_toe_muzero's
+    # model settings (raw latents, plain residual blocks, 5 unrolled moves, the reward loss
+    # weighed 3x: the reward of a winning move is what a learned model finds hardest).
+    config = _board_game(
         "connect_four_muzero",
         "muzero",
         "openspiel:connect_four",
-        simulations=64,
+        simulations=32,
         longest_game=42,
-        channels=64,
+        channels=32,
         blocks=2,
         updates=20_000,
-        batch=256,
+        batch=128,
         envs=64,
         learning_rate=1e-3,
+    )
+    return config.replace(
+        network=dataclasses.replace(config.network, latent_scaling="none", block_norm="none"),
+        loss=dataclasses.replace(config.loss, td_steps=10, unroll_steps=5, reward_loss_weight=3.0),
+        optimizer=dataclasses.replace(
+            config.optimizer, schedule="linear", decay_steps=16_000, final_learning_rate=1e-4
+        ),
+        actors=dataclasses.replace(config.actors, random_move_prob=0.1),
+        learner=dataclasses.replace(config.learner, augment_symmetries=True),
     )
 
 
@@ -389,6 +407,57 @@ def atari_vtrace() -> ExperimentConfig:
         # CPU than with YNNPACK (BENCHMARKS.md); board networks are faster with YNNPACK.
         devices=DevicesConfig(cpu_convolutions="eigen"),
     )
+
+
+class PresetInfo(NamedTuple):
+    """What a preset is sized for and what it reaches there (figures from BENCHMARKS.md)."""
+
+    hardware: str  # "cpu" (a 2-core laptop is enough) or "accelerator" (a GPU or TPU)
+    reaches: str  # what a run reaches on that hardware, measured, or what is not yet measured
+    on_cpu: str = ""  # for an accelerator preset: how to try it on a CPU
+
+
+INFO: dict[str, PresetInfo] = {
+    "tic_tac_toe_muzero": PresetInfo(
+        "cpu", "perfect play (every opponent line, both seats) after 5 minutes on 2 cores"
+    ),
+    "tic_tac_toe_alphazero": PresetInfo(
+        "cpu", "perfect play after 2-3 minutes on 2 cores (5-minute run)"
+    ),
+    "connect_four_muzero": PresetInfo(
+        "cpu", "learns on 2 cores; its strength against mcts:1000 after 30 minutes: BENCHMARKS.md"
+    ),
+    "connect_four_alphazero": PresetInfo(
+        "cpu",
+        "after 30 minutes on 2 cores wins 65% / 80% / 90% against mcts:1000 at 32 / 256 / "
+        "800 simulations",
+    ),
+    "go9_muzero": PresetInfo(
+        "accelerator",
+        "not yet measured (200k updates of a 4-block, 64-channel network: days on a CPU)",
+        "search.num_simulations=16 network.channels=32 network.representation_blocks=2 "
+        "network.dynamics_blocks=2 learner.batch_size=64 actors.envs_per_thread=16",
+    ),
+    "cartpole_vtrace": PresetInfo("cpu", "a mean return of 475 (of 500) after about a minute"),
+    "atari_muzero": PresetInfo(
+        "accelerator",
+        "the paper's network and settings; not yet measured here (no GPU has run it)",
+        "--config pong_muzero_small (the same agent, CPU-sized)",
+    ),
+    "pong_muzero_small": PresetInfo(
+        "cpu",
+        "about 47 agent steps/s on 2 cores; the loss falls, Pong's return does not rise "
+        "within 20 minutes (0.1% of MuZero's training frames)",
+    ),
+    "atari_vtrace": PresetInfo(
+        "cpu", "about 130 agent steps/s (530 frames/s) on 2 cores; learning Pong takes hours"
+    ),
+}
+
+
+def describe() -> list[str]:
+    """One line per preset: its name, the hardware it is sized for, what it reaches there."""
+    return [f"  {name:<24}[{INFO[name].hardware}] {INFO[name].reaches}" for name in _PRESETS]
 
 
 _PRESETS: dict[str, Callable[[], ExperimentConfig]] = {

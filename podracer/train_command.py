@@ -10,7 +10,7 @@ import traceback
 import configs
 from configs import UsageError
 
-__all__ = ["make_parser", "run"]
+__all__ = ["make_parser", "run", "warn_if_sized_for_an_accelerator"]
 
 _EXAMPLES = """examples:
   podracer train                                    # the default: tic-tac-toe, AlphaZero, CPU
@@ -22,7 +22,6 @@ _EXAMPLES = """examples:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    presets = ", ".join(configs.presets.names())
     parser = argparse.ArgumentParser(
         prog="podracer train",
         description=(
@@ -32,7 +31,8 @@ def make_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
-            f"presets: {presets} (default: {configs.presets.DEFAULT})\n\n"
+            f"presets (default {configs.presets.DEFAULT}), [the hardware each is sized for] and "
+            f"what it reaches there:\n" + "\n".join(configs.presets.describe()) + "\n\n"
             f"{_EXAMPLES}\nfields (section.field = default  description):\n"
             + "\n".join(configs.describe_fields())
         ),
@@ -58,16 +58,21 @@ def make_parser() -> argparse.ArgumentParser:
 def run(args) -> int:
     config = configs.load_config(args.config, args.overrides)
     run_dir = args.run_dir or f"runs/{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    from selfplay.train import train  # heavy imports only once the input is known to be good
+    # Heavy imports only once the input is known to be good.
+    from arena import RunEvaluator
+    from selfplay.run import LIMITS, split_cpu
+    from selfplay.train import train
 
+    split_cpu(config.devices.cpu_devices)  # before anything starts JAX's backend
     _enable_compilation_cache()
+    warn_if_sized_for_an_accelerator(config)
     runtime = ", anakin" if config.runtime == "anakin" else ""
     print(
         f"podracer train: {config.name} ({config.mode} on {config.env.name}{runtime}) -> {run_dir}",
         flush=True,
     )
     try:
-        result = train(config, run_dir, progress=not args.quiet)
+        result = train(config, run_dir, progress=not args.quiet, make_evaluator=RunEvaluator)
     except UsageError:
         raise
     except Exception as error:  # a failed thread or learner: its message, then a non-zero exit
@@ -78,14 +83,40 @@ def run(args) -> int:
         )
         return 1
     resumed = f", resumed from update {result.resumed_from}" if result.resumed_from else ""
-    print(
+    curves = result.run_dir / "learning_curves.png"
+    lines = [
         f"podracer train: stopped ({result.stopped_by}) at update {result.updates}, "
-        f"{result.frames} frames in {result.seconds:.0f} s{resumed}.\n"
-        f"  run directory: {result.run_dir}\n"
-        f"  learning curves: {result.run_dir / 'learning_curves.png'}",
+        f"{result.frames:,} frames in {result.seconds:.0f} s{resumed}.",
+        f"  run directory: {result.run_dir}",
+    ]
+    if curves.is_file():
+        lines.append(f"  learning curves: {curves}")
+    if result.updates == (result.resumed_from or 0):
+        have, need = result.replay_fill
+        lines.append(
+            f"  no update was made: the replay held {have:,} of the {need:,} the learner waits "
+            f"for; run longer, or lower replay.min_size (the README's preset table says what "
+            f"each preset needs)"
+        )
+    print("\n".join(lines), flush=True)
+    return 0 if result.stopped_by in LIMITS else 130
+
+
+def warn_if_sized_for_an_accelerator(config: configs.ExperimentConfig) -> None:
+    """One line when a preset sized for an accelerator starts on a CPU, and how to scale it."""
+    info = configs.presets.INFO.get(config.name)
+    if info is None or info.hardware != "accelerator":
+        return
+    import jax
+
+    if jax.default_backend() != "cpu":
+        return
+    print(
+        f"podracer train: {config.name} is sized for an accelerator and this machine has only a "
+        f"CPU: it will run, very slowly; to try it here: {info.on_cpu}",
+        file=sys.stderr,
         flush=True,
     )
-    return 0 if result.stopped_by in ("max_updates", "max_seconds", "max_frames") else 130
 
 
 def _enable_compilation_cache() -> None:

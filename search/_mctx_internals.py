@@ -4,20 +4,24 @@ mctx exports `search` (a fresh search from an empty tree) but not the steps it i
 Gumbel MuZero's final scoring. `search.run` needs them for what mctx has no public way to do, so
 mctx is pinned (`mctx==0.0.71` in pyproject.toml): a new mctx may move or change any of these.
 
-* `simulate`, `expand`, `backward`: one simulation's descent, node creation and backup. The
-  continued search (`run(..., tree=t)`, subtree reuse) runs mctx's simulation loop on a tree that
-  already holds nodes; `mctx.search` always starts from `instantiate_tree_from_root`.
+* `instantiate_tree_from_root`, `simulate`, `expand`, `backward`: mctx's empty tree, and one
+  simulation's descent, node creation and backup. The continued search (`run(..., tree=t)`,
+  subtree reuse) runs mctx's simulation loop on a tree that already holds nodes, which
+  `mctx.search` cannot; the fresh PUCT search runs the same loop because `mctx.search` wraps the
+  selection in a per-level `lax.cond` that costs about 3% of its throughput on a CPU (Gumbel MuZero,
+  whose root and interior selections differ, goes through `mctx.search`).
 * `score_considered`: Gumbel MuZero's score of the root's considered actions (Gumbel noise + logits
   + completed Q, restricted to the most visited), which `mctx.gumbel_muzero_policy` uses to pick
   the action; `search.run` picks it the same way, with the root mask applied.
 """
 
-from mctx._src.search import backward, expand, simulate
+from mctx._src.search import backward, expand, instantiate_tree_from_root, simulate
 from mctx._src.seq_halving import score_considered
 
 __all__ = [
     "backward",
     "expand",
+    "instantiate_tree_from_root",
     "score_considered",
     "simulate",
 ]

@@ -186,27 +186,21 @@ def run(
         pb_c_base=config.pb_c_base,
         qtransform=qtransform,
     )
+    if invalid_actions is None:
+        invalid_actions = jnp.zeros_like(root.prior_logits)
     if tree is None:
-        # mctx.search uses the key as _simulate_from does on a fresh tree (the same splits, node
-        # `sim + 1`), so this is today's search, bit for bit, through mctx's public API.
-        search_tree = mctx.search(
-            params,
-            search_key,
-            root=root,
-            recurrent_fn=recurrent_fn,
-            root_action_selection_fn=functools.partial(selection_fn, depth=0),
-            interior_action_selection_fn=selection_fn,
-            num_simulations=config.num_simulations,
-            max_depth=max_depth,
-            invalid_actions=invalid_actions,
+        # Not `mctx.search`: it wraps the root's and the interior's selection in a `lax.cond` at
+        # every level of every simulation, and PUCT has one selection for both; that cond cost
+        # about 3% of the search's throughput on a CPU (benchmarks/search.py, BENCHMARKS.md). The
+        # loop below is mctx's, key for key, so the result is mctx's.
+        start = _mctx_internals.instantiate_tree_from_root(
+            root, config.num_simulations, root_invalid_actions=invalid_actions, extra_data=None
         )
     else:
-        if invalid_actions is None:
-            invalid_actions = jnp.zeros_like(root.prior_logits)
         start = _prepare_continued_tree(tree, root, invalid_actions, config.num_simulations)
-        search_tree = _simulate_from(
-            params, search_key, start, recurrent_fn, selection_fn, config.num_simulations, max_depth
-        )
+    search_tree = _simulate_from(
+        params, search_key, start, recurrent_fn, selection_fn, config.num_simulations, max_depth
+    )
     summary = search_tree.summary()
     action = select_action(rng_key, summary.visit_probs, config.temperature)
     return SearchOutput(
@@ -276,8 +270,7 @@ def _simulate_from(
     """mctx's simulation loop, started from a tree that may already hold nodes.
 
     New nodes are written after the existing ones: node index `num_existing + sim` for each row.
-    With a fresh tree `num_existing` is 1, which is exactly mctx's `sim + 1`. Only the continued
-    search (`run(..., tree=t)`) needs this; a fresh one is `mctx.search`.
+    With a fresh tree `num_existing` is 1, which is exactly mctx's `sim + 1`.
     """
     batch_size = tree.node_values.shape[0]
     batch_range = jnp.arange(batch_size)

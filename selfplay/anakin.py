@@ -40,7 +40,7 @@ from jax.sharding import PartitionSpec as P
 import muzero
 from configs import ExperimentConfig, UsageError
 from selfplay.agent import Agent, make_agent
-from selfplay.envs import env_spec
+from selfplay.envs import EnvSpec, env_spec
 from selfplay.envs.pgx_env import PgxEnvState, pgx_functions
 from selfplay.lifetime import StopSignal
 from selfplay.metrics import StageTimer
@@ -354,6 +354,7 @@ class AnakinProgram(NamedTuple):
     """An Anakin run's parts for a config and a mesh (see `make_anakin_program`)."""
 
     agent: Agent
+    spec: EnvSpec  # of the game
     plan: AnakinPlan
     mesh: Any  # the 1-D device mesh (muzero.make_mesh)
     init_carry: Callable  # (params, key) -> one device's AnakinCarry
@@ -373,7 +374,7 @@ def make_anakin_program(config: ExperimentConfig, optimizer, devices) -> AnakinP
         config, agent, plan, functions, update
     )
     iterate, learn = sharded(iteration, learn_step, mesh)
-    return AnakinProgram(agent, plan, mesh, init_carry, iterate, learn)
+    return AnakinProgram(agent, spec, plan, mesh, init_carry, iterate, learn)
 
 
 class AnakinRuntime:
@@ -383,8 +384,8 @@ class AnakinRuntime:
     def __init__(self, config: ExperimentConfig, optimizer):
         self.devices = anakin_devices(config)
         self.program = make_anakin_program(config, optimizer, self.devices)
-        self.agent, self.plan = self.program.agent, self.program.plan
-        self.learner = config.learner
+        self.agent, self.plan, self.spec = self.program.agent, self.program.plan, self.program.spec
+        self.min_size = config.replay.min_size
         self.inside = learn_in_jit(self.devices)
         options = dict(self.agent.compiler_options)
         self._iterate = jax.jit(
@@ -464,3 +465,12 @@ class AnakinRuntime:
 
     def train_state(self) -> muzero.TrainState:
         return jax.device_get(muzero.unreplicate(self._state))
+
+    def params(self) -> Any:
+        return jax.device_get(muzero.unreplicate(self._state).params)
+
+    def fill_level(self) -> tuple[int, int]:
+        """Examples in the rings (all devices) against `replay.min_size`; the first iterations
+        only fill the windows' tail and write none."""
+        need = self.min_size
+        return min(int(self.plan.written(self._index - 1)) * self.plan.devices, need), need

@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -22,6 +23,7 @@ __all__ = [
     "StageTimer",
     "Throughput",
     "Timer",
+    "WandbLog",
     "plot_learning_curves",
     "read_metrics",
 ]
@@ -29,6 +31,10 @@ __all__ = [
 METRICS_FILE = "metrics.jsonl"
 # The values shown on the progress line when present, with their short labels.
 DEFAULT_PROGRESS_KEYS = (
+    ("status", ""),
+    ("replay_fill", "replay"),
+    ("learning_starts_in_s", "learning in (s)"),
+    ("frames", "frames"),
     ("frames_per_s", "fps"),
     ("updates_per_s", "ups"),
     ("loss", "loss"),
@@ -62,6 +68,8 @@ class MetricsLogger:
         print_every_s: float = 30.0,
         progress_keys: Sequence[tuple[str, str]] = DEFAULT_PROGRESS_KEYS,
         stream: TextIO | None = None,
+        wandb_project: str | None = None,
+        wandb_config: Mapping[str, Any] | None = None,
     ) -> None:
         """
         Args:
@@ -72,6 +80,8 @@ class MetricsLogger:
           print_every_s: seconds between plain progress lines when not on a terminal.
           progress_keys: (metric key, label) pairs shown on the progress line when logged.
           stream: where the progress goes; default sys.stdout.
+          wandb_project: also log to this Weights & Biases project (see `WandbLog`).
+          wandb_config: the run's config, recorded with the W&B run.
         """
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -92,6 +102,9 @@ class MetricsLogger:
             from tensorboardX import SummaryWriter
 
             self._writer = SummaryWriter(logdir=str(self.run_dir / "tensorboard"))
+        self._wandb = None
+        if wandb_project is not None:
+            self._wandb = WandbLog(self.run_dir, wandb_project, dict(wandb_config or {}))
         self._stream = stream if stream is not None else sys.stdout
         self._progress = progress
         self._progress_keys = tuple(progress_keys)
@@ -108,13 +121,18 @@ class MetricsLogger:
         self._closed = False
 
     def log(self, step: int, values: Mapping[str, Any]) -> None:
-        """Records scalar `values` (numbers or strings; numpy/jax scalars accepted) at `step`."""
+        """Records scalar `values` (numbers or strings; numpy/jax scalars accepted) at `step`.
+
+        A value of None is not recorded; it takes its key off the progress line (a figure that
+        no longer applies, such as the replay's fill once learning has started).
+        """
         record = {
             "step": int(step),
             "time": time.monotonic() - self._start,
             "wall_time": time.time(),
         }
-        record.update({k: _scalar(v) for k, v in values.items()})
+        cleared = [k for k, v in values.items() if v is None]
+        record.update({k: _scalar(v) for k, v in values.items() if v is not None})
         line = json.dumps(record)
         with self._lock:
             if self._closed:
@@ -126,15 +144,21 @@ class MetricsLogger:
                     if key in ("step", "time", "wall_time") or isinstance(value, str | None):
                         continue
                     self._writer.add_scalar(key, value, int(step), walltime=record["wall_time"])
+            if self._wandb is not None:
+                self._wandb.log(record)
             if self._progress:
+                for key in cleared:
+                    self._latest.pop(key, None)
                 self._show(int(step), record)
 
     def _show(self, step: int, record: Mapping[str, Any]) -> None:
+        # A new status (compiling, filling the replay, learning) is printed at once.
+        new_status = "status" in record and record["status"] != self._latest.get("status")
         for key, _ in self._progress_keys:
             if key in record and record[key] is not None:
                 self._latest[key] = record[key]
         text = "  ".join(
-            f"{label} {_fmt(self._latest[key])}"
+            f"{label} {_fmt(self._latest[key])}".strip()
             for key, label in self._progress_keys
             if key in self._latest
         )
@@ -144,7 +168,7 @@ class MetricsLogger:
             self._bar.set_postfix_str(text, refresh=False)
             return
         now = time.monotonic()
-        if now - self._last_print >= self._print_every_s:
+        if new_status or now - self._last_print >= self._print_every_s:
             self._last_print = now
             total = f"/{self._total_steps}" if self._total_steps else ""
             elapsed = time.strftime("%H:%M:%S", time.gmtime(now - self._start))
@@ -159,6 +183,8 @@ class MetricsLogger:
             self._file.close()
             if self._writer is not None:
                 self._writer.close()
+            if self._wandb is not None:
+                self._wandb.close()
             if self._bar is not None:
                 self._bar.close()
 
@@ -169,9 +195,68 @@ class MetricsLogger:
         self.close()
 
 
+class WandbLog:
+    """A run's metrics in Weights & Biases (the optional `wandb` package).
+
+    Online when W&B's servers answer and an API key is set (`WANDB_API_KEY` or `wandb login`),
+    else offline: the run is written under `<run_dir>/wandb/` for a later `wandb sync`.
+    `WANDB_MODE` overrides the choice. The W&B run id is kept in the run directory, so a resumed
+    run continues the same W&B run. Charts use the learner's step (`step`) as their x-axis, so
+    that figures logged late for an earlier step (an evaluation) land where they belong.
+    """
+
+    def __init__(self, run_dir: Path, project: str, config: dict[str, Any]):
+        try:
+            import wandb
+        except ImportError:
+            raise ImportError(
+                "logging.wandb=true needs the wandb package: pip install 'podracer[wandb]'"
+            ) from None
+        id_file = run_dir / "wandb-run-id"
+        run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:8]
+        id_file.write_text(run_id)
+        self._run = wandb.init(
+            project=project,
+            name=run_dir.name,
+            id=run_id,
+            resume="allow",
+            dir=str(run_dir),
+            config=config,
+            mode=os.environ.get("WANDB_MODE") or _wandb_mode(),
+        )
+        self._run.define_metric("step")
+        self._run.define_metric("*", step_metric="step")
+
+    def log(self, record: Mapping[str, Any]) -> None:
+        numbers = {
+            k: v
+            for k, v in record.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and k not in ("time",)
+        }
+        self._run.log(numbers)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+def _wandb_mode() -> str:
+    """ "online" when W&B's API answers within a second and a key is set, else "offline"."""
+    import socket
+
+    if not os.environ.get("WANDB_API_KEY") and not (Path.home() / ".netrc").exists():
+        return "offline"
+    try:
+        socket.create_connection(("api.wandb.ai", 443), timeout=1.0).close()
+    except OSError:
+        return "offline"
+    return "online"
+
+
 def _fmt(x: Any) -> str:
     if isinstance(x, float):
         return f"{x:.4g}"
+    if isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 10_000:
+        return f"{x:,}"
     return str(x)
 
 
@@ -289,41 +374,69 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     return records
 
 
-def plot_learning_curves(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
-    """Plots episode returns and losses over steps from `metrics.jsonl`; returns the PNG's path.
+def _config_of(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """The run's config.json as a dict; empty where there is none (a bare metrics folder)."""
+    try:
+        return json.loads((Path(run_dir) / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
 
-    Every numeric key containing "return" goes on the upper panel and every key containing
-    "loss" on the lower one. The default output is `<run_dir>/learning_curves.png`.
+
+def plot_learning_curves(
+    run_dir: str | os.PathLike, out: str | os.PathLike | None = None
+) -> Path | None:
+    """Plots a run's curves from `metrics.jsonl`; returns the PNG's path, or None (and writes
+    nothing) when nothing was logged to plot, as for a run stopped before its first update.
+
+    Panels, each only when logged: the score against each fixed opponent (`eval/<player>/score`:
+    1 a win, 0.5 a draw), every numeric key containing "return" (episode returns, but not the
+    self-play return of a two-player game; the evaluator's greedy return), and every key
+    containing "loss". The default output is
+    `<run_dir>/learning_curves.png`.
     """
     # The object-oriented API with the Agg canvas: no pyplot global state, safe off the main thread.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    records = read_metrics(run_dir)
+    # In a two-player zero-sum game the self-play return (player 0's) is about 0 by construction:
+    # strength shows against fixed opponents instead.
+    two_player = _config_of(run_dir).get("loss", {}).get("two_player", False)
+    panels = [
+        (
+            "score",
+            "score against opponents",
+            lambda k: k.startswith("eval/") and k.endswith("/score"),
+        ),
+        (
+            "return",
+            "return",
+            lambda k: "return" in k and not (two_player and k == "episode_return"),
+        ),
+        ("loss", "loss", lambda k: "loss" in k and "return" not in k),
+    ]
     series: dict[str, tuple[list[float], list[float]]] = {}
-    for r in records:
+    for r in read_metrics(run_dir):
         for key, value in r.items():
             if key in ("step", "time", "wall_time") or not isinstance(value, int | float):
                 continue
-            if "return" in key or "loss" in key:
+            if any(wanted(key) for _, _, wanted in panels):
                 xs, ys = series.setdefault(key, ([], []))
                 xs.append(r["step"])
                 ys.append(value)
-    fig = Figure(figsize=(8, 6), constrained_layout=True)
+    drawn = [(name, label, sorted(filter(wanted, series))) for name, label, wanted in panels]
+    drawn = [panel for panel in drawn if panel[2]]
+    if not drawn:
+        return None
+    fig = Figure(figsize=(8, 3 * len(drawn)), constrained_layout=True)
     FigureCanvasAgg(fig)
-    panels = [("return", "episode return"), ("loss", "loss")]
-    for i, (word, label) in enumerate(panels):
-        ax = fig.add_subplot(len(panels), 1, i + 1)
-        keys = sorted(k for k in series if word in k and (word != "loss" or "return" not in k))
+    for i, (name, label, keys) in enumerate(drawn):
+        ax = fig.add_subplot(len(drawn), 1, i + 1)
         for key in keys:
-            ax.plot(*series[key], label=key, linewidth=1)
-        if keys:
-            ax.legend(fontsize="small")
-        else:
-            ax.text(
-                0.5, 0.5, f"no {label} logged", ha="center", va="center", transform=ax.transAxes
-            )
-        if word == "loss" and keys and all(v > 0 for k in keys for v in series[k][1]):
+            ax.plot(*series[key], label=key, linewidth=1, marker="." if name == "score" else None)
+        ax.legend(fontsize="small")
+        if name == "score":
+            ax.set_ylim(-0.05, 1.05)
+        if name == "loss" and all(v > 0 for k in keys for v in series[k][1]):
             ax.set_yscale("log")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)

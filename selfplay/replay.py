@@ -83,6 +83,10 @@ class Store(Protocol):
         """Transitions held."""
         ...
 
+    def fill_level(self) -> tuple[int, int]:
+        """`(have, need)`: what the learner's first sample waits for, and how much of it is in."""
+        ...
+
 
 class _SumTree:
     """Sums of priorities over a binary tree, with vectorised set and prefix-sum search."""
@@ -201,6 +205,14 @@ class SequenceReplay:
             self._cond.notify_all()
         if self.rate_limiter is not None:
             self.rate_limiter.close()
+
+    def fill_level(self) -> tuple[int, int]:
+        """`(have, need)` in transitions: inserted so far against the rate limiter's minimum (or
+        one window without a limiter)."""
+        if self.rate_limiter is not None:
+            need = self.rate_limiter.min_size_to_sample
+            return min(self.rate_limiter.inserts, need), need
+        return min(self.size, self.sequence_length), self.sequence_length
 
     def add(
         self,
@@ -497,6 +509,7 @@ class FifoQueue:
         # Items a `sample` took before its timeout: the next sample starts with them, so a batch
         # larger than the queue still fills and no trajectory is dropped.
         self._taken: list[Any] = []
+        self._batch_size = 1  # the learner's batch, known from its first `sample`
 
     def put(self, item: Any, timeout: float | None) -> bool:
         """Appends `item`, waiting while full; False on timeout or when closed (not stored)."""
@@ -533,6 +546,7 @@ class FifoQueue:
         """The `batch_size` oldest trajectories [T, B_i] as one [T, sum B_i] batch, or None if
         they did not all arrive within `timeout` (those that did wait for the next call)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._batch_size = batch_size
         while len(self._taken) < batch_size:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             item = self.get(remaining)
@@ -561,6 +575,13 @@ class FifoQueue:
     def qsize(self) -> int:
         with self._cond:
             return len(self._items)
+
+    def fill_level(self) -> tuple[int, int]:
+        """`(have, need)` in trajectories: queued (or taken by a waiting sample) against one
+        learner batch (the learner waits for nothing else: `need` is set by its first sample)."""
+        with self._cond:
+            have = len(self._items) + len(self._taken)
+        return min(have, self._batch_size), self._batch_size
 
     @property
     def size(self) -> int:

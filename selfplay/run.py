@@ -19,12 +19,14 @@ data comes from. SIGINT/SIGTERM and an exception in any thread end the loop the 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import pathlib
+import queue
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 import jax
@@ -33,11 +35,13 @@ import muzero
 from configs import ExperimentConfig, UsageError, to_dict
 from selfplay.agent import Agent
 from selfplay.checkpoints import Checkpointer, config_differences
-from selfplay.lifetime import StopSignal, handle_signals
+from selfplay.envs import EnvSpec
+from selfplay.lifetime import StopSignal, ThreadGroup, handle_signals
 from selfplay.metrics import MetricsLogger, plot_learning_curves
 
 __all__ = [
     "LIMITS",
+    "Evaluator",
     "MUST_MATCH",
     "RunResult",
     "RunStart",
@@ -64,6 +68,8 @@ class RunResult(NamedTuple):
     seconds: float
     stopped_by: str  # one of LIMITS, or the stop signal's reason
     resumed_from: int | None  # the checkpoint step this invocation resumed from
+    # (have, need) at the end: what the learner's first update waited for (see Store.fill_level)
+    replay_fill: tuple[int, int] = (0, 0)
 
 
 class RunStart(NamedTuple):
@@ -81,6 +87,7 @@ class Runtime(Protocol):
     and `frames` between calls."""
 
     agent: Agent
+    spec: EnvSpec  # of the environment it trains on
 
     def start(self, state: muzero.TrainState, key: jax.Array) -> None:
         """Takes the starting train state (host) and the key for its own randomness."""
@@ -112,6 +119,25 @@ class Runtime(Protocol):
 
     def train_state(self) -> muzero.TrainState:
         """The current train state on the host, for a checkpoint."""
+        ...
+
+    def params(self) -> Any:
+        """The current parameters on the host (for an evaluator)."""
+        ...
+
+    def fill_level(self) -> tuple[int, int]:
+        """`(have, need)`: what the first update waits for (replay examples, trajectories)."""
+        ...
+
+
+class Evaluator(Protocol):
+    """Plays a run's parameters against fixed opponents (`arena.RunEvaluator` is one)."""
+
+    every_s: float  # seconds between evaluations
+
+    def evaluate(self, params: Any, step: int, stop: StopSignal) -> dict[str, Any]:
+        """The figures of `params` (taken at `step`), to log; it returns early, with what it
+        has, once `stop` is set."""
         ...
 
 
@@ -195,20 +221,35 @@ def run(
     *,
     progress: bool = True,
     stop: StopSignal | None = None,
+    make_evaluator: Callable[[ExperimentConfig, EnvSpec], Evaluator] | None = None,
 ) -> RunResult:
     """Trains `config` in `run_dir` on the runtime `make_runtime(config, optimizer)` builds,
-    resuming from the run directory's newest checkpoint if there is one."""
+    resuming from the run directory's newest checkpoint if there is one. With
+    `config.evaluation.every_s` > 0, the evaluator `make_evaluator(config, env spec)` builds plays
+    the newest parameters every that many seconds, in a thread of its own."""
     optimizer = muzero.make_optimizer(config.optimizer)
-    runtime = make_runtime(config, optimizer)  # refuses bad input before anything is written
+    # Both refuse bad input (one line) before anything is written.
+    runtime = make_runtime(config, optimizer)
+    evaluator = None
+    if make_evaluator is not None and config.evaluation.every_s > 0:
+        evaluator = make_evaluator(config, runtime.spec)
+    if config.logging.wandb and importlib.util.find_spec("wandb") is None:
+        raise UsageError(
+            "logging.wandb=true needs the wandb package: pip install 'podracer[wandb]'"
+        )
     run_dir = prepare_run_dir(run_dir, config)
     begun = start_run(config, runtime.agent, optimizer, run_dir)
     runtime.start(begun.state, begun.key)
     logger = MetricsLogger(
-        run_dir, progress=progress, total_steps=config.learner.max_updates or None
+        run_dir,
+        progress=progress,
+        total_steps=config.learner.max_updates or None,
+        wandb_project=config.logging.wandb_project if config.logging.wandb else None,
+        wandb_config=begun.config_dict,
     )
     stop = stop if stop is not None else StopSignal()  # an unset StopSignal is falsy
     start = time.monotonic()
-    last_saved = runtime.step
+    first_step = last_saved = runtime.step
 
     def save(final: bool = False) -> None:
         nonlocal last_saved
@@ -232,30 +273,22 @@ def run(
             return "max_frames"
         return None
 
+    watch = _Progress(runtime, first_step)
+    # Before the first step: the run may compile for a while, and says so.
+    logger.log(runtime.step, {"status": "compiling", "frames": 0})
+    evaluation = _EvaluationThread(evaluator, runtime, logger, stop)
     stopped_by: str | None = None
     try:
-        with handle_signals(stop), runtime.running(stop):
-            last_log, frames_at_log, step_at_log = start, runtime.frames, runtime.step
+        with handle_signals(stop), evaluation.running(), runtime.running(stop):
             while not stop.is_set():
                 stopped_by = limit_reached()
                 if stopped_by:
                     break
-                if not runtime.learn():
-                    continue
-                now = time.monotonic()
-                if now - last_log >= config.learner.log_every_s:
-                    seconds = now - last_log
-                    logger.log(
-                        runtime.step,
-                        {
-                            **runtime.log_values(),
-                            "frames": runtime.frames,
-                            "frames_per_s": (runtime.frames - frames_at_log) / seconds,
-                            "updates_per_s": (runtime.step - step_at_log) / seconds,
-                        },
-                    )
-                    last_log, frames_at_log, step_at_log = now, runtime.frames, runtime.step
-                if runtime.step - last_saved >= config.learner.checkpoint_every:
+                learned = runtime.learn()
+                if watch.due(config.learner.log_every_s):
+                    logger.log(runtime.step, {**runtime.log_values(), **watch.values()})
+                evaluation.offer()
+                if learned and runtime.step - last_saved >= config.learner.checkpoint_every:
                     save()
             if stopped_by is None:
                 stopped_by = stop.reason or "stopped"
@@ -272,4 +305,93 @@ def run(
         time.monotonic() - start,
         stopped_by,
         begun.resumed_from,
+        runtime.fill_level(),
     )
+
+
+class _Progress:
+    """What the run is doing, for the log: compiling, filling the replay (how full, and when
+    learning should start at the current rate), or learning; and frames/s and updates/s."""
+
+    def __init__(self, runtime: Runtime, first_step: int):
+        self.runtime, self.first_step = runtime, first_step
+        self.last = time.monotonic()
+        self.frames, self.step = runtime.frames, runtime.step
+        self.filled = runtime.fill_level()[0]
+        self.seconds = 0.0
+
+    def due(self, every_s: float) -> bool:
+        """Whether `every_s` passed since the last `values()`."""
+        self.seconds = time.monotonic() - self.last
+        return self.seconds >= every_s
+
+    def values(self) -> dict[str, Any]:
+        runtime, seconds = self.runtime, max(self.seconds, 1e-9)
+        values: dict[str, Any] = {
+            "frames": runtime.frames,
+            "frames_per_s": (runtime.frames - self.frames) / seconds,
+            "updates_per_s": (runtime.step - self.step) / seconds,
+        }
+        have, need = runtime.fill_level()
+        if runtime.step > self.first_step:
+            # None takes the fill off the progress line: learning has started.
+            values.update(status="learning", replay_fill=None, learning_starts_in_s=None)
+        else:
+            rate = (have - self.filled) / seconds  # of what the learner waits for, per second
+            values.update(
+                status="compiling" if runtime.frames == 0 else "filling replay",
+                replay_fill=have / need,
+                learning_starts_in_s=(need - have) / rate if rate > 0 else None,
+            )
+        self.last, self.frames, self.step, self.filled = (
+            time.monotonic(),
+            runtime.frames,
+            runtime.step,
+            have,
+        )
+        return values
+
+
+class _EvaluationThread:
+    """Runs an `Evaluator` beside the loop. Once `every_s` seconds have passed and the evaluator
+    is idle, the loop hands it the newest parameters (a host copy, taken between steps in the
+    main thread, so the runtime never shares its buffers with another thread); the evaluator's
+    thread plays them and logs the figures at the step they were taken."""
+
+    def __init__(
+        self, evaluator: Evaluator | None, runtime: Runtime, logger: MetricsLogger, stop: StopSignal
+    ):
+        self.evaluator, self.runtime, self.logger, self.stop = evaluator, runtime, logger, stop
+        self._slot: queue.Queue = queue.Queue(maxsize=1)
+        self._last = time.monotonic()  # the first evaluation comes every_s after the start
+        self._busy = False  # set by the loop when it hands over parameters, cleared when done
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        if self.evaluator is None:
+            yield
+            return
+        with ThreadGroup(self.stop, join_timeout=60.0) as threads:
+            threads.start("evaluator", self._loop)
+            yield
+
+    def offer(self) -> None:
+        """Hands over the newest parameters if an evaluation is due and none is running."""
+        if self.evaluator is None or self._busy:
+            return
+        if time.monotonic() - self._last < self.evaluator.every_s:
+            return
+        self._last, self._busy = time.monotonic(), True
+        self._slot.put((self.runtime.step, self.runtime.params()))
+
+    def _loop(self) -> None:
+        assert self.evaluator is not None
+        while not self.stop.is_set():
+            try:
+                step, params = self._slot.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            values = self.evaluator.evaluate(params, step, self.stop)
+            if values and not self.stop.is_set():
+                self.logger.log(step, values)
+            self._busy = False

@@ -65,8 +65,8 @@ class SebulbaRuntime:
         check_actor_envs(config)
         self.config = config
         self.actor_devices, self.learner_devices = split_devices(config)
-        spec = env_spec(config.env.name, seed=config.seed, **config.env.options)
-        self.agent = make_agent(config, spec)
+        self.spec = env_spec(config.env.name, seed=config.seed, **config.env.options)
+        self.agent = make_agent(config, self.spec)
         self.num_actor_threads = len(self.actor_devices) * config.actors.threads_per_device
         self.store = self.agent.make_store(self.num_actor_threads)
         # Donating the state's buffers would free the params the actors hold when both share a
@@ -147,7 +147,8 @@ class SebulbaRuntime:
     def log_values(self) -> dict[str, Any]:
         returns, lengths = self.stats.drain_episodes()
         values = {name: float(value) for name, value in jax.device_get(self._metrics).items()}
-        values["policy_lag"] = float(np.mean(self._policy_lag)) if self._policy_lag else 0.0
+        if self._policy_lag:
+            values["policy_lag"] = float(np.mean(self._policy_lag))
         self._policy_lag = []
         if returns:
             values["episode_return"] = float(np.mean(returns))
@@ -160,3 +161,9 @@ class SebulbaRuntime:
 
     def train_state(self) -> muzero.TrainState:
         return jax.device_get(muzero.unreplicate(self._state))
+
+    def params(self) -> Any:
+        return jax.device_get(muzero.unreplicate(self._state).params)
+
+    def fill_level(self) -> tuple[int, int]:
+        return self.store.fill_level()

@@ -11,10 +11,12 @@ limits and signals, logging, checkpoints and the plot.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from configs import ExperimentConfig
+from selfplay.envs import EnvSpec
 from selfplay.lifetime import StopSignal
-from selfplay.run import RunResult, run, split_cpu
+from selfplay.run import Evaluator, RunResult, run, split_cpu
 
 __all__ = ["RunResult", "train"]
 
@@ -25,8 +27,11 @@ def train(
     *,
     progress: bool = True,
     stop: StopSignal | None = None,
+    make_evaluator: Callable[[ExperimentConfig, EnvSpec], Evaluator] | None = None,
 ) -> RunResult:
-    """Trains `config` in `run_dir`, resuming from its newest checkpoint if there is one."""
+    """Trains `config` in `run_dir`, resuming from its newest checkpoint if there is one. With
+    `make_evaluator` (e.g. `arena.RunEvaluator`) and `evaluation.every_s` > 0, the newest
+    parameters are evaluated every that many seconds."""
     split_cpu(config.devices.cpu_devices)
     # The runtimes are imported after `split_cpu`: importing pgx (Anakin's games) starts JAX's
     # backend, after which the CPU can no longer be split into devices.
@@ -34,4 +39,6 @@ def train(
         from selfplay.anakin import AnakinRuntime as make_runtime
     else:
         from selfplay.sebulba import SebulbaRuntime as make_runtime
-    return run(config, run_dir, make_runtime, progress=progress, stop=stop)
+    return run(
+        config, run_dir, make_runtime, progress=progress, stop=stop, make_evaluator=make_evaluator
+    )

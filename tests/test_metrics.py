@@ -113,7 +113,9 @@ def test_plot_learning_curves_writes_a_png(tmp_path):
     empty = tmp_path / "empty"
     with MetricsLogger(empty, tensorboard=False, progress=False) as logger:
         logger.log(0, {"frames_per_s": 1.0})
-    assert plot_learning_curves(empty, out=tmp_path / "e.png").stat().st_size > 0
+    # Nothing to plot (a run stopped before its first update): no empty picture.
+    assert plot_learning_curves(empty, out=tmp_path / "e.png") is None
+    assert not (tmp_path / "e.png").exists()
 
 
 class _Terminal(io.StringIO):
@@ -127,3 +129,19 @@ def test_on_a_terminal_the_progress_is_a_bar(tmp_path):
         logger.log(40, {"frames_per_s": 1234.5, "episode_return": 7.0})
     text = out.getvalue()
     assert "40/100" in text and "fps 1234" in text and "return 7" in text
+
+
+def test_wandb_offline_writes_its_run_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    with MetricsLogger(
+        tmp_path, tensorboard=False, progress=False, wandb_project="podracer-test",
+        wandb_config={"seed": 3},
+    ) as logger:  # fmt: skip
+        for step in range(3):
+            logger.log(step, {"loss": 1.0 / (step + 1), "status": "learning"})
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1, list((tmp_path / "wandb").iterdir())
+    run_id = (tmp_path / "wandb-run-id").read_text()
+    assert runs[0].name.endswith(run_id)
+    assert list(runs[0].glob("*.wandb"))  # the run's records, for `wandb sync`

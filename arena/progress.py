@@ -1,0 +1,180 @@
+"""Strength over time: a training run's newest parameters, greedy, against fixed opponents.
+
+`RunEvaluator(config, spec)` is what `podracer train` hands the run loop (a `selfplay.run.
+Evaluator`): every `evaluation.every_s` seconds the loop gives it the newest parameters, and its
+thread plays them, greedy (no root noise, the most visited move), with the arena's own parts:
+
+- two-player board games: `evaluation.games` games against each of `evaluation.opponents`, half
+  with each colour, through `arena.matches.play_games` with the agent as a batched
+  `CheckpointPlayer` (all games waiting for it searched in one call). Logged per opponent:
+  `eval/<player>/score` (1 a win, 0.5 a draw), `/win`, `/draw`, `/loss` (rates) and `/elo`, the
+  agent's Elo minus the opponent's implied by the score (with one draw added as a prior, so a
+  clean sweep gives a finite number: +529 for 10 of 10, -529 for 0 of 10).
+- one-player environments: `evaluation.games` episodes of the greedy agent
+  (`arena.evaluate.evaluate_policy`): `eval/return` (mean), `eval/return_iqm`, and on Atari
+  `eval/human_normalized`.
+
+The games use the same seeds at every evaluation, so the curve moves with the parameters, not
+with the dice. Default opponents: `random` and an OpenSpiel MCTS (`mcts:N`, random rollouts)
+sized to the game (`DEFAULT_MCTS`).
+"""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+from typing import Any
+
+import jax
+import numpy as np
+import pyspiel
+
+from arena.atari_scores import is_atari57
+from arena.ckpt_player import PGX_TO_OPENSPIEL, CheckpointPlayer, LoadedRun
+from arena.evaluate import evaluate_policy
+from arena.matches import game_seed, play_games, player_seed
+from arena.players import make_player, split_specs
+from configs import ExperimentConfig, UsageError
+from selfplay.agent import make_agent
+from selfplay.envs import EnvSpec, make_env
+from selfplay.evaluation import greedy_config
+from selfplay.lifetime import StopSignal
+
+__all__ = ["DEFAULT_MCTS", "RunEvaluator", "default_opponents", "elo_difference"]
+
+# Simulations of the default MCTS opponent per OpenSpiel game (short name); others get 100.
+DEFAULT_MCTS = {"tic_tac_toe": 50, "connect_four": 200, "go": 100}
+
+
+def default_opponents(game: pyspiel.Game) -> tuple[str, ...]:
+    """`random` and an OpenSpiel MCTS sized to the game."""
+    simulations = DEFAULT_MCTS.get(game.get_type().short_name, 100)
+    return ("random", f"mcts:{simulations}")
+
+
+def elo_difference(wins: int, draws: int, games: int) -> float:
+    """The Elo difference implied by a score, with one draw added as a prior."""
+    score = (wins + 0.5 * draws + 0.5) / (games + 1)
+    return float(400.0 * np.log10(score / (1.0 - score)))
+
+
+def _board_game(config: ExperimentConfig) -> pyspiel.Game:
+    family, _, name = config.env.name.partition(":")
+    if family == "pgx":
+        if name not in PGX_TO_OPENSPIEL:
+            raise UsageError(
+                f"evaluation: the arena cannot referee pgx:{name} (it plays "
+                f"{', '.join(PGX_TO_OPENSPIEL)}); set evaluation.every_s=0"
+            )
+        name = PGX_TO_OPENSPIEL[name]
+    return pyspiel.load_game(name)
+
+
+class RunEvaluator:
+    """Evaluates a run's parameters (see the module docstring); built before the run starts, so
+    that a bad opponent spec is refused with one line before anything is trained."""
+
+    def __init__(self, config: ExperimentConfig, spec: EnvSpec):
+        evaluation = config.evaluation
+        self.every_s = evaluation.every_s
+        self.config, self.spec = config, spec
+        self.seed = config.seed
+        self.simulations = evaluation.num_simulations or None
+        self.two_player = spec.num_players == 2
+        # Greedy: no root noise, no random moves, the most visited move.
+        self.agent = make_agent(greedy_config(config, self.simulations), spec)
+        self.games = (
+            evaluation.games + evaluation.games % 2 if self.two_player else evaluation.games
+        )
+        if self.two_player:
+            self.game = _board_game(config)
+            opponents = evaluation.opponents or default_opponents(self.game)
+            self.opponents = tuple(split_specs(",".join(opponents)))
+            for opponent in self.opponents:  # a bad spec is named now, not in the run's thread
+                make_player(opponent, self.game, 0)
+        elif evaluation.opponents:
+            raise UsageError(
+                f"evaluation.opponents: {spec.name} is a one-player environment; its evaluation "
+                f"plays episodes of the greedy agent (remove the opponents)"
+            )
+        elif self.agent.uses_env_state:
+            raise UsageError(
+                f"evaluation: episodes of {spec.name} with an exact-model search are not "
+                f"supported; set evaluation.every_s=0"
+            )
+
+    def evaluate(self, params: Any, step: int, stop: StopSignal) -> dict[str, Any]:
+        """The figures of `params`; stops between opponents once `stop` is set."""
+        if self.two_player:
+            return self._against_opponents(params, step, stop)
+        return self._episodes(params)
+
+    def _against_opponents(self, params: Any, step: int, stop: StopSignal) -> dict[str, Any]:
+        run = LoadedRun(pathlib.Path("."), step, self.config, self.spec, params)
+        agent = CheckpointPlayer(
+            "agent", run, self.game, self.seed, self.simulations, agent=self.agent
+        )
+        values: dict[str, Any] = {}
+        summary = []
+        agent_seats = [r % 2 for r in range(self.games)]  # colours alternate
+        for j, opponent in enumerate(self.opponents):
+            if stop.is_set():
+                break
+            seeds = [game_seed(self.seed, 0, j + 1, r) for r in range(self.games)]
+            tables = []
+            for seed, seat in zip(seeds, agent_seats, strict=True):
+                other = make_player(opponent, self.game, player_seed(seed, 1 - seat))
+                tables.append([agent, other] if seat == 0 else [other, agent])
+            outcomes = np.zeros(self.games)  # [G] the agent's return in each game
+
+            def finished(k: int, state: pyspiel.State, table, outcomes=outcomes) -> None:
+                del table
+                outcomes[k] = state.returns()[agent_seats[k]]
+
+            play_games(self.game, tables, seeds, finished)
+            wins, draws = int((outcomes > 0).sum()), int((outcomes == 0).sum())
+            losses = self.games - wins - draws
+            score = (wins + 0.5 * draws) / self.games
+            values.update(
+                {
+                    f"eval/{opponent}/score": score,
+                    f"eval/{opponent}/win": wins / self.games,
+                    f"eval/{opponent}/draw": draws / self.games,
+                    f"eval/{opponent}/loss": losses / self.games,
+                    f"eval/{opponent}/elo": elo_difference(wins, draws, self.games),
+                }
+            )
+            summary.append(f"{opponent} {wins}-{draws}-{losses}")
+        if summary:
+            values["eval"] = "  ".join(summary)
+        return values
+
+    def _episodes(self, params: Any) -> dict[str, Any]:
+        key = jax.random.PRNGKey(self.seed)
+        act = self.agent.act
+
+        def policy(timestep) -> np.ndarray:
+            rows = np.asarray(timestep.observation).shape[0]
+            out = act(
+                params, key, timestep.observation, timestep.legal_mask, np.ones(rows, bool), None
+            )
+            return np.asarray(out.action)
+
+        env_id = self.spec.env_id
+        atari = self.spec.family == "envpool" and is_atari57(env_id)
+        result = evaluate_policy(
+            policy,
+            functools.partial(make_env, self.config.env.name, **self.config.env.options),
+            self.games,
+            num_envs=min(self.games, 8),
+            seed=self.seed,
+            game=env_id if atari else None,
+        )
+        values: dict[str, Any] = {
+            "eval/return": result.summary.mean.value,
+            "eval/return_iqm": result.summary.iqm.value,
+        }
+        if result.normalized is not None:
+            values["eval/human_normalized"] = result.normalized.mean.value
+        values["eval"] = f"return {result.summary.mean.value:.4g}"
+        return values

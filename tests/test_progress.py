@@ -1,0 +1,136 @@
+"""Watching a run: progress before the first update, strength against fixed opponents while it
+trains, presets that say what hardware they need."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+import configs
+from arena import progress
+from podracer import cli, train_command
+from selfplay.envs import env_spec
+from selfplay.lifetime import StopSignal
+from selfplay.train import train
+from tests.test_train import TINY
+
+
+def _records(run):
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_run_stopped_while_the_replay_fills_says_so(tmp_path, capsys):
+    run = tmp_path / "run"
+    code = cli.main([
+        "train", "--config", "tic_tac_toe_muzero", "--run-dir", str(run), "--quiet", *TINY,
+        "replay.capacity=100000", "replay.min_size=50000", "learner.max_updates=0",
+        "learner.max_seconds=8",
+        "learner.log_every_s=0.5", "evaluation.every_s=0",
+    ])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    records = _records(run)
+    assert records[0]["status"] == "compiling" and records[0]["frames"] == 0
+    filling = [r for r in records if r.get("status") == "filling replay"]
+    assert len(filling) >= 2, records
+    fills = [r["replay_fill"] for r in filling]
+    assert fills == sorted(fills) and 0 < fills[-1] < 1  # rising, never reached
+    assert all(r["frames"] > 0 for r in filling)
+    assert any(r.get("learning_starts_in_s", 0) > 0 for r in filling)
+    assert not any("loss" in r for r in records)
+    last = out.strip().splitlines()[-1]
+    assert "no update was made" in last and "of the 50,000 the learner waits for" in last
+    assert not (run / "learning_curves.png").exists()  # nothing to plot: no empty picture
+
+
+def test_once_learning_starts_the_status_says_so(tmp_path):
+    config = configs.load_config(
+        "tic_tac_toe_alphazero", [*TINY, "learner.max_updates=6", "learner.log_every_s=0.01"]
+    )
+    result = train(config, tmp_path / "run", progress=False)
+    assert result.updates == 6
+    statuses = [r.get("status") for r in _records(tmp_path / "run")]
+    assert statuses[0] == "compiling" and statuses[-1] == "learning"
+    learning = [r for r in _records(tmp_path / "run") if r.get("status") == "learning"]
+    assert all("replay_fill" not in r for r in learning)
+
+
+def test_elo_difference_of_a_score():
+    assert progress.elo_difference(5, 0, 10) == pytest.approx(0.0)
+    assert progress.elo_difference(10, 0, 10) == pytest.approx(-progress.elo_difference(0, 0, 10))
+    # Finite for a sweep (the prior draw): 400 log10(10.5 / 0.5).
+    assert progress.elo_difference(10, 0, 10) == pytest.approx(400 * np.log10(21))
+    assert progress.elo_difference(3, 4, 10) == pytest.approx(progress.elo_difference(5, 0, 10))
+
+
+def _tic_tac_toe(*extra):
+    return configs.load_config("tic_tac_toe_alphazero", [*TINY, *extra])
+
+
+def test_the_evaluator_refuses_what_it_cannot_play():
+    config = _tic_tac_toe("evaluation.opponents=[random,no_such_player]")
+    with pytest.raises(configs.UsageError, match="no_such_player"):
+        progress.RunEvaluator(config, env_spec(config.env.name))
+    cartpole = configs.load_config("cartpole_vtrace", ["evaluation.opponents=[random]"])
+    with pytest.raises(configs.UsageError, match="one-player environment"):
+        progress.RunEvaluator(cartpole, env_spec(cartpole.env.name))
+
+
+def test_the_evaluators_figures_appear_in_a_short_runs_metrics(tmp_path):
+    config = _tic_tac_toe(
+        "learner.max_updates=0", "learner.max_seconds=12", "evaluation.every_s=1",
+        "evaluation.games=4", "evaluation.opponents=[random,mcts:5]",
+    )  # fmt: skip
+    train(config, tmp_path / "run", progress=False, make_evaluator=progress.RunEvaluator)
+    evaluated = [r for r in _records(tmp_path / "run") if "eval/random/score" in r]
+    assert evaluated, "no evaluation in 12 s with evaluation.every_s=1"
+    for record in evaluated:
+        for opponent in ("random", "mcts:5"):
+            rates = [record[f"eval/{opponent}/{k}"] for k in ("win", "draw", "loss")]
+            assert sum(rates) == pytest.approx(1.0) and all(
+                r in (0, 0.25, 0.5, 0.75, 1) for r in rates
+            )
+            assert record[f"eval/{opponent}/score"] == pytest.approx(rates[0] + rates[1] / 2)
+        assert record["eval"].startswith("random ")
+    assert (tmp_path / "run" / "learning_curves.png").is_file()
+
+
+def test_one_player_evaluation_plays_greedy_episodes():
+    config = configs.load_config("cartpole_vtrace", ["network.mlp_sizes=[8]", "evaluation.games=3"])
+    evaluator = progress.RunEvaluator(config, env_spec(config.env.name))
+    params = jax.jit(evaluator.agent.init)(jax.random.PRNGKey(0))
+    values = evaluator.evaluate(params, 0, StopSignal())
+    assert 1 <= values["eval/return"] <= 500 and values["eval/return_iqm"] >= 1
+
+
+def test_strength_against_random_rises_over_a_run_that_learns(tmp_path):
+    # One simulation: the evaluated move is the policy network's, so what it learned shows.
+    config = _tic_tac_toe(
+        "learner.max_updates=0", "learner.max_seconds=90", "evaluation.every_s=10",
+        "evaluation.games=40", "evaluation.opponents=[random]", "evaluation.num_simulations=1",
+        "search.num_simulations=32", "replay.min_size=256", "learner.batch_size=64",
+        "network.channels=16", "optimizer.learning_rate=3e-3", "actors.envs_per_thread=32",
+    )  # fmt: skip
+    train(config, tmp_path / "run", progress=False, make_evaluator=progress.RunEvaluator)
+    scores = [r["eval/random/score"] for r in _records(tmp_path / "run") if "eval" in r]
+    assert len(scores) >= 3, scores
+    assert np.mean(scores[-2:]) > scores[0] + 0.15, scores
+
+
+def test_an_accelerator_preset_on_a_cpu_says_so_and_how_to_scale_it(capsys):
+    train_command.warn_if_sized_for_an_accelerator(configs.load_config("atari_muzero"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "sized for an accelerator" in err[0] and "pong_muzero_small" in err[0]
+    train_command.warn_if_sized_for_an_accelerator(configs.load_config("tic_tac_toe_muzero"))
+    assert capsys.readouterr().err == ""
+
+
+def test_every_preset_says_what_it_needs(capsys):
+    assert set(configs.presets.INFO) == set(configs.presets.names())
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    out = capsys.readouterr().out
+    for name, info in configs.presets.INFO.items():
+        assert f"{name}" in out and f"[{info.hardware}]" in out
+        assert info.hardware == "cpu" or info.on_cpu
