@@ -27,6 +27,8 @@ __all__ = [
 
 MODES = ("muzero", "alphazero", "vtrace")
 RUNTIMES = ("sebulba", "anakin")
+# Environment families written in JAX, which the Anakin runtime steps inside its jit.
+JAX_FAMILIES = ("pgx", "gymnax")
 CPU_CONVOLUTIONS = ("xla", "eigen")
 
 
@@ -280,9 +282,10 @@ class ExperimentConfig:
     # Seed of everything random: parameters, environments, search, replay.
     seed: int = 0
     # "sebulba": actor threads feed a learner through a replay (any environment). "anakin": for
-    # pgx games, acting and learning in one jitted step per iteration on every device
-    # (selfplay/anakin.py: each device plays actors.envs_per_thread games for
-    # actors.unroll_length moves, then learns from a uniform replay held on the device).
+    # JAX environments (pgx:, gymnax:), acting and learning in one jitted step per iteration on
+    # every device (selfplay/anakin.py: each device steps actors.envs_per_thread environments
+    # actors.unroll_length times, then learns: from a uniform replay held on the device, or,
+    # V-trace, from those trajectories).
     runtime: str = "sebulba"
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
     search: SearchConfig = dataclasses.field(default_factory=SearchConfig)
@@ -305,18 +308,12 @@ class ExperimentConfig:
         family = self.env.name.split(":", 1)[0]
         if self.runtime not in RUNTIMES:
             _fail("ExperimentConfig", "runtime", " or ".join(map(repr, RUNTIMES)), self.runtime)
-        if self.runtime == "anakin" and family != "pgx":
+        if self.runtime == "anakin" and family not in JAX_FAMILIES:
             _fail(
                 "ExperimentConfig",
                 "runtime",
-                "'sebulba' for a non-JAX environment (anakin steps the game inside jit: pgx:...)",
-                self.runtime,
-            )
-        if self.runtime == "anakin" and self.mode == "vtrace":
-            _fail(
-                "ExperimentConfig",
-                "runtime",
-                "'sebulba' for vtrace (anakin runs the search agents: muzero, alphazero)",
+                "'sebulba' for a non-JAX environment (anakin steps the environment inside jit: "
+                "pgx:... or gymnax:...)",
                 self.runtime,
             )
         if self.mode == "alphazero" and family != "pgx":

@@ -15,6 +15,7 @@ from configs.experiment import (
     ActorConfig,
     DevicesConfig,
     EnvConfig,
+    EvaluationConfig,
     ExperimentConfig,
     LearnerConfig,
     ReplayConfig,
@@ -282,6 +283,133 @@ def cartpole_vtrace() -> ExperimentConfig:
     )
 
 
+def cartpole_muzero() -> ExperimentConfig:
+    """MuZero learning CartPole from its rewards (envpool, Sebulba): a learned reward model, the
+    categorical value transform and n-step targets with a discount, as on Atari."""
+    return ExperimentConfig(
+        name="cartpole_muzero",
+        mode="muzero",
+        env=EnvConfig(name="envpool:CartPole-v1"),
+        search=SearchConfig(
+            num_simulations=25, dirichlet_alpha=0.25, dirichlet_fraction=0.25, temperature=1.0
+        ),
+        network=NetworkConfig(
+            mlp_sizes=(64, 64), latent_size=64, head_hidden=64, value_support=25, reward_support=5
+        ),
+        loss=LossConfig(unroll_steps=5, td_steps=10, discount=0.997, value_loss_weight=0.25),
+        optimizer=OptimizerConfig(
+            learning_rate=3e-3,
+            max_grad_norm=5.0,
+            schedule="linear",
+            decay_steps=6_000,
+            final_learning_rate=3e-4,
+        ),
+        actors=ActorConfig(threads_per_device=2, envs_per_thread=16, unroll_length=16),
+        replay=ReplayConfig(
+            capacity=50_000,
+            min_size=1_000,
+            samples_per_insert=2.0,
+            priority_alpha=1.0,
+            priority_beta=1.0,
+        ),
+        learner=LearnerConfig(
+            batch_size=128, max_updates=0, max_seconds=600.0, checkpoint_every=500
+        ),
+        evaluation=EvaluationConfig(every_s=60.0, games=8),
+    )
+
+
+def gymnax_cartpole_muzero() -> ExperimentConfig:
+    """`cartpole_muzero` on gymnax's CartPole, in the Anakin runtime (both cores of a CPU)."""
+    config = cartpole_muzero()
+    return config.replace(
+        name="gymnax_cartpole_muzero",
+        runtime="anakin",
+        env=EnvConfig(name="gymnax:CartPole-v1"),
+        actors=ActorConfig(threads_per_device=1, envs_per_thread=16, unroll_length=16),
+        devices=DevicesConfig(cpu_devices=2),
+    )
+
+
+def gymnax_cartpole_vtrace() -> ExperimentConfig:
+    """`cartpole_vtrace` on gymnax's CartPole, in the Anakin runtime: each iteration steps 16
+    environments per device 32 times, then takes one update per 8 of its trajectories."""
+    config = cartpole_vtrace()
+    return config.replace(
+        name="gymnax_cartpole_vtrace",
+        runtime="anakin",
+        env=EnvConfig(name="gymnax:CartPole-v1"),
+        actors=ActorConfig(threads_per_device=1, envs_per_thread=16, unroll_length=32),
+        learner=dataclasses.replace(config.learner, batch_size=16, max_updates=0),
+        devices=DevicesConfig(cpu_devices=2),
+    )
+
+
+def minatar_breakout_vtrace() -> ExperimentConfig:
+    """V-trace on MinAtar's Breakout (gymnax, Anakin): a small residual network on the 10x10
+    planes, 64 environments per device."""
+    return ExperimentConfig(
+        name="minatar_breakout_vtrace",
+        mode="vtrace",
+        runtime="anakin",
+        env=EnvConfig(name="gymnax:Breakout-MinAtar"),
+        network=NetworkConfig(
+            torso="resnet",
+            channels=16,
+            representation_blocks=1,
+            head_channels=2,
+            head_hidden=64,
+            value_support=0,
+            reward_support=0,
+        ),
+        loss=LossConfig(discount=0.99, entropy_cost=0.01, baseline_cost=0.5),
+        optimizer=OptimizerConfig(learning_rate=5e-4, max_grad_norm=40.0),
+        actors=ActorConfig(threads_per_device=1, envs_per_thread=64, unroll_length=20),
+        learner=LearnerConfig(
+            batch_size=32, max_updates=0, max_seconds=1_800.0, checkpoint_every=2_000
+        ),
+        evaluation=EvaluationConfig(every_s=120.0, games=16),
+        devices=DevicesConfig(cpu_devices=2),
+    )
+
+
+def minatar_breakout_muzero() -> ExperimentConfig:
+    """MuZero on MinAtar's Breakout (gymnax, Anakin): a small residual model of the 10x10 planes,
+    16 simulations, rewards learned with n-step targets."""
+    return ExperimentConfig(
+        name="minatar_breakout_muzero",
+        mode="muzero",
+        runtime="anakin",
+        env=EnvConfig(name="gymnax:Breakout-MinAtar"),
+        search=SearchConfig(
+            num_simulations=16, dirichlet_alpha=0.25, dirichlet_fraction=0.25, temperature=1.0
+        ),
+        network=NetworkConfig(
+            torso="resnet",
+            channels=16,
+            representation_blocks=1,
+            dynamics_blocks=1,
+            prediction_blocks=0,
+            head_channels=2,
+            head_hidden=32,
+            value_support=10,
+            reward_support=2,
+            action_planes="constant",
+        ),
+        loss=LossConfig(unroll_steps=5, td_steps=10, discount=0.99, value_loss_weight=0.25),
+        optimizer=OptimizerConfig(learning_rate=1e-3, max_grad_norm=5.0),
+        actors=ActorConfig(threads_per_device=1, envs_per_thread=32, unroll_length=16),
+        replay=ReplayConfig(
+            capacity=100_000, min_size=2_000, samples_per_insert=1.0, priority_alpha=0.0
+        ),
+        learner=LearnerConfig(
+            batch_size=128, max_updates=0, max_seconds=1_800.0, checkpoint_every=2_000
+        ),
+        evaluation=EvaluationConfig(every_s=120.0, games=16),
+        devices=DevicesConfig(cpu_devices=2),
+    )
+
+
 # Atari preprocessing for MuZero (paper appendix): up to 30 no-ops at the start, no sticky actions,
 # whole games (no life loss ends), raw rewards (the value transform h copes with their scale).
 _MUZERO_ATARI_OPTIONS = {
@@ -439,6 +567,15 @@ INFO: dict[str, PresetInfo] = {
         "network.dynamics_blocks=2 learner.batch_size=64 actors.envs_per_thread=16",
     ),
     "cartpole_vtrace": PresetInfo("cpu", "a mean return of 475 (of 500) after about a minute"),
+    "cartpole_muzero": PresetInfo("cpu", "MuZero from rewards; its CartPole curve: BENCHMARKS.md"),
+    "gymnax_cartpole_vtrace": PresetInfo("cpu", "Anakin on gymnax; its curve: BENCHMARKS.md"),
+    "gymnax_cartpole_muzero": PresetInfo("cpu", "Anakin on gymnax; its curve: BENCHMARKS.md"),
+    "minatar_breakout_vtrace": PresetInfo(
+        "cpu", "Anakin on MinAtar Breakout; 30-minute curve: BENCHMARKS.md"
+    ),
+    "minatar_breakout_muzero": PresetInfo(
+        "cpu", "Anakin on MinAtar Breakout; 30-minute curve: BENCHMARKS.md"
+    ),
     "atari_muzero": PresetInfo(
         "accelerator",
         "the paper's network and settings; not yet measured here (no GPU has run it)",
@@ -467,6 +604,11 @@ _PRESETS: dict[str, Callable[[], ExperimentConfig]] = {
     "connect_four_alphazero": connect_four_alphazero,
     "go9_muzero": go9_muzero,
     "cartpole_vtrace": cartpole_vtrace,
+    "cartpole_muzero": cartpole_muzero,
+    "gymnax_cartpole_vtrace": gymnax_cartpole_vtrace,
+    "gymnax_cartpole_muzero": gymnax_cartpole_muzero,
+    "minatar_breakout_vtrace": minatar_breakout_vtrace,
+    "minatar_breakout_muzero": minatar_breakout_muzero,
     "atari_muzero": atari_muzero,
     "pong_muzero_small": pong_muzero_small,
     "atari_vtrace": atari_vtrace,

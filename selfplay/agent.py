@@ -53,6 +53,9 @@ class Agent(NamedTuple):
     uses_env_state: bool  # act needs the pgx state (AlphaZero's exact model)
     segment_length: int  # steps of each trajectory an actor pushes
     segment_overlap: int  # steps a push repeats from the previous one (V-trace's bootstrap: 1)
+    # True: the learner samples windows from a replay (MuZero, AlphaZero); False: it learns from
+    # each trajectory once, in order (V-trace)
+    uses_replay: bool
     # make_store(num_streams) -> the store between `num_streams` actor threads and the learner
     make_store: Callable[[int], Store]
     # XLA compile options of `act` and of the learner's update, as (name, value) pairs (hashable:
@@ -63,6 +66,11 @@ class Agent(NamedTuple):
 def make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
     """The agent of `config.mode` for an environment described by `spec`."""
     two_player = spec.num_players == 2
+    if config.mode == "vtrace" and two_player:
+        raise UsageError(
+            f"V-trace is a one-player agent and {spec.name} is a two-player game: use mode=muzero "
+            f"or mode=alphazero"
+        )
     if config.loss.two_player != two_player:
         raise UsageError(
             f"loss.two_player is {config.loss.two_player} but {spec.name} is a "
@@ -203,6 +211,7 @@ def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> 
         uses_env_state=False,
         segment_length=config.actors.unroll_length,
         segment_overlap=0,
+        uses_replay=True,
         make_store=functools.partial(make_sequence_replay, config, window_length),
     )
 
@@ -266,6 +275,7 @@ def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) 
         uses_env_state=True,
         segment_length=config.actors.unroll_length,
         segment_overlap=0,
+        uses_replay=True,
         make_store=functools.partial(make_sequence_replay, config, window_length),
     )
 
@@ -300,5 +310,6 @@ def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
         uses_env_state=False,
         segment_length=length,
         segment_overlap=1,
+        uses_replay=False,
         make_store=lambda num_streams: FifoQueue(config.replay.queue_size),
     )

@@ -1,26 +1,32 @@
-"""Anakin (Podracer): acting and learning in one jitted step, for JAX-native (pgx) games.
+"""Anakin (Podracer): acting and learning in one jitted step, for JAX-native environments (pgx
+games, gymnax's classic control and MinAtar).
 
 Every device of the mesh (`devices.learner_devices`, all local devices of every host by default)
-owns B = `actors.envs_per_thread` games, a replay ring and a replica of the train state. One
-iteration, one `jit` (a `shard_map` over the same 1-D mesh as the Sebulba learner), per device:
+owns B = `actors.envs_per_thread` environments, the data its updates draw from and a replica of
+the train state. One iteration, one `jit` (a `shard_map` over the same 1-D mesh as the Sebulba
+learner), per device:
 
-    1. play     T = actors.unroll_length moves in all B games: the agent's search and the pgx
-                rules with auto-reset, in a `lax.scan`; nothing leaves the device
-    2. targets  each move starts one window of L = agent.window_length moves (n-step values, the
-                unroll's targets: the agent's `make_batch`); the last L - 1 moves wait for the
-                next iteration's, so every move starts exactly one full window
-    3. replay   the T * B examples overwrite the oldest in a ring of the device's share of
-                `replay.capacity` (first in, first out; sampled uniformly: no priorities)
-    4. learn    U = samples_per_insert * (T * B * devices) / batch_size updates on minibatches of
-                batch_size / devices drawn from the ring, gradients averaged over the mesh
-                (`pmean`), once the rings hold `replay.min_size` examples
+    1. play     T = actors.unroll_length steps in all B environments: the agent's act (search,
+                or V-trace's policy) and the environment's pure step with auto-reset, in a
+                `lax.scan`; nothing leaves the device
+    2. data     search agents (MuZero, AlphaZero): each step starts one window of L =
+                agent.window_length steps (n-step values, the unroll's targets: the agent's
+                `make_batch`); the last L - 1 steps wait for the next iteration's, so every step
+                starts exactly one full window. The T * B examples overwrite the oldest in a ring
+                of the device's share of `replay.capacity` (sampled uniformly: no priorities).
+                V-trace: the B trajectories of T + 1 steps (the previous iteration's last step
+                first, which the last one bootstraps from), learned from once, in order.
+    3. learn    U updates, gradients averaged over the mesh (`pmean`): search agents take
+                samples_per_insert * (T * B * devices) / batch_size minibatches of batch_size /
+                devices drawn from the ring, once the rings hold `replay.min_size` examples;
+                V-trace takes its trajectories in (B * devices) / batch_size slices of batch_size /
+                devices (the later ones a little off-policy, which V-trace corrects).
 
-The first ceil((L - 1) / T) iterations' moves only fill the window tail (their windows would read
-moves from before the games began). `AnakinRuntime` runs one iteration per step of the run loop
-(`selfplay.run`), which checks the stop conditions, logs and saves checkpoints between iterations
-(on a CPU it also calls the updates one by one: `learn_in_jit`); a checkpoint holds the train
-state, as a Sebulba run's does, so either runtime resumes the other's runs (the games and the
-rings start afresh).
+The first iterations only fill the tail (ceil((L - 1) / T) for windows, one for V-trace).
+`AnakinRuntime` runs one iteration per step of the run loop (`selfplay.run`), which checks the
+stop conditions, logs and saves checkpoints between iterations (on a CPU it also calls the updates
+one by one: `learn_in_jit`); a checkpoint holds the train state, as a Sebulba run's does, so
+either runtime resumes the other's runs (the environments and the data start afresh).
 """
 
 from __future__ import annotations
@@ -40,8 +46,7 @@ from jax.sharding import PartitionSpec as P
 import muzero
 from configs import ExperimentConfig, UsageError
 from selfplay.agent import Agent, make_agent
-from selfplay.envs import EnvSpec, env_spec
-from selfplay.envs.pgx_env import PgxEnvState, pgx_functions
+from selfplay.envs import EnvSpec, TimeStep, env_spec, jax_env_functions
 from selfplay.lifetime import StopSignal
 from selfplay.metrics import StageTimer
 
@@ -64,10 +69,11 @@ __all__ = [
 class AnakinCarry(NamedTuple):
     """What one device carries from one iteration to the next (besides the train state)."""
 
-    env: PgxEnvState  # its B games
-    tail: muzero.Trajectory  # [L-1, B] the previous iteration's last moves, windows to complete
-    ring: Any  # the agent's batch, leaves [C, ...]: the device's replay of training examples
-    key: jax.Array  # this device's PRNG key for the next iteration's search
+    env: Any  # its B environments' state (PgxEnvState, GymnaxEnvState)
+    timestep: TimeStep  # [B] the environments' current TimeStep: what the agent acts on next
+    tail: muzero.Trajectory  # [tail, B] the previous iteration's last steps (windows to complete)
+    ring: Any  # the agent's batch: what this device's updates draw from (see AnakinPlan.ring)
+    key: jax.Array  # this device's PRNG key for the next iteration's acting
     sample_key: jax.Array  # this device's key for this iteration's minibatches
 
 
@@ -75,15 +81,16 @@ class AnakinPlan(NamedTuple):
     """The sizes of an Anakin run, derived from the config and the number of devices."""
 
     devices: int  # D, devices in the mesh (all hosts)
-    games: int  # B, games per device
-    moves: int  # T, moves per game per iteration
-    window: int  # L, moves per training window
-    examples: int  # N = T * B, examples per device per iteration
-    ring: int  # C, examples a device's replay holds (a multiple of N)
+    games: int  # B, environments per device
+    moves: int  # T, steps per environment per iteration
+    window: int  # L, steps per training example (a window; V-trace: a trajectory, T + 1)
+    tail: int  # steps carried into the next iteration: L - 1, or V-trace's overlap (1)
+    examples: int  # N, examples per device per iteration: T * B windows, or B trajectories
+    ring: int  # C, examples a device holds for its updates (a multiple of N; V-trace: N)
     minibatch: int  # examples per device per update (batch_size / D)
     updates: int  # U, updates per iteration
-    fill_iterations: int  # iterations 0 .. this - 1 only fill the window tail: ceil((L-1) / T)
-    min_iterations: int  # learning starts at this iteration (0-based): rings hold min_size
+    fill_iterations: int  # iterations 0 .. this - 1 only fill the tail: ceil(tail / T)
+    min_iterations: int  # learning starts at this iteration (0-based)
 
     def written(self, index):
         """Examples in each device's ring after iteration `index` (0-based; int or array)."""
@@ -94,10 +101,32 @@ class AnakinPlan(NamedTuple):
 def plan_anakin(config: ExperimentConfig, agent: Agent, devices: int) -> AnakinPlan:
     """The run's sizes, or UsageError naming the config field that cannot work."""
     games, moves = config.actors.envs_per_thread, config.actors.unroll_length
-    examples = games * moves
     batch = config.learner.batch_size
     if batch % devices:
         raise UsageError(f"learner.batch_size {batch} must divide evenly over {devices} devices")
+    minibatch = batch // devices
+    if not agent.uses_replay:  # whole trajectories, each learned from once (V-trace)
+        if games % minibatch:
+            raise UsageError(
+                f"learner.batch_size {batch} must divide one iteration's trajectories: "
+                f"actors.envs_per_thread {games} x {devices} device(s)"
+            )
+        tail = agent.segment_overlap
+        fill = -(-tail // moves)
+        return AnakinPlan(
+            devices,
+            games,
+            moves,
+            agent.window_length,
+            tail,
+            games,
+            games,
+            minibatch,
+            games // minibatch,
+            fill,
+            fill,
+        )
+    examples = games * moves
     ring = config.replay.capacity // devices // examples * examples
     if ring == 0:
         raise UsageError(
@@ -118,18 +147,20 @@ def plan_anakin(config: ExperimentConfig, agent: Agent, devices: int) -> AnakinP
             f"holds ({ring * devices} examples): lower it or raise replay.capacity"
         )
     updates = max(1, round(spi * examples * devices / batch))
-    # A window reads L - 1 moves after its first: the first iterations' moves only fill the
+    # A window reads L - 1 steps after its first: the first iterations' steps only fill the
     # tail that the later ones' windows complete.
-    fill = -(-(agent.window_length - 1) // moves)
+    tail = agent.window_length - 1
+    fill = -(-tail // moves)
     min_iterations = fill - 1 + max(1, -(-config.replay.min_size // (examples * devices)))
     return AnakinPlan(
         devices,
         games,
         moves,
         agent.window_length,
+        tail,
         examples,
         ring,
-        batch // devices,
+        minibatch,
         updates,
         fill,
         min_iterations,
@@ -163,9 +194,11 @@ def make_anakin_iteration(
 ):
     """`(init_carry, iteration, learn_step)`, pure, for one device in a named-axis context.
 
-    `init_carry(params, key) -> AnakinCarry` starts B games and an empty ring.
+    `functions` are the environment's pure `reset(key) -> (state, TimeStep)` and `step(state,
+    actions) -> (state, TimeStep)` for B environments (`selfplay.envs.jax_env_functions`).
+    `init_carry(params, key) -> AnakinCarry` starts B environments and empty data.
     `iteration(state, index, carry, learn=True) -> (state, carry, metrics)`: `index` is the
-    iteration's number (0-based, the same on every device); it plays, writes the ring and, from
+    iteration's number (0-based, the same on every device); it plays, writes the data and, from
     iteration `plan.min_iterations` on, takes the U updates (`lax.scan` over `learn_step`). The
     metrics are the last update's (zeros before learning starts) and the sums over the mesh of
     the number, returns and lengths of the episodes that ended. With `learn=False` it stops
@@ -174,96 +207,119 @@ def make_anakin_iteration(
     `learn_in_jit`). `update` is the pure update with `axis_name` (its `pmean` keeps the replicas
     equal).
     """
-    games, moves, steps = plan.games, plan.moves, plan.window
+    games, moves = plan.games, plan.moves
     greedy_after = config.actors.greedy_after_moves
 
-    def rollout(params, version, env_state, key):
+    def rollout(params, version, env_state, timestep, key):
         def move(carry, _):
-            env_state, key = carry
+            env_state, timestep, key = carry
             key, act_key = jax.random.split(key)
-            game = env_state.game
-            observation = game.observation.astype(jnp.float32)  # [B, ...]
-            legal = game.legal_action_mask  # [B, A]
+            observation = timestep.observation.astype(jnp.float32)  # [B, ...]
+            legal = timestep.legal_mask  # [B, A]
             greedy = (
                 env_state.episode_length >= greedy_after if greedy_after else jnp.zeros(games, bool)
             )  # [B]
-            out = agent.act(
-                params, act_key, observation, legal, greedy, game if agent.uses_env_state else None
-            )
-            env_state, timestep = functions.step(env_state, out.action)
+            exact = env_state.game if agent.uses_env_state else None  # AlphaZero's pgx rules
+            out = agent.act(params, act_key, observation, legal, greedy, exact)
+            env_state, next_timestep = functions.step(env_state, out.action)
             record = muzero.Trajectory(
                 observation=observation,
                 action=out.action.astype(jnp.int32),
-                reward=timestep.reward,
-                discount=jnp.where(timestep.done, 0.0, 1.0),
+                reward=next_timestep.reward.astype(jnp.float32),
+                discount=jnp.where(next_timestep.done, 0.0, 1.0),
                 search_policy=out.search_policy.astype(jnp.float32),
                 search_value=out.search_value.astype(jnp.float32),
                 legal_mask=legal,
-                to_play=game.current_player.astype(jnp.int32),
+                to_play=timestep.to_play.astype(jnp.int32),
                 behaviour_logits=out.behaviour_logits.astype(jnp.float32),
                 policy_version=jnp.full(games, version, jnp.int32),
             )
-            ended = timestep.episode_end.astype(jnp.float32)  # [B]
+            ended = next_timestep.episode_end.astype(jnp.float32)  # [B]
+            # [3]: episodes ended, the sum of their returns, the sum of their lengths
             episodes = jnp.stack(
                 [
                     jnp.sum(ended),
-                    jnp.sum(timestep.episode_return * ended),
-                    jnp.sum(timestep.episode_length * ended),
+                    jnp.sum(next_timestep.episode_return * ended),
+                    jnp.sum(next_timestep.episode_length * ended),
                 ]
-            )  # [3]
-            return (env_state, key), (record, episodes)
+            )
+            return (env_state, next_timestep, key), (record, episodes)
 
-        (env_state, key), (trajectory, episodes) = jax.lax.scan(
-            move, (env_state, key), None, length=moves
+        (env_state, timestep, key), (trajectory, episodes) = jax.lax.scan(
+            move, (env_state, timestep, key), None, length=moves
         )
-        return env_state, key, trajectory, episodes.sum(axis=0)  # [T, B] steps; [3]
+        return env_state, timestep, key, trajectory, episodes.sum(axis=0)  # [T, B] steps; [3]
+
+    def examples(tail, trajectory):
+        """The iteration's training examples from the carried tail and its [T, B] steps."""
+        if agent.uses_replay:
+            batch, _ = agent.make_batch(windows(tail, trajectory), jnp.ones(plan.examples))
+        else:  # B trajectories of T + 1 steps, batch on axis 1
+            whole = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), tail, trajectory)
+            batch, _ = agent.make_batch(whole, None)
+        return batch
 
     def init_carry(params, key):
         env_key, key = jax.random.split(key)
-        env_state, _ = functions.reset(env_key)
-        example = jax.eval_shape(lambda s: rollout(params, 0, s, key)[2], env_state)  # [T, B]
-        tail = jax.tree.map(lambda x: jnp.zeros((steps - 1,) + x.shape[1:], x.dtype), example)
-        batch = jax.eval_shape(_examples, tail, example)
-        ring = jax.tree.map(lambda x: jnp.zeros((plan.ring,) + x.shape[1:], x.dtype), batch)
-        return AnakinCarry(env_state, tail, ring, key, key)
-
-    def _examples(tail, trajectory):
-        window = windows(tail, trajectory)
-        batch, _ = agent.make_batch(window, jnp.ones(plan.examples, jnp.float32))
-        return batch
+        env_state, timestep = functions.reset(env_key)
+        example = jax.eval_shape(
+            lambda s, t: rollout(params, 0, s, t, key)[3], env_state, timestep
+        )  # [T, B]
+        tail = jax.tree.map(lambda x: jnp.zeros((plan.tail,) + x.shape[1:], x.dtype), example)
+        batch = jax.eval_shape(examples, tail, example)
+        if agent.uses_replay:
+            ring = jax.tree.map(lambda x: jnp.zeros((plan.ring,) + x.shape[1:], x.dtype), batch)
+        else:
+            ring = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), batch)
+        return AnakinCarry(env_state, timestep, tail, ring, key, key)
 
     def learn_step(
         state: muzero.TrainState, index: jax.Array, update_index: jax.Array, carry: AnakinCarry
     ):
-        """Update `update_index` of iteration `index`, on a minibatch drawn from the ring."""
-        size = plan.written(index)
-        key = jax.random.fold_in(carry.sample_key, update_index)
-        rows = jax.random.randint(key, (plan.minibatch,), 0, size)
-        return update(state, jax.tree.map(lambda x: x[rows], carry.ring))
+        """Update `update_index` of iteration `index`, on a minibatch of the device's data."""
+        if agent.uses_replay:  # uniform rows of the ring's written part
+            size = plan.written(index)
+            key = jax.random.fold_in(carry.sample_key, update_index)
+            rows = jax.random.randint(key, (plan.minibatch,), 0, size)
+            minibatch = jax.tree.map(lambda x: x[rows], carry.ring)
+        else:  # the update_index-th slice of the iteration's trajectories
+            start = update_index * plan.minibatch
+            minibatch = jax.tree.map(
+                lambda x: jax.lax.dynamic_slice_in_dim(x, start, plan.minibatch, agent.batch_axis),
+                carry.ring,
+            )
+        return update(state, minibatch)
 
     def iteration(
         state: muzero.TrainState, index: jax.Array, carry: AnakinCarry, *, learn: bool = True
     ):
         chex.assert_rank(index, 0)
         key, sample_key = jax.random.split(carry.key)
-        env_state, key, trajectory, episodes = rollout(state.params, state.step, carry.env, key)
-        batch = _examples(carry.tail, trajectory)
-        # Once the tail holds real moves, iteration i writes its N examples at slot
-        # (i - fill_iterations) * N of the ring (mod C): the oldest go first.
-        slot = ((index - plan.fill_iterations) * plan.examples) % plan.ring
-        ring = jax.lax.cond(
-            index >= plan.fill_iterations,
-            lambda ring: jax.tree.map(
-                lambda r, b: jax.lax.dynamic_update_slice_in_dim(r, b, slot, axis=0), ring, batch
-            ),
-            lambda ring: ring,
-            carry.ring,
+        env_state, timestep, key, trajectory, episodes = rollout(
+            state.params, state.step, carry.env, carry.timestep, key
         )
+        batch = examples(carry.tail, trajectory)
+        if agent.uses_replay:
+            # Once the tail holds real steps, iteration i writes its N examples at slot
+            # (i - fill_iterations) * N of the ring (mod C): the oldest go first.
+            slot = ((index - plan.fill_iterations) * plan.examples) % plan.ring
+            ring = jax.lax.cond(
+                index >= plan.fill_iterations,
+                lambda ring: jax.tree.map(
+                    lambda r, b: jax.lax.dynamic_update_slice_in_dim(r, b, slot, axis=0),
+                    ring,
+                    batch,
+                ),
+                lambda ring: ring,
+                carry.ring,
+            )
+        else:  # this iteration's trajectories; unused until the tail holds a real step
+            ring = batch
         tail = jax.tree.map(
-            lambda x: x[-(steps - 1) :],
+            lambda x: x[-plan.tail :],
             jax.tree.map(lambda a, b: jnp.concatenate([a, b]), carry.tail, trajectory),
         )
-        carry = AnakinCarry(env_state, tail, ring, key, sample_key)
+        carry = AnakinCarry(env_state, timestep, tail, ring, key, sample_key)
         episodes = jax.lax.psum(episodes, muzero.AXIS)
         metrics = {
             "episodes": episodes[0],
@@ -275,7 +331,9 @@ def make_anakin_iteration(
 
         def learn_all(state):
             state, learned = jax.lax.scan(
-                lambda state, u: learn_step(state, index, u, carry), state, jnp.arange(plan.updates)
+                lambda state, u: learn_step(state, index, u, carry),
+                state,
+                jnp.arange(plan.updates),
             )
             return state, jax.tree.map(lambda m: m[-1], learned)  # the last update's
 
@@ -368,7 +426,7 @@ def make_anakin_program(config: ExperimentConfig, optimizer, devices) -> AnakinP
     spec = env_spec(config.env.name, seed=config.seed, **config.env.options)
     agent = make_agent(config, spec)
     plan = plan_anakin(config, agent, len(devices))
-    functions = pgx_functions(spec.env_id, plan.games)
+    functions = jax_env_functions(config.env.name, plan.games, **config.env.options)
     update = muzero.make_update(agent.loss_fn, optimizer, axis_name=muzero.AXIS)
     init_carry, iteration, learn_step = make_anakin_iteration(
         config, agent, plan, functions, update
@@ -385,7 +443,6 @@ class AnakinRuntime:
         self.devices = anakin_devices(config)
         self.program = make_anakin_program(config, optimizer, self.devices)
         self.agent, self.plan, self.spec = self.program.agent, self.program.plan, self.program.spec
-        self.min_size = config.replay.min_size
         self.inside = learn_in_jit(self.devices)
         options = dict(self.agent.compiler_options)
         self._iterate = jax.jit(
@@ -395,7 +452,7 @@ class AnakinRuntime:
         )
         self._update = jax.jit(self.program.learn, donate_argnums=(0,), compiler_options=options)
         local = sum(d.process_index == jax.process_index() for d in self.devices)
-        self.frames_per_iteration = self.plan.examples * local
+        self.frames_per_iteration = self.plan.moves * self.plan.games * local
         self.timer = StageTimer()
         self._step = self._frames = self._index = 0
         self._state: Any = None  # replicated over the mesh
@@ -470,7 +527,9 @@ class AnakinRuntime:
         return jax.device_get(muzero.unreplicate(self._state).params)
 
     def fill_level(self) -> tuple[int, int]:
-        """Examples in the rings (all devices) against `replay.min_size`; the first iterations
-        only fill the windows' tail and write none."""
-        need = self.min_size
-        return min(int(self.plan.written(self._index - 1)) * self.plan.devices, need), need
+        """Examples written (all devices) against what learning starts with (at least
+        `replay.min_size`; V-trace: one iteration's trajectories); the first iterations only
+        fill the tail and write none."""
+        plan = self.plan
+        need = int(plan.written(plan.min_iterations)) * plan.devices
+        return min(int(plan.written(self._index - 1)) * plan.devices, need), need

@@ -214,11 +214,6 @@ def test_bad_runtime_gets_one_line_and_exit_2(overrides, message, tmp_path):
     assert len(lines) == 1 and message in lines[0], proc.stderr
 
 
-def test_vtrace_is_refused_under_anakin():
-    with pytest.raises(UsageError, match="'sebulba' for vtrace"):
-        configs.load_config("cartpole_vtrace", ["runtime=anakin", "env.name=pgx:tic_tac_toe"])
-
-
 def test_updates_inside_the_jit_equal_updates_called_one_by_one():
     # Accelerators take the U updates inside the iteration's jit, CPUs call them one by one
     # (`learn_in_jit`): from the same state, one learning iteration must give the same params.

@@ -135,9 +135,12 @@ def test_wandb_offline_writes_its_run_files(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     with MetricsLogger(
-        tmp_path, tensorboard=False, progress=False, wandb_project="podracer-test",
+        tmp_path,
+        tensorboard=False,
+        progress=False,
+        wandb_project="podracer-test",
         wandb_config={"seed": 3},
-    ) as logger:  # fmt: skip
+    ) as logger:
         for step in range(3):
             logger.log(step, {"loss": 1.0 / (step + 1), "status": "learning"})
     runs = list((tmp_path / "wandb").glob("offline-run-*"))

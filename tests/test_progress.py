@@ -22,12 +22,23 @@ def _records(run):
 
 def test_a_run_stopped_while_the_replay_fills_says_so(tmp_path, capsys):
     run = tmp_path / "run"
-    code = cli.main([
-        "train", "--config", "tic_tac_toe_muzero", "--run-dir", str(run), "--quiet", *TINY,
-        "replay.capacity=100000", "replay.min_size=50000", "learner.max_updates=0",
-        "learner.max_seconds=8",
-        "learner.log_every_s=0.5", "evaluation.every_s=0",
-    ])  # fmt: skip
+    code = cli.main(
+        [
+            "train",
+            "--config",
+            "tic_tac_toe_muzero",
+            "--run-dir",
+            str(run),
+            "--quiet",
+            *TINY,
+            "replay.capacity=100000",
+            "replay.min_size=50000",
+            "learner.max_updates=0",
+            "learner.max_seconds=8",
+            "learner.log_every_s=0.5",
+            "evaluation.every_s=0",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     records = _records(run)
@@ -79,9 +90,12 @@ def test_the_evaluator_refuses_what_it_cannot_play():
 
 def test_the_evaluators_figures_appear_in_a_short_runs_metrics(tmp_path):
     config = _tic_tac_toe(
-        "learner.max_updates=0", "learner.max_seconds=12", "evaluation.every_s=1",
-        "evaluation.games=4", "evaluation.opponents=[random,mcts:5]",
-    )  # fmt: skip
+        "learner.max_updates=0",
+        "learner.max_seconds=12",
+        "evaluation.every_s=1",
+        "evaluation.games=4",
+        "evaluation.opponents=[random,mcts:5]",
+    )
     train(config, tmp_path / "run", progress=False, make_evaluator=progress.RunEvaluator)
     evaluated = [r for r in _records(tmp_path / "run") if "eval/random/score" in r]
     assert evaluated, "no evaluation in 12 s with evaluation.every_s=1"
@@ -107,11 +121,19 @@ def test_one_player_evaluation_plays_greedy_episodes():
 def test_strength_against_random_rises_over_a_run_that_learns(tmp_path):
     # One simulation: the evaluated move is the policy network's, so what it learned shows.
     config = _tic_tac_toe(
-        "learner.max_updates=0", "learner.max_seconds=90", "evaluation.every_s=10",
-        "evaluation.games=40", "evaluation.opponents=[random]", "evaluation.num_simulations=1",
-        "search.num_simulations=32", "replay.min_size=256", "learner.batch_size=64",
-        "network.channels=16", "optimizer.learning_rate=3e-3", "actors.envs_per_thread=32",
-    )  # fmt: skip
+        "learner.max_updates=0",
+        "learner.max_seconds=90",
+        "evaluation.every_s=10",
+        "evaluation.games=40",
+        "evaluation.opponents=[random]",
+        "evaluation.num_simulations=1",
+        "search.num_simulations=32",
+        "replay.min_size=256",
+        "learner.batch_size=64",
+        "network.channels=16",
+        "optimizer.learning_rate=3e-3",
+        "actors.envs_per_thread=32",
+    )
     train(config, tmp_path / "run", progress=False, make_evaluator=progress.RunEvaluator)
     scores = [r["eval/random/score"] for r in _records(tmp_path / "run") if "eval" in r]
     assert len(scores) >= 3, scores

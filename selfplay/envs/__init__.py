@@ -12,7 +12,7 @@ of one of their names, so that a run on one family never loads the libraries of 
 import importlib
 
 from selfplay.envs.base import FAMILIES, BatchedEnv, EnvSpec, TimeStep
-from selfplay.envs.registry import env_spec, make_env, parse_env_name
+from selfplay.envs.registry import env_spec, jax_env_functions, make_env, parse_env_name
 
 _LAZY = {
     "OpenSpielEnv": "selfplay.envs.openspiel",
@@ -38,6 +38,7 @@ __all__ = [
     "EnvSpec",
     "TimeStep",
     "env_spec",
+    "jax_env_functions",
     "make_env",
     "parse_env_name",
     *_LAZY,

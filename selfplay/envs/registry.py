@@ -10,7 +10,7 @@ from typing import Any
 from configs.errors import UsageError
 from selfplay.envs.base import FAMILIES, BatchedEnv, EnvSpec
 
-__all__ = ["env_spec", "make_env", "parse_env_name"]
+__all__ = ["env_spec", "jax_env_functions", "make_env", "parse_env_name"]
 
 
 def parse_env_name(name: str) -> tuple[str, str]:
@@ -58,6 +58,27 @@ def make_env(name: str, num_envs: int, seed: int = 0, **options: Any) -> Batched
     from selfplay.envs.envpool_env import EnvPoolEnv
 
     return EnvPoolEnv(env_id, num_envs, seed, **options)
+
+
+def jax_env_functions(name: str, num_envs: int, **options: Any) -> Any:
+    """Pure, jittable `reset(key) -> (state, TimeStep)` and `step(state, actions [B]) -> (state,
+    TimeStep)` for `num_envs` environments of a JAX-native family (pgx, gymnax), with same-step
+    auto-reset: what the Anakin runtime steps inside its jit. UsageError for other families."""
+    family, env_id = parse_env_name(name)
+    if family == "pgx":
+        from selfplay.envs.pgx_env import pgx_functions
+
+        _check_options(name, options, set())
+        return pgx_functions(env_id, num_envs)
+    if family == "gymnax":
+        from selfplay.envs.gymnax_env import gymnax_functions
+
+        _check_options(name, options, {"max_episode_steps"})
+        return gymnax_functions(env_id, num_envs, **options)
+    raise UsageError(
+        f"{name} is stepped on the host, not inside a jit: runtime=anakin needs a JAX-native "
+        f"environment (pgx:..., gymnax:...); use runtime=sebulba"
+    )
 
 
 def env_spec(name: str, seed: int = 0, **options: Any) -> EnvSpec:
