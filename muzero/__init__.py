@@ -35,6 +35,7 @@ _SOURCES = {
     "n_step_values": "muzero.targets",
     "muzero_batch": "muzero.targets",
     "alphazero_batch": "muzero.targets",
+    "bootstrap_truncations": "muzero.targets",
     "value_priorities": "muzero.targets",
     "sequence_priorities": "muzero.targets",
     "BoardSymmetries": "muzero.symmetries",
@@ -97,6 +98,7 @@ __all__ = [
     "n_step_values",
     "muzero_batch",
     "alphazero_batch",
+    "bootstrap_truncations",
     "value_priorities",
     "sequence_priorities",
     "BoardSymmetries",
@@ -194,6 +196,7 @@ if TYPE_CHECKING:
     )
     from muzero.targets import (
         alphazero_batch,
+        bootstrap_truncations,
         muzero_batch,
         n_step_values,
         ply_discount,

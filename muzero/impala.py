@@ -136,10 +136,16 @@ def make_vtrace_loss(networks: ActorCriticNetworks, config: LossConfig) -> LossF
         rho = jnp.exp(jax.lax.stop_gradient(log_pi_a) - log_mu_a)  # [T-1, B]
 
         discount_t = config.discount * batch.discount[:-1].astype(jnp.float32)
+        reward_t = batch.reward[:-1].astype(jnp.float32)
+        if batch.truncated is not None:
+            # A step cut by a time limit bootstraps from its own state's value (the next step is
+            # a new episode): r + discount * V(x_t), with the recursion still stopped there.
+            cut = batch.truncated[:-1] > 0
+            reward_t = reward_t + jnp.where(cut, config.discount * jax.lax.stop_gradient(values), 0)
         out = vtrace_td_error_and_advantage(
             values,
             jax.lax.stop_gradient(next_values),
-            batch.reward[:-1].astype(jnp.float32),
+            reward_t,
             discount_t,
             rho,
             config.vtrace_lambda,

@@ -17,6 +17,7 @@ from muzero.types import AlphaZeroBatch, MuZeroBatch, Trajectory
 __all__ = [
     "ply_discount",
     "n_step_values",
+    "bootstrap_truncations",
     "value_priorities",
     "sequence_priorities",
     "muzero_batch",
@@ -64,6 +65,20 @@ def n_step_values(
     return z
 
 
+def bootstrap_truncations(
+    reward_t: chex.Array, value_t: chex.Array, truncated_t: chex.Array | None
+) -> chex.Array:
+    """The rewards the n-step value targets sum, where a step cut by a time limit
+    (`truncated_t`, [T, B]) reads its own state's value instead of its reward: the target of a
+    truncated step is then `value_t` (the n-step bootstrap at that state) and not `reward_t`
+    followed by nothing, which would tell the value that time limits are the game's end (a value
+    it cannot predict from the state). `reward_t` itself stays the reward model's target."""
+    if truncated_t is None:
+        return reward_t
+    chex.assert_equal_shape([reward_t, value_t, truncated_t])
+    return jnp.where(truncated_t > 0, value_t, reward_t)
+
+
 def value_priorities(search_value: chex.Array, value_target: chex.Array) -> chex.Array:
     """Replay priorities `|search value - value target|`, elementwise."""
     chex.assert_equal_shape([search_value, value_target])
@@ -78,7 +93,10 @@ def sequence_priorities(
     Steps within n of the trajectory's end bootstrap earlier (see `n_step_values`).
     """
     d = ply_discount(trajectory.discount, discount, two_player)
-    z = n_step_values(trajectory.reward, d, trajectory.search_value, td_steps)
+    rewards = bootstrap_truncations(
+        trajectory.reward, trajectory.search_value, trajectory.truncated
+    )
+    z = n_step_values(rewards, d, trajectory.search_value, td_steps)
     return value_priorities(trajectory.search_value, z)
 
 
@@ -125,9 +143,11 @@ def muzero_batch(
     alive = jnp.concatenate([jnp.ones_like(ended[:1]), jnp.cumprod(1.0 - ended[:-1], axis=0)])
 
     d = ply_discount(env_discount, discount, two_player)
-    z = n_step_values(
-        window.reward.astype(jnp.float32), d, window.search_value.astype(jnp.float32), n
+    search_value = window.search_value.astype(jnp.float32)
+    rewards = bootstrap_truncations(
+        window.reward.astype(jnp.float32), search_value, window.truncated
     )
+    z = n_step_values(rewards, d, search_value, n)
     value_target = z[: k + 1] * alive[: k + 1]  # [K+1, N]
     # The transition into step j (j >= 1) starts at state j - 1: a real one only if that is alive.
     reward_target = jnp.concatenate(
@@ -182,9 +202,11 @@ def alphazero_batch(
             f"windows must have length td_steps + 1 = {td_steps + 1}, got {window.reward.shape[0]}"
         )
     d = ply_discount(window.discount.astype(jnp.float32), discount, two_player)
-    z = n_step_values(
-        window.reward.astype(jnp.float32), d, window.search_value.astype(jnp.float32), td_steps
-    )  # [L, N]
+    search_value = window.search_value.astype(jnp.float32)
+    rewards = bootstrap_truncations(
+        window.reward.astype(jnp.float32), search_value, window.truncated
+    )
+    z = n_step_values(rewards, d, search_value, td_steps)  # [L, N]
     return AlphaZeroBatch(
         observation=jax.tree.map(lambda o: o[0].astype(jnp.float32), window.observation),
         policy_target=window.search_policy[0].astype(jnp.float32),

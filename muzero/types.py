@@ -17,7 +17,9 @@ class Trajectory(NamedTuple):
 
     Step t holds what the actor saw (observation t), what it did (action t) and what followed
     (reward t, discount t). Environments reset automatically, so a trajectory may hold the end of
-    one episode and the start of the next: `discount[t] == 0` marks the boundary after step t.
+    one episode and the start of the next: `discount[t] == 0` marks the boundary after step t,
+    and `truncated[t]` says the episode was cut there by a time limit (its value targets then
+    bootstrap from the last state's value instead of reading the cut as the game's end).
     """
 
     observation: chex.Array  # [T, B, ...] float32 or uint8; observation before acting at t.
@@ -30,6 +32,9 @@ class Trajectory(NamedTuple):
     to_play: chex.Array  # [T, B] int32; player to move at t (0 in one-player games).
     behaviour_logits: chex.Array  # [T, B, A] float32; logits of the acting policy (for V-trace).
     policy_version: chex.Array  # [T, B] int32; version of the params that chose action t.
+    # [T, B] float32; 1 where a time limit, not the game, ended the episode after step t (its
+    # discount is 0 too: the next step is a new episode). None: no time limits.
+    truncated: chex.Array | None = None
 
 
 class MuZeroBatch(NamedTuple):
@@ -70,6 +75,7 @@ class VTraceBatch(NamedTuple):
     reward: chex.Array  # [T, B] float32; reward after action t.
     discount: chex.Array  # [T, B] float32; 0 where the episode ended after step t, else env's.
     behaviour_logits: chex.Array  # [T, B, A] float32; logits of the policy that acted.
+    truncated: chex.Array | None = None  # [T, B] float32; 1 where a time limit cut the episode.
 
     @classmethod
     def from_trajectory(cls, trajectory: Trajectory) -> "VTraceBatch":
@@ -80,4 +86,5 @@ class VTraceBatch(NamedTuple):
             trajectory.reward,
             trajectory.discount,
             trajectory.behaviour_logits,
+            trajectory.truncated,
         )

@@ -44,6 +44,7 @@ __all__ = [
     "check_actor_envs",
     "fused_pgx_act_step",
     "is_async",
+    "outcome_fields",
     "push",
     "start_actors",
 ]
@@ -179,11 +180,7 @@ def actor_loop(
                 stats.timer.add("env", stepped - searched)
             done = np.asarray(next_timestep.done)
             segment.append(
-                {
-                    **acting_fields(timestep, out, snapshot.version),
-                    "reward": np.asarray(next_timestep.reward, np.float32),
-                    "discount": np.where(done, 0.0, 1.0).astype(np.float32),
-                }
+                {**acting_fields(timestep, out, snapshot.version), **outcome_fields(next_timestep)}
             )
             ended = np.asarray(getattr(next_timestep, "episode_end", done), bool)
             stats.add(
@@ -257,11 +254,7 @@ def async_actor_loop(
             ids = np.asarray(timestep.env_id)
             done = np.asarray(timestep.done)
             # A row completes the step its env began; an env's first row after reset begins one.
-            completed = columns.complete(
-                ids,
-                np.asarray(timestep.reward, np.float32),
-                np.where(done, 0.0, 1.0).astype(np.float32),
-            )
+            completed = columns.complete(ids, outcome_fields(timestep))
             ended = np.asarray(timestep.episode_end, bool) & completed
             stats.add(
                 int(completed.sum()),
@@ -281,7 +274,7 @@ class EnvColumns:
     """The async actor's steps in one column per env: column e holds env e's steps in order.
 
     `begin(ids, fields)` writes the acting half of each env's next step (observation, action,
-    search outputs, ...) to its column's next slot; `complete(ids, reward, discount)` finishes the
+    search outputs, ...) to its column's next slot; `complete(ids, outcome)` finishes the
     steps those envs began. `pop()` returns a [T, num_envs] Trajectory of every env's oldest T
     completed steps once each env has T, and keeps the last `overlap` of them and any faster env's
     extra steps for the next one. Columns start a little longer than T and grow if an env runs
@@ -300,11 +293,7 @@ class EnvColumns:
         slots = self.count[ids]  # [b]
         if not self._columns:
             capacity = self.length + max(8, self.length // 4)
-            first = dict(
-                fields,
-                reward=np.zeros(ids.size, np.float32),
-                discount=np.zeros(ids.size, np.float32),
-            )
+            first = {**fields, **{name: np.zeros(ids.size, np.float32) for name in OUTCOMES}}
             self._columns = {
                 name: np.zeros((capacity, self.num_envs, *value.shape[1:]), value.dtype)
                 for name, value in first.items()
@@ -320,13 +309,14 @@ class EnvColumns:
             self._columns[name][slots, ids] = value
         self.pending[ids] = True
 
-    def complete(self, ids: np.ndarray, reward: np.ndarray, discount: np.ndarray) -> np.ndarray:
-        """Finishes the steps `ids` [b] began; returns [b] bool, the rows that finished one."""
+    def complete(self, ids: np.ndarray, outcome: dict[str, np.ndarray]) -> np.ndarray:
+        """Finishes the steps `ids` [b] began with their `outcome_fields` (each [b]); returns
+        [b] bool, the rows that finished one."""
         finished = self.pending[ids]  # [b]
         done_ids = ids[finished]
         slots = self.count[done_ids]
-        self._columns["reward"][slots, done_ids] = reward[finished]
-        self._columns["discount"][slots, done_ids] = discount[finished]
+        for name in OUTCOMES:
+            self._columns[name][slots, done_ids] = outcome[name][finished]
         self.count[done_ids] += 1
         self.pending[done_ids] = False
         return finished
@@ -360,8 +350,24 @@ def act(
     return jax.device_get(out)  # the search ran on the device; this waits for it
 
 
+# The fields of a trajectory step known only once the environment has stepped.
+OUTCOMES = ("reward", "discount", "truncated")
+
+
+def outcome_fields(timestep) -> dict[str, np.ndarray]:
+    """The `OUTCOMES` of the step that produced `timestep` ([B] each, float32): its reward, the
+    discount (0 where an episode ended, by the game or a time limit) and whether a time limit
+    cut it (`Trajectory.truncated`)."""
+    done = np.asarray(timestep.done)
+    return {
+        "reward": np.asarray(timestep.reward, np.float32),
+        "discount": np.where(done, 0.0, 1.0).astype(np.float32),
+        "truncated": np.asarray(timestep.truncated, np.float32),
+    }
+
+
 def acting_fields(timestep, out, version: int) -> dict[str, np.ndarray]:
-    """The fields of a trajectory step known when the actor acts (all but reward and discount),
+    """The fields of a trajectory step known when the actor acts (all but the `OUTCOMES`),
     for the B rows of `timestep` and the act's output `out`."""
     batch = np.asarray(out.action).shape[0]
     return {

@@ -184,7 +184,7 @@ def windows(tail: muzero.Trajectory, new: muzero.Trajectory) -> muzero.Trajector
     fields = {
         name: stack(getattr(buffer, name), steps)
         for name in buffer._fields
-        if name != "observation"
+        if name != "observation" and getattr(buffer, name) is not None
     }
     return muzero.Trajectory(observation=stack(buffer.observation, 1), **fields)
 
@@ -233,6 +233,7 @@ def make_anakin_iteration(
                 to_play=timestep.to_play.astype(jnp.int32),
                 behaviour_logits=out.behaviour_logits.astype(jnp.float32),
                 policy_version=jnp.full(games, version, jnp.int32),
+                truncated=next_timestep.truncated.astype(jnp.float32),
             )
             ended = next_timestep.episode_end.astype(jnp.float32)  # [B]
             # [3]: episodes ended, the sum of their returns, the sum of their lengths

@@ -8,6 +8,7 @@ import pytest
 from muzero import (
     Trajectory,
     alphazero_batch,
+    bootstrap_truncations,
     muzero_batch,
     n_step_values,
     ply_discount,
@@ -54,6 +55,40 @@ def test_n_step_stops_at_the_episode_end():
     )
     # Steps 0 and 1 end with the episode (no bootstrap); step 2 starts the next episode.
     np.testing.assert_allclose(z[:, 0], [3.0, 2.0, 57.0, 54.0, 50.0])
+
+
+def test_a_time_limit_is_not_the_games_end():
+    # CartPole-like: reward 1 a step; a time limit cuts the episode after step 2 (discount 0
+    # there, as at a real end), the next episode starts at step 3.
+    reward, discount, value = column([1, 1, 1, 1, 1]), column([1, 1, 0, 1, 1]), column([7] * 5)
+    truncated = column([0, 0, 1, 0, 0])
+    rewards = bootstrap_truncations(reward, value, truncated)
+    z = n_step_values(rewards, discount, value, 3)
+    # The cut step bootstraps from its own value (7), not "reward 1, then nothing": the value
+    # cannot see the clock, and reading the limit as the end would teach it a time it cannot know.
+    np.testing.assert_allclose(z[:, 0], [9.0, 8.0, 7.0, 8.0, 7.0])
+    ended = n_step_values(reward, discount, value, 3)  # a real end at step 2
+    np.testing.assert_allclose(ended[:3, 0], [3.0, 2.0, 1.0])
+    assert bootstrap_truncations(reward, value, None) is reward
+
+
+def test_windows_with_a_time_limit_bootstrap_their_value_targets():
+    window = trajectory([1, 1, 1, 1, 1], [1, 0, 1, 1, 1], [6, 6, 6, 6, 6])
+    batch = muzero_batch(
+        window._replace(truncated=column([0, 1, 0, 0, 0])),
+        jnp.ones((1,)),
+        unroll_steps=2,
+        td_steps=2,
+        discount=1.0,
+        two_player=False,
+    )
+    # Step 0: 1 + (the cut step's value 6); step 1 is the cut step; step 2 is past the episode.
+    np.testing.assert_allclose(batch.value_target[0], [7.0, 6.0, 0.0])
+    np.testing.assert_allclose(batch.reward_target[0], [0.0, 1.0, 1.0])  # the rewards unchanged
+    real_end = muzero_batch(
+        window, jnp.ones((1,)), unroll_steps=2, td_steps=2, discount=1.0, two_player=False
+    )
+    np.testing.assert_allclose(real_end.value_target[0], [2.0, 1.0, 0.0])
 
 
 def test_two_player_signs_are_from_the_view_of_the_player_to_move():

@@ -167,3 +167,28 @@ def test_vtrace_rejects_two_player_config():
     nets = make_actor_critic_networks(NetworkConfig(), (3,), 2)
     with pytest.raises(ValueError, match="two_player"):
         make_vtrace_loss(nets, LossConfig(two_player=True))
+
+
+def test_a_time_limit_bootstraps_the_vtrace_target_from_the_cut_states_value():
+    # One learned step per column, on-policy (rho = 1): its value target is the reward and, where
+    # a time limit cut the episode there, the discounted value of that same state; where the
+    # game ended, the reward alone.
+    t, b, a, d = 2, 4, 3, 5
+    nets = make_actor_critic_networks(NetworkConfig(mlp_sizes=(8,)), (d,), a)
+    config = LossConfig(discount=0.9, entropy_cost=0.0, baseline_cost=1.0)
+    keys = jax.random.split(jax.random.key(3), 2)
+    params = nets.init(keys[0])
+    observation = jax.random.normal(keys[1], (t, b, d))
+    logits, values = nets.apply(params, observation.reshape(t * b, d))
+    batch = VTraceBatch(
+        observation=observation,
+        action=jnp.zeros((t, b), jnp.int32),
+        reward=jnp.ones((t, b)),
+        discount=jnp.zeros((t, b)),  # every learned step ends its episode ...
+        behaviour_logits=logits.reshape(t, b, a),
+        truncated=jnp.array([[1.0, 1.0, 0.0, 0.0], [0.0] * 4]),  # ... by the clock in two columns
+    )
+    _, metrics = make_vtrace_loss(nets, config)(params, batch, KEY)
+    value_0 = values.reshape(t, b)[0]  # [B]
+    errors = 1.0 + jnp.where(batch.truncated[0] > 0, config.discount * value_0, 0.0) - value_0
+    np.testing.assert_allclose(metrics["value_loss"], 0.5 * jnp.mean(errors**2), rtol=1e-5)
