@@ -193,17 +193,22 @@ def play_games(
     tables_players: Sequence[Sequence[pyspiel.Bot]],
     seeds: Sequence[int],
     on_finish: Callable[[int, pyspiel.State, _Table], None],
-) -> None:
+    should_stop: Callable[[], bool] | None = None,
+) -> bool:
     """Plays several games in lock step, calling `on_finish(k, final_state, table)` as each ends.
 
     Unbatched players move at once; each round then gives every batched player all the games
     waiting for it in one `step_many` call, so games against an unbatched opponent stay in phase.
+    `should_stop()`, asked before every round, abandons the unfinished games; returns whether
+    every game finished.
     """
     tables = [
         _Table(game, players, seed) for players, seed in zip(tables_players, seeds, strict=True)
     ]
     live = list(range(len(tables)))
     while live:
+        if should_stop is not None and should_stop():
+            return False
         waiting: dict[int, list[int]] = {}  # id(batched player) -> games waiting for it
         batched: dict[int, pyspiel.Bot] = {}
         for k in live:
@@ -235,6 +240,7 @@ def play_games(
             else:
                 still.append(k)
         live = still
+    return True
 
 
 def _record(

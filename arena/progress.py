@@ -13,6 +13,7 @@ thread plays them, greedy (no root noise, the most visited move), with the arena
 - one-player environments: `evaluation.games` episodes of the greedy agent
   (`arena.evaluate.evaluate_policy`): `eval/return` (mean), `eval/return_iqm`, and on Atari
   `eval/human_normalized`.
+- always `eval/seconds`, the evaluation's wall time (it shares the run's cores).
 
 The games use the same seeds at every evaluation, so the curve moves with the parameters, not
 with the dice. Default opponents: `random` and an OpenSpiel MCTS (`mcts:N`, random rollouts)
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import pathlib
+import time
 from typing import Any
 
 import jax
@@ -104,10 +106,14 @@ class RunEvaluator:
             )
 
     def evaluate(self, params: Any, step: int, stop: StopSignal) -> dict[str, Any]:
-        """The figures of `params`; stops between opponents once `stop` is set."""
+        """The figures of `params` (and `eval/seconds`, the evaluation's wall time: its cost,
+        taken from the run's cores); nothing if `stop` is set before the games end."""
+        started = time.monotonic()
         if self.two_player:
-            return self._against_opponents(params, step, stop)
-        return self._episodes(params)
+            values = self._against_opponents(params, step, stop)
+        else:
+            values = self._episodes(params)
+        return {**values, "eval/seconds": time.monotonic() - started} if values else values
 
     def _against_opponents(self, params: Any, step: int, stop: StopSignal) -> dict[str, Any]:
         run = LoadedRun(pathlib.Path("."), step, self.config, self.spec, params)
@@ -118,8 +124,6 @@ class RunEvaluator:
         summary = []
         agent_seats = [r % 2 for r in range(self.games)]  # colours alternate
         for j, opponent in enumerate(self.opponents):
-            if stop.is_set():
-                break
             seeds = [game_seed(self.seed, 0, j + 1, r) for r in range(self.games)]
             tables = []
             for seed, seat in zip(seeds, agent_seats, strict=True):
@@ -131,7 +135,8 @@ class RunEvaluator:
                 del table
                 outcomes[k] = state.returns()[agent_seats[k]]
 
-            play_games(self.game, tables, seeds, finished)
+            if not play_games(self.game, tables, seeds, finished, should_stop=stop.is_set):
+                return {}  # the run stopped mid-evaluation: nothing to log
             wins, draws = int((outcomes > 0).sum()), int((outcomes == 0).sum())
             losses = self.games - wins - draws
             score = (wins + 0.5 * draws) / self.games
