@@ -274,7 +274,12 @@ def cartpole_vtrace() -> ExperimentConfig:
         env=EnvConfig(name="envpool:CartPole-v1"),
         network=NetworkConfig(mlp_sizes=(64, 64), value_support=0, reward_support=0),
         loss=LossConfig(discount=0.99, entropy_cost=0.01, baseline_cost=0.5),
-        optimizer=OptimizerConfig(learning_rate=1e-3, max_grad_norm=40.0),
+        # Annealed to 0 over the 10-minute run's ~6,000 updates on 2 CPU cores, as purejaxrl
+        # anneals over its training: at a constant rate the policy collapsed for a few windows
+        # every minute or two even after reaching the 500 cap (BENCHMARKS.md).
+        optimizer=OptimizerConfig(
+            learning_rate=1e-3, max_grad_norm=40.0, schedule="linear", decay_steps=6_000
+        ),
         actors=ActorConfig(threads_per_device=2, envs_per_thread=16, unroll_length=32),
         replay=ReplayConfig(queue_size=8),
         learner=LearnerConfig(
@@ -339,6 +344,8 @@ def gymnax_cartpole_vtrace() -> ExperimentConfig:
         name="gymnax_cartpole_vtrace",
         runtime="anakin",
         env=EnvConfig(name="gymnax:CartPole-v1"),
+        # Annealed over the 10-minute run's ~120,000 updates on 2 CPU cores (see cartpole_vtrace).
+        optimizer=dataclasses.replace(config.optimizer, decay_steps=120_000),
         actors=ActorConfig(threads_per_device=1, envs_per_thread=16, unroll_length=32),
         learner=dataclasses.replace(config.learner, batch_size=16, max_updates=0),
         devices=DevicesConfig(cpu_devices=2),
