@@ -200,19 +200,14 @@ def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> 
         priorities = muzero.value_priorities(window.search_value[0], batch.value_target[:, 0])
         return batch, priorities
 
-    window_length = config.loss.window_length
-    return Agent(
-        init=networks.init,
-        act=act,
-        loss_fn=loss_fn,
-        make_batch=jax.jit(make_batch),
-        window_length=window_length,
-        batch_axis=0,
+    return _search_agent(
+        config,
+        networks.init,
+        act,
+        loss_fn,
+        make_batch,
+        window_length=config.loss.window_length,
         uses_env_state=False,
-        segment_length=config.actors.unroll_length,
-        segment_overlap=0,
-        uses_replay=True,
-        make_store=functools.partial(make_sequence_replay, config, window_length),
     )
 
 
@@ -264,15 +259,37 @@ def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) 
         )
         return batch, muzero.value_priorities(window.search_value[0], batch.value_target)
 
-    window_length = config.loss.td_steps + 1
+    return _search_agent(
+        config,
+        networks.init,
+        act,
+        loss_fn,
+        make_batch,
+        window_length=config.loss.td_steps + 1,
+        uses_env_state=True,
+    )
+
+
+def _search_agent(
+    config: ExperimentConfig,
+    init,
+    act,
+    loss_fn,
+    make_batch,
+    *,
+    window_length: int,
+    uses_env_state: bool,
+) -> Agent:
+    """A search agent (MuZero, AlphaZero): actors push segments of `actors.unroll_length` steps
+    to a prioritised replay, the learner samples windows of `window_length` from it."""
     return Agent(
-        init=networks.init,
+        init=init,
         act=act,
         loss_fn=loss_fn,
         make_batch=jax.jit(make_batch),
         window_length=window_length,
         batch_axis=0,
-        uses_env_state=True,
+        uses_env_state=uses_env_state,
         segment_length=config.actors.unroll_length,
         segment_overlap=0,
         uses_replay=True,

@@ -49,6 +49,7 @@ from selfplay.agent import Agent, make_agent
 from selfplay.envs import EnvSpec, TimeStep, env_spec, jax_env_functions
 from selfplay.lifetime import StopSignal
 from selfplay.metrics import StageTimer
+from selfplay.run import ReplicatedState
 
 __all__ = [
     "AnakinCarry",
@@ -436,7 +437,7 @@ def make_anakin_program(config: ExperimentConfig, optimizer, devices) -> AnakinP
     return AnakinProgram(agent, spec, plan, mesh, init_carry, iterate, learn)
 
 
-class AnakinRuntime:
+class AnakinRuntime(ReplicatedState):
     """Anakin for the run loop (`selfplay.run.run`): each `learn` is one iteration on every
     device (play, targets, replay, and the updates once the rings hold `replay.min_size`)."""
 
@@ -520,12 +521,6 @@ class AnakinRuntime:
             )
         self._episodes[:] = 0
         return values
-
-    def train_state(self) -> muzero.TrainState:
-        return jax.device_get(muzero.unreplicate(self._state))
-
-    def params(self) -> Any:
-        return jax.device_get(muzero.unreplicate(self._state).params)
 
     def fill_level(self) -> tuple[int, int]:
         """Examples written (all devices) against what learning starts with (at least

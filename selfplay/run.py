@@ -44,6 +44,7 @@ __all__ = [
     "Evaluator",
     "MUST_MATCH",
     "RunResult",
+    "ReplicatedState",
     "RunStart",
     "Runtime",
     "plot_run",
@@ -139,6 +140,19 @@ class Evaluator(Protocol):
         """The figures of `params` (taken at `step`), to log; it returns early, with what it
         has, once `stop` is set."""
         ...
+
+
+class ReplicatedState:
+    """For runtimes whose train state is replicated over their devices (`self._state`): the
+    host copies a checkpoint and an evaluator take."""
+
+    _state: Any
+
+    def train_state(self) -> muzero.TrainState:
+        return jax.device_get(muzero.unreplicate(self._state))
+
+    def params(self) -> Any:
+        return jax.device_get(muzero.unreplicate(self._state).params)
 
 
 def split_cpu(count: int) -> None:

@@ -30,6 +30,7 @@ from selfplay.envs import env_spec
 from selfplay.lifetime import StopSignal, ThreadGroup
 from selfplay.metrics import StageTimer
 from selfplay.params import ParameterServer
+from selfplay.run import ReplicatedState
 
 __all__ = ["SebulbaRuntime", "split_devices"]
 
@@ -58,7 +59,7 @@ def split_devices(config: ExperimentConfig) -> tuple[list[jax.Device], list[jax.
     return actors, learners
 
 
-class SebulbaRuntime:
+class SebulbaRuntime(ReplicatedState):
     """Actor threads and a store feeding the learner's update in the main thread."""
 
     def __init__(self, config: ExperimentConfig, optimizer):
@@ -158,12 +159,6 @@ class SebulbaRuntime:
         values.update(self.timer.summary("time/learner/", reset=True))
         values.update(self.stats.timer.summary("time/actors/", reset=True))
         return values
-
-    def train_state(self) -> muzero.TrainState:
-        return jax.device_get(muzero.unreplicate(self._state))
-
-    def params(self) -> Any:
-        return jax.device_get(muzero.unreplicate(self._state).params)
 
     def fill_level(self) -> tuple[int, int]:
         return self.store.fill_level()
