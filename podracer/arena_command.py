@@ -7,15 +7,18 @@ import sys
 import time
 from pathlib import Path
 
-from arena.matches import FORMATS, load_game, run_tournament
-from arena.players import describe_players, split_specs
-from arena.ratings import default_anchor, fit_ratings, format_table, results_dict, write_results
 from configs import UsageError
+from podracer import extras
 
 __all__ = ["make_parser", "run"]
 
 
 def make_parser() -> argparse.ArgumentParser:
+    extras.require("openspiel", "podracer arena")
+    extras.require("train", "podracer arena (its checkpoint players)")
+    from arena.matches import FORMATS
+    from arena.players import describe_players
+
     parser = argparse.ArgumentParser(
         prog="podracer arena",
         description="Play a round-robin or gauntlet tournament and fit Elo ratings with 95% CIs. "
@@ -63,6 +66,10 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from arena.matches import load_game, run_tournament
+    from arena.players import split_specs
+    from arena.ratings import default_anchor, fit_ratings, format_table, results_dict, write_results
+
     game = load_game(args.game)
     specs = split_specs(args.players)
     if args.games < 1:

@@ -55,10 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         _top_parser().parse_args(argv)  # prints the help, or one usage error (exit 2)
         return 2
     name = argv[0]
-    command = importlib.import_module(COMMANDS[name][0])
-    # Intermixed: `podracer train runtime=anakin --run-dir D learner.max_seconds=180` parses.
-    args = command.make_parser().parse_intermixed_args(argv[1:])
     try:
+        command = importlib.import_module(COMMANDS[name][0])
+        # Intermixed: `podracer train runtime=anakin --run-dir D learner.max_seconds=180` parses.
+        args = command.make_parser().parse_intermixed_args(argv[1:])
         return int(command.run(args) or 0)
     except UsageError as error:
         # Bad input: one clear line, exit 2. Programming errors keep their traceback.

@@ -9,6 +9,7 @@ import traceback
 
 import configs
 from configs import UsageError
+from podracer import extras
 
 __all__ = ["make_parser", "run", "warn_if_sized_for_an_accelerator"]
 
@@ -58,8 +59,12 @@ def make_parser() -> argparse.ArgumentParser:
 def run(args) -> int:
     config = configs.load_config(args.config, args.overrides)
     run_dir = args.run_dir or f"runs/{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    extras.require("train", "podracer train")
+    make_evaluator = None
+    if config.evaluation.every_s > 0:  # the arena's players and match code
+        extras.require("openspiel", "evaluation during training (or set evaluation.every_s=0)")
+        from arena import RunEvaluator as make_evaluator
     # Heavy imports only once the input is known to be good.
-    from arena import RunEvaluator
     from selfplay.run import LIMITS, split_cpu
     from selfplay.train import train
 
@@ -72,7 +77,7 @@ def run(args) -> int:
         flush=True,
     )
     try:
-        result = train(config, run_dir, progress=not args.quiet, make_evaluator=RunEvaluator)
+        result = train(config, run_dir, progress=not args.quiet, make_evaluator=make_evaluator)
     except UsageError:
         raise
     except Exception as error:  # a failed thread or learner: its message, then a non-zero exit

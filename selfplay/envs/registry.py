@@ -5,16 +5,43 @@ libraries of the others.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from configs.errors import UsageError
 from selfplay.envs.base import FAMILIES, BatchedEnv, EnvSpec
 
-__all__ = ["env_spec", "jax_env_functions", "make_env", "parse_env_name"]
+__all__ = [
+    "env_spec",
+    "jax_env_functions",
+    "make_env",
+    "parse_env_name",
+    "require_family",
+]
+
+
+# Each family's library and the install extra that brings it.
+_LIBRARIES = {
+    "openspiel": ("pyspiel", "openspiel"),
+    "pgx": ("pgx", "pgx"),
+    "gymnax": ("gymnax", "gymnax"),
+    "envpool": ("envpool", "envpool"),
+}
+
+
+def require_family(family: str) -> None:
+    """UsageError, one line naming the extra to install, when `family`'s library is missing."""
+    library, extra = _LIBRARIES[family]
+    if importlib.util.find_spec(library) is None:
+        raise UsageError(
+            f"{family}: environments need the {library} package, which is not installed: "
+            f"pip install 'podracer[{extra}]' (or '.[all]' from a checkout)"
+        )
 
 
 def parse_env_name(name: str) -> tuple[str, str]:
-    """`(family, id)` of `"<family>:<id>"`; UsageError, one line, for anything else."""
+    """`(family, id)` of `"<family>:<id>"`; UsageError, one line, for anything else, or for a
+    family whose library is not installed."""
     family, sep, env_id = name.partition(":")
     if not sep or family not in FAMILIES or not env_id:
         raise UsageError(
@@ -22,6 +49,7 @@ def parse_env_name(name: str) -> tuple[str, str]:
             f"{', '.join(FAMILIES)} (e.g. openspiel:connect_four, pgx:tic_tac_toe, "
             "envpool:CartPole-v1, gymnax:Breakout-MinAtar)"
         )
+    require_family(family)
     return family, env_id
 
 
