@@ -173,9 +173,17 @@ class LearnerConfig:
     # Board games (muzero, alphazero): train each example in a random one of the board's
     # symmetries (tic-tac-toe and go: 8 rotations/reflections; connect four: the mirror).
     augment_symmetries: bool = False
+    # Write a JAX profiler trace (TensorBoard's profile plugin, or Perfetto) of this many updates
+    # into profile_dir, actors and learner together, after the first updates compiled; 0: off.
+    profile_updates: int = 0
+    # Where the trace goes; empty: <run dir>/profile.
+    profile_dir: str = ""
 
     def __post_init__(self):
         _int_at_least(self, "batch_size", 1)
+        _int_at_least(self, "profile_updates", 0)
+        if not isinstance(self.profile_dir, str):
+            _fail("LearnerConfig", "profile_dir", "a path", self.profile_dir)
         _int_at_least(self, "max_updates", 0)
         _number_at_least(self, "max_seconds", 0.0)
         _int_at_least(self, "max_frames", 0)

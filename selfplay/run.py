@@ -288,6 +288,7 @@ def run(
         return None
 
     watch = _Progress(runtime, first_step)
+    profile = _Profile(config, run_dir, first_step)
     # Before the first step: the run may compile for a while, and says so.
     logger.log(runtime.step, {"status": "compiling", "frames": 0})
     evaluation = _EvaluationThread(evaluator, runtime, logger, stop)
@@ -299,6 +300,7 @@ def run(
                 if stopped_by:
                     break
                 learned = runtime.learn()
+                profile.after(runtime.step)
                 if watch.due(config.learner.log_every_s):
                     logger.log(runtime.step, {**runtime.log_values(), **watch.values()})
                 evaluation.offer()
@@ -307,6 +309,7 @@ def run(
             if stopped_by is None:
                 stopped_by = stop.reason or "stopped"
             stop.set(stopped_by)  # ends what runs beside the loop before it is joined
+            profile.stop()
         save(final=True)
     finally:
         begun.checkpointer.close()
@@ -357,6 +360,11 @@ class _Progress:
                 replay_fill=have / need,
                 learning_starts_in_s=(need - have) / rate if rate > 0 else None,
             )
+        # Device memory where the backend reports it (GPUs, TPUs; CPUs do not).
+        memory = jax.local_devices()[0].memory_stats() or {}
+        if "bytes_in_use" in memory:
+            values["device_memory_gb"] = memory["bytes_in_use"] / 2**30
+            values["device_memory_peak_gb"] = memory.get("peak_bytes_in_use", 0) / 2**30
         self.last, self.frames, self.step, self.filled = (
             time.monotonic(),
             runtime.frames,
@@ -364,6 +372,35 @@ class _Progress:
             have,
         )
         return values
+
+
+class _Profile:
+    """A JAX profiler trace of `learner.profile_updates` updates, from the 10th update of this
+    invocation on (the first ones compile), of every thread: actors and learner together."""
+
+    WARMUP_UPDATES = 10
+
+    def __init__(self, config: ExperimentConfig, run_dir: pathlib.Path, first_step: int):
+        self.updates = config.learner.profile_updates
+        self.directory = config.learner.profile_dir or str(run_dir / "profile")
+        self.start_at = first_step + self.WARMUP_UPDATES
+        self.stop_at: int | None = None
+
+    def after(self, step: int) -> None:
+        """Starts or stops the trace as `step`, the learner's, passes its bounds."""
+        if not self.updates:
+            return
+        if self.stop_at is None and step >= self.start_at:
+            jax.profiler.start_trace(self.directory)
+            self.stop_at = step + self.updates
+        elif self.stop_at is not None and step >= self.stop_at:
+            self.stop()
+
+    def stop(self) -> None:
+        if self.updates and self.stop_at is not None:
+            jax.profiler.stop_trace()
+            print(f"podracer: profile of {self.updates} updates in {self.directory}", flush=True)
+            self.updates = 0  # once
 
 
 class _EvaluationThread:

@@ -156,3 +156,11 @@ def test_every_preset_says_what_it_needs(capsys):
     for name, info in configs.presets.INFO.items():
         assert f"{name}" in out and f"[{info.hardware}]" in out
         assert info.hardware == "cpu" or info.on_cpu
+
+
+def test_a_profile_of_a_few_updates_is_written_for_tensorboard(tmp_path, capsys):
+    config = _tic_tac_toe("learner.max_updates=16", "learner.profile_updates=3")
+    train(config, tmp_path / "run", progress=False)
+    traces = list((tmp_path / "run" / "profile").rglob("*.xplane.pb"))
+    assert len(traces) == 1 and traces[0].stat().st_size > 0
+    assert "profile of 3 updates" in capsys.readouterr().out
