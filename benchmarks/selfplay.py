@@ -9,9 +9,10 @@
         --set runtime=anakin devices.cpu_devices=2     # Anakin: 64 games on each of 2 devices
 
 Each configuration runs `selfplay.train.train(config, <tmp run dir>, progress=False)` and reads
-its `metrics.jsonl`. The first metric line comes after the learner's first update, so by then the
-actors' search and the learner's update are compiled and the replay has filled; the run goes on
-for `--warmup` + `--seconds` after that line and is then stopped. Positions/s is the frames
+its `metrics.jsonl`. The clock starts at its first line of status `learning` (after the learner's
+first update), so by then the actors' search and the learner's update are compiled and the
+replay has filled; the run goes on for `--warmup` + `--seconds` after that line and is then
+stopped. Positions/s is the frames
 between the first line at or after `--warmup` s and the last line, over the time between them.
 A position (frame) is one actor step of one environment. The shares of time come from the same
 lines' `time/actors/{env,search,queue}_s` (summed over actor threads) and
@@ -182,19 +183,23 @@ def bench_train(name: str, args) -> dict:
 
         def watch():  # the process's CPU time when each metric line appears (within 50 ms)
             first_line_at = None
+            # Half a log period more, so that the last period is logged.
+            end = args.warmup + args.seconds + 0.5 * args.log_every
             while not done.wait(0.05):
                 try:
                     with open(path, "rb") as f:
-                        lines = f.read().count(b"\n")
+                        text = f.read()
                 except OSError:
                     continue
+                lines = text.count(b"\n")
                 if lines:
                     cpu_at_line.setdefault(lines - 1, time.process_time())
+                # The clock starts at the first line of a learning run (the run logs from its
+                # first second: compiling, filling the replay).
+                if b'"status": "learning"' in text:
                     first_line_at = first_line_at or time.monotonic()
-                    # Half a log period more, so that the last period is logged.
-                    end = args.warmup + args.seconds + 0.5 * args.log_every
-                    if time.monotonic() - first_line_at >= end:
-                        stop.set("benchmark done")
+                if first_line_at is not None and time.monotonic() - first_line_at >= end:
+                    stop.set("benchmark done")
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
@@ -207,7 +212,8 @@ def bench_train(name: str, args) -> dict:
             records = [json.loads(line) for line in f if line.strip()]
     if len(records) < 2:
         raise RuntimeError(f"{name}: fewer than two metric lines in {args.max_seconds} s")
-    start = records[0]["time"] + args.warmup
+    learning = [r for r in records if r.get("status") == "learning"] or records
+    start = learning[0]["time"] + args.warmup
     first = next((i for i, r in enumerate(records) if r["time"] >= start), 0)
     if len(records) - first < 2:
         first = max(0, len(records) - 2)
