@@ -6,6 +6,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import mctx  # noqa: E402
 
+# `jax.jit(..., compiler_options=OPTIMIZED)` for the few tests whose programs run far longer than
+# they compile: the suite compiles at XLA's -O0 (tests/conftest.py), which halves their speed.
+OPTIMIZED = {"xla_backend_optimization_level": "2"}
+
 
 def random_model(key, batch_size: int, num_actions: int, latent_size: int = 8):
     """A random deterministic learned model: (params, root, recurrent_fn).

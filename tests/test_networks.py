@@ -225,19 +225,18 @@ def test_latent_scaling_and_block_norm_options():
     for scaling in ("min_max", "none"):
         config = dataclasses.replace(TINY, latent_scaling=scaling)
         nets = make_muzero_networks(config, (6, 7, 3), A)
-        params = nets.init(KEY)
-        latent = nets.represent(params, obs)
-        _, next_latent = nets.dynamics(params, latent, actions)
+        params = jax.jit(nets.init)(KEY)  # jitted: op by op, each small op compiles on its own
+        latent = jax.jit(nets.represent)(params, obs)
+        _, next_latent = jax.jit(nets.dynamics)(params, latent, actions)
         for x in (latent, next_latent):
             low, high = x.min(axis=(1, 2, 3)), x.max(axis=(1, 2, 3))
             if scaling == "min_max":
                 assert jnp.allclose(low, 0.0) and jnp.allclose(high, 1.0, atol=1e-5)
             else:
                 assert (low < 0).any() or (high > 1).any()
-    with_norm = make_muzero_networks(TINY, (6, 7, 3), A).init(KEY)
-    without = make_muzero_networks(dataclasses.replace(TINY, block_norm="none"), (6, 7, 3), A).init(
-        KEY
-    )
+    with_norm = jax.jit(make_muzero_networks(TINY, (6, 7, 3), A).init)(KEY)
+    without_nets = make_muzero_networks(dataclasses.replace(TINY, block_norm="none"), (6, 7, 3), A)
+    without = jax.jit(without_nets.init)(KEY)
     paths = lambda p: [jax.tree_util.keystr(k) for k, _ in jax.tree_util.tree_leaves_with_path(p)]
     assert any("LayerNorm" in k for k in paths(with_norm))
     assert not any("LayerNorm" in k for k in paths(without))

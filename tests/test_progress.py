@@ -8,12 +8,17 @@ import numpy as np
 import pytest
 
 import configs
+import selfplay.agent
 from arena import progress
 from podracer import cli, train_command
+from selfplay.checkpoints import restore_params
 from selfplay.envs import env_spec
 from selfplay.lifetime import StopSignal
 from selfplay.train import train
+from tests.fakes import OPTIMIZED
 from tests.test_train import TINY
+
+OPTIMIZED_OPTIONS = tuple(OPTIMIZED.items())
 
 
 def _records(run):
@@ -118,13 +123,14 @@ def test_one_player_evaluation_plays_greedy_episodes():
     assert 1 <= values["eval/return"] <= 500 and values["eval/return_iqm"] >= 1
 
 
-def test_strength_against_random_rises_over_a_run_that_learns(tmp_path):
+def test_strength_against_random_rises_over_a_run_that_learns(tmp_path, monkeypatch):
+    # The run's programs compiled optimised: at the suite's -O0 it learns half as fast.
+    monkeypatch.setattr(selfplay.agent, "compiler_options", lambda config: OPTIMIZED_OPTIONS)
     # One simulation: the evaluated move is the policy network's, so what it learned shows.
     config = _tic_tac_toe(
-        "learner.max_updates=0",
-        "learner.max_seconds=90",
-        "evaluation.every_s=10",
-        "evaluation.games=40",
+        "learner.max_updates=400",
+        "evaluation.every_s=4",
+        "evaluation.games=80",
         "evaluation.opponents=[random]",
         "evaluation.num_simulations=1",
         "search.num_simulations=32",
@@ -134,10 +140,19 @@ def test_strength_against_random_rises_over_a_run_that_learns(tmp_path):
         "optimizer.learning_rate=3e-3",
         "actors.envs_per_thread=32",
     )
-    train(config, tmp_path / "run", progress=False, make_evaluator=progress.RunEvaluator)
-    scores = [r["eval/random/score"] for r in _records(tmp_path / "run") if "eval" in r]
-    assert len(scores) >= 3, scores
-    assert np.mean(scores[-2:]) > scores[0] + 0.15, scores
+    run = tmp_path / "run"
+    train(config, run, progress=False, make_evaluator=progress.RunEvaluator)
+    logged = [(r["step"], r["eval/random/score"]) for r in _records(run) if "eval" in r]
+    assert len(logged) >= 2 and [s for s, _ in logged] == sorted(s for s, _ in logged), logged
+    # The same evaluator on the parameters the run started from and ended with: a count of
+    # updates, not of seconds, so a slow machine learns as much.
+    evaluator = progress.RunEvaluator(config, env_spec(config.env.name))
+    init_key = jax.random.split(jax.random.PRNGKey(config.seed), 3)[0]  # as selfplay.run's
+    start = jax.jit(evaluator.agent.init)(init_key)
+    end = restore_params(run, target=start)
+    before = evaluator.evaluate(start, 0, StopSignal())["eval/random/score"]
+    after = evaluator.evaluate(end, 400, StopSignal())["eval/random/score"]
+    assert after > before + 0.15, (before, after, logged)
 
 
 def test_an_accelerator_preset_on_a_cpu_says_so_and_how_to_scale_it(capsys):

@@ -188,7 +188,7 @@ TTT = pgx.make("tic_tac_toe")
 def _states_after(move_lists):
     """Batched pgx states reached by playing each move list from the empty board."""
     batch_size = len(move_lists)
-    state = jax.vmap(TTT.init)(jax.random.split(jax.random.PRNGKey(0), batch_size))
+    state = jax.jit(jax.vmap(TTT.init))(jax.random.split(jax.random.PRNGKey(0), batch_size))
     longest = max(len(m) for m in move_lists)
     step = jax.jit(jax.vmap(TTT.step))
     for ply in range(longest):
@@ -203,11 +203,13 @@ def _where_rows(rows, new, old):
     return jnp.where(rows.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
 
 
-def _search_tic_tac_toe(states, prediction_fn, config, seed=0):
+def _search_tic_tac_toe(states, prediction_fn, config, seed=0, optimized=False):
     recurrent_fn = search.make_exact_recurrent_fn(fakes.pgx_step_fn(TTT), prediction_fn)
     prior_logits, value = prediction_fn((), states)
     root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=states)
-    return jax.jit(functools.partial(search.run, recurrent_fn=recurrent_fn, config=config))(
+    run = functools.partial(search.run, recurrent_fn=recurrent_fn, config=config)
+    # `optimized` for thousands of positions: optimised code then pays for its compile.
+    return jax.jit(run, compiler_options=fakes.OPTIMIZED if optimized else None)(
         (), jax.random.PRNGKey(seed), root, invalid_actions=~states.legal_action_mask
     )
 
@@ -269,7 +271,7 @@ def test_exact_minimax_value_plays_optimally_everywhere():
     # Backed-up averages include the opponent's explored blunders; 128 simulations are enough
     # for them to concentrate on the best replies everywhere (64 leave about 10 positions wrong).
     config = search.SearchConfig(num_simulations=128, dirichlet_fraction=0.0, temperature=0.0)
-    out = _search_tic_tac_toe(states, minimax_prediction, config)
+    out = _search_tic_tac_toe(states, minimax_prediction, config, optimized=True)
     actions = np.asarray(out.action)
     wrong = [
         (board, int(a))
@@ -321,7 +323,7 @@ def test_reuse_keeps_child_statistics_and_adds_exactly_num_simulations():
         < np.asarray(jnp.sum(first.tree.node_visits > 0, axis=1))
     )
 
-    next_states = jax.vmap(TTT.step)(states, action)
+    next_states = jax.jit(jax.vmap(TTT.step))(states, action)
     recurrent_fn = search.make_exact_recurrent_fn(fakes.pgx_step_fn(TTT), _uniform_zero)
     prior_logits, value = _uniform_zero((), next_states)
     root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=next_states)
@@ -366,7 +368,7 @@ def test_reuse_fixed_shape_loop_and_reset_rows():
         fresh.tree, jnp.array([4, 4]), keep=jnp.array([True, False])
     )
     assert int(tree.node_visits[1, 0]) == 0  # row 1 restarts
-    states = jax.vmap(TTT.step)(states, jnp.array([4, 4]))
+    states = jax.jit(jax.vmap(TTT.step))(states, jnp.array([4, 4]))
     for step in range(3):
         before = np.asarray(tree.node_visits[:, 0])
         states, tree, out = move(states, tree, jax.random.PRNGKey(step), jnp.array([True, True]))

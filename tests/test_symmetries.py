@@ -240,7 +240,7 @@ def test_augmented_loss_trains(preset):
     config = configs.load_config(preset, [*tiny, "learner.augment_symmetries=true"])
     spec = make_env(config.env.name, 1).spec
     agent, plain = make_agent(config, spec), make_agent(plain_config, spec)
-    params = agent.init(jax.random.PRNGKey(0))
+    params = jax.jit(agent.init)(jax.random.PRNGKey(0))
     rng = np.random.default_rng(0)
     length, n = agent.window_length, 16
     window = muzero.Trajectory(
@@ -256,9 +256,10 @@ def test_augmented_loss_trains(preset):
         policy_version=np.zeros((length, n), np.int32),
     )
     batch, _ = agent.make_batch(window, np.ones(n, np.float32))
-    (loss, _), grads = jax.value_and_grad(agent.loss_fn, has_aux=True)(
+    # Jitted: op by op, each of the many small ops would compile on its own.
+    (loss, _), grads = jax.jit(jax.value_and_grad(agent.loss_fn, has_aux=True))(
         params, batch, jax.random.PRNGKey(1)
     )
     assert np.isfinite(loss) and all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
-    plain_loss, _ = plain.loss_fn(params, batch, jax.random.PRNGKey(1))
+    plain_loss, _ = jax.jit(plain.loss_fn)(params, batch, jax.random.PRNGKey(1))
     assert loss != pytest.approx(float(plain_loss), rel=1e-6)  # random boards, turned: differs

@@ -153,10 +153,11 @@ def test_vtrace_loss_and_gradient_equal_the_loss_over_one_forward_pass():
         )
 
     params = nets.init(keys[4])
-    (loss, _), grads = jax.value_and_grad(make_vtrace_loss(nets, config), has_aux=True)(
+    # Jitted: op by op, each of the many small ops would compile on its own.
+    (loss, _), grads = jax.jit(jax.value_and_grad(make_vtrace_loss(nets, config), has_aux=True))(
         params, batch, KEY
     )
-    reference, reference_grads = jax.value_and_grad(reference_loss)(params)
+    reference, reference_grads = jax.jit(jax.value_and_grad(reference_loss))(params)
     np.testing.assert_allclose(loss, reference, rtol=1e-5, atol=1e-6)
     jax.tree.map(
         lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6), grads, reference_grads
@@ -188,7 +189,7 @@ def test_a_time_limit_bootstraps_the_vtrace_target_from_the_cut_states_value():
         behaviour_logits=logits.reshape(t, b, a),
         truncated=jnp.array([[1.0, 1.0, 0.0, 0.0], [0.0] * 4]),  # ... by the clock in two columns
     )
-    _, metrics = make_vtrace_loss(nets, config)(params, batch, KEY)
+    _, metrics = jax.jit(make_vtrace_loss(nets, config))(params, batch, KEY)
     value_0 = values.reshape(t, b)[0]  # [B]
     errors = 1.0 + jnp.where(batch.truncated[0] > 0, config.discount * value_0, 0.0) - value_0
     np.testing.assert_allclose(metrics["value_loss"], 0.5 * jnp.mean(errors**2), rtol=1e-5)
