@@ -109,6 +109,10 @@ class NetworkConfig:
     # Normalization inside each residual block: "layer" (LayerNorm over channels, stateless)
     # or "none" (plain pre-activation blocks).
     block_norm: Literal["layer", "none"] = "layer"
+    # The dtype of activations and convolutions: "bfloat16" halves their memory and runs on the
+    # tensor cores of GPUs and TPUs. Parameters, optimizer state, the output heads, the losses
+    # and the search's value arithmetic stay float32 either way, so checkpoints do not change.
+    compute_dtype: Literal["float32", "bfloat16"] = "float32"
 
     def __post_init__(self):
         def check(ok: bool, field: str, expected: str):
@@ -128,6 +132,11 @@ class NetworkConfig:
         )
         check(self.latent_scaling in ("min_max", "none"), "latent_scaling", "'min_max' or 'none'")
         check(self.block_norm in ("layer", "none"), "block_norm", "'layer' or 'none'")
+        check(
+            self.compute_dtype in ("float32", "bfloat16"),
+            "compute_dtype",
+            "'float32' or 'bfloat16'",
+        )
         for name in ("channels", "head_channels", "head_hidden", "latent_size", "impala_dense"):
             check(_is_int(getattr(self, name)) and getattr(self, name) > 0, name, "an integer > 0")
         for name in (

@@ -5,6 +5,11 @@ search, losses and actors share the same functions and never see flax. Observati
 and channels-last: `[B, H, W, C]` images or board planes (a resnet torso), `[B, H, W]` planes (a
 channel axis is added), or `[B, D]` vectors (an MLP torso). uint8 observations (Atari frames) are
 scaled by 1/255 inside the network.
+
+Mixed precision (`NetworkConfig.compute_dtype="bfloat16"`): every layer computes in bf16 on
+float32 parameters (flax's `dtype` / `param_dtype`), and the heads' last layers compute in float32,
+so logits, values and rewards (what the losses and the search's arithmetic use) are float32. A
+MuZero latent (the search's embedding) is in the compute dtype.
 """
 
 from collections.abc import Callable, Sequence
@@ -255,14 +260,15 @@ class _ResBlock(nn.Module):
 
     channels: int
     norm: bool = True
+    dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x):
         def normalize(z):
-            return nn.LayerNorm()(z) if self.norm else z
+            return nn.LayerNorm(dtype=self.dtype)(z) if self.norm else z
 
-        y = nn.Conv(self.channels, (3, 3))(nn.relu(normalize(x)))
-        y = nn.Conv(self.channels, (3, 3))(nn.relu(normalize(y)))
+        y = nn.Conv(self.channels, (3, 3), dtype=self.dtype)(nn.relu(normalize(x)))
+        y = nn.Conv(self.channels, (3, 3), dtype=self.dtype)(nn.relu(normalize(y)))
         return x + y
 
 
@@ -271,18 +277,19 @@ class _AtariDownsample(nn.Module):
 
     channels: int
     norm: bool = True
+    dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x):
-        x = nn.Conv(self.channels // 2, (3, 3), strides=(2, 2))(x)
+        x = nn.Conv(self.channels // 2, (3, 3), strides=(2, 2), dtype=self.dtype)(x)
         for _ in range(2):
-            x = _ResBlock(self.channels // 2, self.norm)(x)
-        x = nn.Conv(self.channels, (3, 3), strides=(2, 2))(x)
+            x = _ResBlock(self.channels // 2, self.norm, self.dtype)(x)
+        x = nn.Conv(self.channels, (3, 3), strides=(2, 2), dtype=self.dtype)(x)
         for _ in range(3):
-            x = _ResBlock(self.channels, self.norm)(x)
+            x = _ResBlock(self.channels, self.norm, self.dtype)(x)
         x = nn.avg_pool(x, (3, 3), strides=(2, 2), padding="SAME")
         for _ in range(3):
-            x = _ResBlock(self.channels, self.norm)(x)
+            x = _ResBlock(self.channels, self.norm, self.dtype)(x)
         return nn.avg_pool(x, (3, 3), strides=(2, 2), padding="SAME")
 
 
@@ -291,43 +298,47 @@ class _ImpalaTorso(nn.Module):
 
     channels: tuple[int, ...]
     dense: int
+    dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x):
         for c in self.channels:
-            x = nn.Conv(c, (3, 3))(x)
+            x = nn.Conv(c, (3, 3), dtype=self.dtype)(x)
             x = max_pool_3x3_stride2(x)  # nn.max_pool's value; a cheaper gradient
             for _ in range(2):
-                y = nn.Conv(c, (3, 3))(nn.relu(x))
-                x = x + nn.Conv(c, (3, 3))(nn.relu(y))
+                y = nn.Conv(c, (3, 3), dtype=self.dtype)(nn.relu(x))
+                x = x + nn.Conv(c, (3, 3), dtype=self.dtype)(nn.relu(y))
         x = nn.relu(x).reshape((x.shape[0], -1))
-        return nn.relu(nn.Dense(self.dense)(x))
+        return nn.relu(nn.Dense(self.dense, dtype=self.dtype)(x))
 
 
 class _MLP(nn.Module):
     sizes: tuple[int, ...]
+    dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x):
         for size in self.sizes:
-            x = nn.relu(nn.LayerNorm()(nn.Dense(size)(x)))
+            x = nn.relu(nn.LayerNorm(dtype=self.dtype)(nn.Dense(size, dtype=self.dtype)(x)))
         return x
 
 
 class _Head(nn.Module):
-    """A hidden dense layer, then `outputs` linear outputs; conv inputs are first reduced 1x1."""
+    """A hidden dense layer, then `outputs` linear outputs; conv inputs are first reduced 1x1.
+    The outputs are float32 whatever the compute dtype (they are logits, values, rewards)."""
 
     outputs: int
     head_channels: int
     hidden: int
+    dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x):
         if x.ndim == 4:
-            x = nn.relu(nn.Conv(self.head_channels, (1, 1))(x))
+            x = nn.relu(nn.Conv(self.head_channels, (1, 1), dtype=self.dtype)(x))
         x = x.reshape((x.shape[0], -1))
-        x = nn.relu(nn.Dense(self.hidden)(x))
-        return nn.Dense(self.outputs)(x)
+        x = nn.relu(nn.Dense(self.hidden, dtype=self.dtype)(x))
+        return nn.Dense(self.outputs, dtype=jnp.float32)(x)
 
 
 class _Trunk(nn.Module):
@@ -338,20 +349,25 @@ class _Trunk(nn.Module):
 
     @nn.compact
     def __call__(self, obs):
-        cfg = self.config
-        x = _preprocess(obs, self.torso)
+        cfg, dtype = self.config, _compute_dtype(self.config)
+        x = _preprocess(obs, self.torso).astype(dtype)
         if self.torso == "mlp":
-            return nn.Dense(cfg.latent_size)(_MLP(cfg.mlp_sizes)(x.reshape((x.shape[0], -1))))
+            x = _MLP(cfg.mlp_sizes, dtype)(x.reshape((x.shape[0], -1)))
+            return nn.Dense(cfg.latent_size, dtype=dtype)(x)
         if self.torso == "impala":
-            return _ImpalaTorso(cfg.impala_channels, cfg.impala_dense)(x)
+            return _ImpalaTorso(cfg.impala_channels, cfg.impala_dense, dtype)(x)
         x = (
-            _AtariDownsample(cfg.channels, cfg.block_norm == "layer")
+            _AtariDownsample(cfg.channels, cfg.block_norm == "layer", dtype)
             if cfg.downsample
-            else nn.Conv(cfg.channels, (3, 3))
+            else nn.Conv(cfg.channels, (3, 3), dtype=dtype)
         )(x)
         for _ in range(cfg.representation_blocks):
-            x = _ResBlock(cfg.channels, cfg.block_norm == "layer")(x)
+            x = _ResBlock(cfg.channels, cfg.block_norm == "layer", dtype)(x)
         return x
+
+
+def _compute_dtype(config: NetworkConfig) -> Any:
+    return jnp.bfloat16 if config.compute_dtype == "bfloat16" else jnp.float32
 
 
 class _MuZeroModule(nn.Module):
@@ -362,24 +378,24 @@ class _MuZeroModule(nn.Module):
     reward_bins: int
 
     def setup(self):
-        cfg = self.config
+        cfg, dtype = self.config, _compute_dtype(self.config)
         self.trunk = _Trunk(cfg, self.torso)
         if self.torso == "mlp":
-            self.dynamics_in = nn.Dense(cfg.latent_size)
-            self.dynamics_mlp = _MLP(cfg.mlp_sizes)
-            self.dynamics_out = nn.Dense(cfg.latent_size)
+            self.dynamics_in = nn.Dense(cfg.latent_size, dtype=dtype)
+            self.dynamics_mlp = _MLP(cfg.mlp_sizes, dtype)
+            self.dynamics_out = nn.Dense(cfg.latent_size, dtype=dtype)
         else:
-            self.dynamics_in = nn.Conv(cfg.channels, (3, 3))
+            self.dynamics_in = nn.Conv(cfg.channels, (3, 3), dtype=dtype)
             norm = cfg.block_norm == "layer"
             self.dynamics_blocks = [
-                _ResBlock(cfg.channels, norm) for _ in range(cfg.dynamics_blocks)
+                _ResBlock(cfg.channels, norm, dtype) for _ in range(cfg.dynamics_blocks)
             ]
             self.prediction_blocks = [
-                _ResBlock(cfg.channels, norm) for _ in range(cfg.prediction_blocks)
+                _ResBlock(cfg.channels, norm, dtype) for _ in range(cfg.prediction_blocks)
             ]
-        self.reward_head = _Head(self.reward_bins, cfg.head_channels, cfg.head_hidden)
-        self.policy_head = _Head(self.num_actions, cfg.head_channels, cfg.head_hidden)
-        self.value_head = _Head(self.value_bins, cfg.head_channels, cfg.head_hidden)
+        self.reward_head = _Head(self.reward_bins, cfg.head_channels, cfg.head_hidden, dtype)
+        self.policy_head = _Head(self.num_actions, cfg.head_channels, cfg.head_hidden, dtype)
+        self.value_head = _Head(self.value_bins, cfg.head_channels, cfg.head_hidden, dtype)
 
     def __call__(self, obs, action):
         latent = self.represent(obs)
@@ -455,11 +471,14 @@ class _PolicyValueModule(nn.Module):
 
     @nn.compact
     def __call__(self, obs):
-        cfg = self.config
+        cfg, dtype = self.config, _compute_dtype(self.config)
         x = _Trunk(cfg, self.torso)(obs)
-        if self.torso == "impala":
-            return nn.Dense(self.num_actions)(x), nn.Dense(self.value_bins)(x)
+        if self.torso == "impala":  # float32 outputs, as _Head's
+            return (
+                nn.Dense(self.num_actions, dtype=jnp.float32)(x),
+                nn.Dense(self.value_bins, dtype=jnp.float32)(x),
+            )
         return (
-            _Head(self.num_actions, cfg.head_channels, cfg.head_hidden)(x),
-            _Head(self.value_bins, cfg.head_channels, cfg.head_hidden)(x),
+            _Head(self.num_actions, cfg.head_channels, cfg.head_hidden, dtype)(x),
+            _Head(self.value_bins, cfg.head_channels, cfg.head_hidden, dtype)(x),
         )

@@ -51,16 +51,24 @@ def _flatten_dict(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+# Keys under a must-match prefix that leave the saved state as it is: a run resumes with another
+# value (bf16 or float32 compute on the same float32 parameters).
+STATE_FREE_KEYS = frozenset({"network.compute_dtype"})
+
+
 def config_differences(
     saved: Mapping[str, Any], current: Mapping[str, Any], must_match: Sequence[str]
 ) -> list[str]:
-    """The dotted keys under the `must_match` prefixes whose values differ (or exist in one only).
+    """The dotted keys under the `must_match` prefixes whose values differ (or exist in one only),
+    but for `STATE_FREE_KEYS`.
 
     `must_match=("env.name", "network")` compares `env.name` and every key under `network`.
     """
     flat_saved, flat_current = _flatten_dict(saved), _flatten_dict(current)
 
     def selected(key: str) -> bool:
+        if key in STATE_FREE_KEYS:
+            return False
         return any(key == p or key.startswith(p + ".") for p in must_match)
 
     keys = sorted(k for k in flat_saved.keys() | flat_current.keys() if selected(k))

@@ -76,9 +76,11 @@ def entropy(p):
     return -jnp.sum(p * jnp.log(jnp.maximum(p, 1e-30)), axis=-1)
 
 
-def test_muzero_loss_fits_a_fixed_batch_with_scalar_heads():
+@pytest.mark.parametrize("compute_dtype", ["float32", "bfloat16"])
+def test_muzero_loss_fits_a_fixed_batch_with_scalar_heads(compute_dtype):
     config = LossConfig(unroll_steps=3, td_steps=2, discount=0.9, value_loss_weight=1.0)
-    nets = make_muzero_networks(NetworkConfig(value_support=0, reward_support=0, **MLP), (D,), A)
+    network = NetworkConfig(value_support=0, reward_support=0, compute_dtype=compute_dtype, **MLP)
+    nets = make_muzero_networks(network, (D,), A)
     batch = muzero_batch(
         random_window(config),
         jnp.ones((N,)),
@@ -212,9 +214,12 @@ def test_scale_gradient_scales_only_the_gradient():
     np.testing.assert_allclose(jax.grad(lambda x: scale_gradient(x, 0.5).sum())(x), [0.5, 0.5])
 
 
-@pytest.mark.parametrize("value_support", [0, 5])
-def test_alphazero_loss_fits_a_fixed_batch(value_support):
-    nets = make_alphazero_networks(NetworkConfig(value_support=value_support, **MLP), (D,), A)
+@pytest.mark.parametrize(
+    "value_support, compute_dtype", [(0, "float32"), (5, "float32"), (5, "bfloat16")]
+)
+def test_alphazero_loss_fits_a_fixed_batch(value_support, compute_dtype):
+    network = NetworkConfig(value_support=value_support, compute_dtype=compute_dtype, **MLP)
+    nets = make_alphazero_networks(network, (D,), A)
     rng = np.random.default_rng(4)
     batch = jax.tree.map(
         jnp.asarray,

@@ -1,6 +1,7 @@
 """Networks: shapes for each torso, the scaled latent, mctx's root/recurrent fns, config checks."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -241,3 +242,45 @@ def test_latent_scaling_and_block_norm_options():
     assert any("LayerNorm" in k for k in paths(with_norm))
     assert not any("LayerNorm" in k for k in paths(without))
     assert len(paths(without)) < len(paths(with_norm))
+
+
+def test_a_bfloat16_network_has_the_same_parameters_and_searches_like_the_float32_one():
+    # The same float32 parameters either way (so checkpoints do not change), computed in bf16:
+    # the outputs the losses and the search use stay float32 and close to the float32 network's.
+    import search
+    from selfplay.checkpoints import config_differences
+
+    nets = {
+        dtype: make_muzero_networks(dataclasses.replace(TINY, compute_dtype=dtype), (6, 7, 3), A)
+        for dtype in ("float32", "bfloat16")
+    }
+    params = {dtype: jax.jit(n.init)(KEY) for dtype, n in nets.items()}
+    assert jax.tree.structure(params["float32"]) == jax.tree.structure(params["bfloat16"])
+    for x, y in zip(*map(jax.tree.leaves, params.values()), strict=True):
+        assert x.dtype == y.dtype == jnp.float32
+        np.testing.assert_array_equal(x, y)
+    saved = {"network": dataclasses.asdict(TINY)}
+    resumed = {"network": {**saved["network"], "compute_dtype": "bfloat16"}}
+    assert config_differences(saved, resumed, ("network",)) == []  # a run resumes either way
+
+    obs = jax.random.normal(KEY, (16, 6, 7, 3))
+    config = search.SearchConfig(num_simulations=16, dirichlet_fraction=0.0, temperature=0.0)
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def searched(dtype):
+        root = make_root_fn(nets[dtype])(params["float32"], obs)
+        recurrent_fn = make_recurrent_fn(nets[dtype], discount=0.99)
+        out = search.run(params["float32"], KEY, root, recurrent_fn, config)
+        return root, out
+
+    (root32, out32), (root16, out16) = searched("float32"), searched("bfloat16")
+    assert root16.embedding.dtype == jnp.bfloat16 and root32.embedding.dtype == jnp.float32
+    for value in (root16.prior_logits, root16.value, out16.root_value, out16.action_weights):
+        assert value.dtype == jnp.float32
+    np.testing.assert_allclose(root16.value, root32.value, atol=0.05)
+    np.testing.assert_allclose(root16.prior_logits, root32.prior_logits, atol=0.05)
+    # A near-tie of two children may break the other way and send a row's simulations down
+    # another path: the search's outputs agree on average, each row within a looser bound.
+    value_error = np.abs(out16.root_value - out32.root_value)  # [B]
+    assert value_error.mean() < 0.03 and value_error.max() < 0.15, value_error
+    assert np.abs(out16.action_weights - out32.action_weights).sum(-1).mean() < 0.2

@@ -69,11 +69,13 @@ def test_vtrace_on_policy_is_the_n_step_return():
     np.testing.assert_allclose(errors[:, 0], [2.5, 3.0, 4.0, 6.0])
 
 
-def test_vtrace_loss_learns_values_and_prefers_the_rewarded_action():
+@pytest.mark.parametrize("compute_dtype", ["float32", "bfloat16"])
+def test_vtrace_loss_learns_values_and_prefers_the_rewarded_action(compute_dtype):
     t, b, a, d = 6, 4, 3, 5
-    nets = make_actor_critic_networks(
-        NetworkConfig(mlp_sizes=(32,), latent_size=32, head_hidden=32), (d,), a
+    network = NetworkConfig(
+        mlp_sizes=(32,), latent_size=32, head_hidden=32, compute_dtype=compute_dtype
     )
+    nets = make_actor_critic_networks(network, (d,), a)
     config = LossConfig(discount=0.9, entropy_cost=0.0)
     loss_fn = make_vtrace_loss(nets, config)
     keys = jax.random.split(jax.random.key(1), 2)
@@ -101,9 +103,11 @@ def test_vtrace_loss_learns_values_and_prefers_the_rewarded_action():
         return params, value_losses
 
     params = jax.jit(nets.init)(KEY)
-    start_logits, _ = nets.apply(params, batch.observation[:-1].reshape(-1, d))
+    apply = jax.jit(nets.apply)
+    start_logits, _ = apply(params, batch.observation[:-1].reshape(-1, d))
     params, value_losses = train(params)
-    end_logits, _ = nets.apply(params, batch.observation[:-1].reshape(-1, d))
+    end_logits, values = apply(params, batch.observation[:-1].reshape(-1, d))
+    assert end_logits.dtype == values.dtype == jnp.float32  # whatever the compute dtype
     assert value_losses[-1] < 0.05 * value_losses[0]
     prob_rewarded = jax.nn.softmax(end_logits)[:, 0].mean()
     assert prob_rewarded > jax.nn.softmax(start_logits)[:, 0].mean() + 0.2
