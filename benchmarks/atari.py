@@ -14,8 +14,11 @@ Modes:
 Each line carries `mode`, `frames_per_s` (frames = agent steps x frame skip),
 `ceiling_frames_per_s` and `ratio`, the agent steps and updates per second, the process's CPU
 cores kept busy, and the share of each stage of the actors (`env`, `search`: inference or search
-including waiting for the device, `queue`) and of the learner (`queue`, `transfer`, `update`,
-`publish`) from the run's metrics.jsonl. The first `--warmup` seconds (compilation) are left out.
+including waiting for the device, `queue`) and of the learner (`wait`, `dispatch`, `device`,
+`publish`: selfplay/learner_input.py) from the run's metrics.jsonl, with `learner_wait_share`
+(the learner's `wait` share) and `samples_per_s` apart. The first `--warmup` seconds
+(compilation) are left out. `--prefetch 0 2` trains each mode once per `learner.prefetch` value,
+in that order (0: the learner samples, updates and waits in series).
 `load_avg` is the machine's 1-minute load average at the end (other jobs share the cores).
 For V-trace the line adds where the CPU goes: the process CPU ms per agent step of the whole run
 (`cpu_ms_per_step`) next to the CPU ms per step of its parts measured alone (`act_cpu_ms_per_step`,
@@ -97,6 +100,7 @@ def _rates(records: list[dict], warmup: float) -> dict:
             if k.startswith(prefix)
         }
     return {
+        "learner_wait_share": stages["learner"].get("wait", 0.0),
         "agent_steps_per_s": steps / seconds,
         "frames_per_s": steps * FRAME_SKIP / seconds,
         "updates_per_s": (end["step"] - start["step"]) / seconds,
@@ -205,6 +209,8 @@ def train_mode(
         **rates,
         "cpu_cores_busy": cpu_busy,
         "updates": result.updates,
+        "samples_per_s": rates["updates_per_s"] * config.learner.batch_size,
+        "prefetch": config.learner.prefetch,
         "actors": f"{actors.threads_per_device} threads x {actors.envs_per_thread} envs, "
         f"{actors.unroll_length}-step segments",
         "learner_batch": config.learner.batch_size,
@@ -234,6 +240,14 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="key.path=value for the trained presets (repeatable)",
     )
+    parser.add_argument(
+        "--prefetch",
+        nargs="+",
+        type=int,
+        default=None,
+        metavar="N",
+        help="train each mode with each learner.prefetch, in order",
+    )
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     presets = {"vtrace": args.vtrace_preset, "muzero": args.muzero_preset}
@@ -247,13 +261,23 @@ def main(argv: list[str] | None = None) -> None:
     base = ceiling(args.game, num_envs, min(args.seconds, 20.0))
     ceiling_fps = base["frames_per_s"]
     env_ms = base["cpu_cores_busy"] * 1000 / base["agent_steps_per_s"]
-    for mode in modes:
+    runs = [(mode, None) for mode in modes]
+    if args.prefetch:
+        runs = [
+            (mode, prefetch)
+            for mode in modes
+            for prefetch in ([None] if mode == "ceiling" else args.prefetch)
+        ]
+    for mode, prefetch in runs:
         if mode == "ceiling":
             line = {"mode": "ceiling", "game": args.game, "env_cpu_ms_per_step": env_ms, **base}
         else:
+            extra = [] if prefetch is None else [f"learner.prefetch={prefetch}"]
             line = {
                 "mode": mode,
-                **train_mode(presets[mode], overrides, args.seconds, args.warmup, args.log_every),
+                **train_mode(
+                    presets[mode], [*overrides, *extra], args.seconds, args.warmup, args.log_every
+                ),
             }
             line["cpu_ms_per_step"] = line["cpu_cores_busy"] * 1000 / line["agent_steps_per_s"]
             if mode == "vtrace":

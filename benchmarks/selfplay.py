@@ -16,11 +16,16 @@ stopped. Positions/s is the frames
 between the first line at or after `--warmup` s and the last line, over the time between them.
 A position (frame) is one actor step of one environment. The shares of time come from the same
 lines' `time/actors/{env,search,queue}_s` (summed over actor threads) and
-`time/learner/{queue,transfer,update,publish}_s`: `env_share`, `search_share` and `update_share`
-are each a share of all the time measured in the actors plus the learner. On an accelerator a
-pgx env step runs inside the search's jitted call (no host round trip for the game state), so
-its time is in `search` there; `pgx_step_share_of_act_step` measures it apart after the run (CPU
-time of the pgx step alone over that of the fused act+step, same batch).
+`time/learner/{wait,dispatch,device,publish}_s`: `env_share`, `search_share` and `update_share`
+(the learner's `dispatch` + `device`) are each a share of all the time measured in the actors
+plus the learner. `learner_wait_share` is the learner's `wait` (for a batch from the store and
+the input thread) over all its stages' time (selfplay/learner_input.py); `samples_per_s` is
+updates/s times the batch size. `--prefetch 0 2` runs each configuration once per
+`learner.prefetch` value, in that order (0: sample, update and wait in series, as before the
+input pipeline), and each line after the first carries `updates_per_s_ratio_to_first`. On an
+accelerator a pgx env step runs inside the search's jitted call (no host round trip for the
+game state), so its time is in `search` there; `pgx_step_share_of_act_step` measures it apart
+after the run (CPU time of the pgx step alone over that of the fused act+step, same batch).
 
 `positions_per_cpu_s` divides the same frames by the process's CPU time over the same window
 (all its threads). On a machine shared with other jobs the wall-clock rate depends on what share
@@ -243,6 +248,10 @@ def bench_train(name: str, args) -> dict:
         "positions_per_s": round(frames_per_s, 1),
         "positions_per_cpu_s": round(frames / cpu_s, 1),
         "updates_per_s": round(updates / seconds, 2) if seconds > 0 else None,
+        "samples_per_s": round(updates * config.learner.batch_size / seconds, 1)
+        if seconds > 0
+        else None,
+        "prefetch": config.learner.prefetch,
         "stopped_by": result.stopped_by,
     }
     mean_length = float(np.mean(lengths)) if lengths else None
@@ -252,12 +261,17 @@ def bench_train(name: str, args) -> dict:
     out.update(_shares(totals))
     # The three the requirement names, as shares of all the time measured.
     whole = sum(totals.values())
-    for stage, key in (
-        ("env", "actors_env"),
-        ("search", "actors_search"),
-        ("update", "learner_update"),
+    update = totals.get("learner_dispatch", 0.0) + totals.get("learner_device", 0.0)
+    for stage, seconds_in in (
+        ("env", totals.get("actors_env", 0.0)),
+        ("search", totals.get("actors_search", 0.0)),
+        ("update", update),
     ):
-        out[f"{stage}_share"] = round(totals.get(key, 0.0) / whole, 3) if whole else None
+        out[f"{stage}_share"] = round(seconds_in / whole, 3) if whole else None
+    learner = sum(v for k, v in totals.items() if k.startswith("learner_"))
+    out["learner_wait_share"] = (
+        round(totals.get("learner_wait", 0.0) / learner, 4) if learner else None
+    )
     return out
 
 
@@ -587,6 +601,14 @@ def main(argv=None) -> None:
         help="config overrides applied to every configuration",
     )
     parser.add_argument(
+        "--prefetch",
+        nargs="+",
+        type=int,
+        default=None,
+        metavar="N",
+        help="train mode: run each configuration with each learner.prefetch, in order",
+    )
+    parser.add_argument(
         "--compile-cache",
         default=os.path.join(tempfile.gettempdir(), "podracer-bench-jax-cache"),
         help="persistent compilation cache ('' for none)",
@@ -595,15 +617,31 @@ def main(argv=None) -> None:
     if args.compile_cache:
         jax.config.update("jax_compilation_cache_dir", args.compile_cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-    for name in args.only:
-        result = bench_actors(name, args) if args.actors_only else bench_train(name, args)
+    runs = [(name, None) for name in args.only]
+    if args.prefetch and not args.actors_only:
+        runs = [(name, prefetch) for name in args.only for prefetch in args.prefetch]
+    first_rate: dict[str, float] = {}
+    for name, prefetch in runs:
+        run_args = args
+        if prefetch is not None:
+            run_args = argparse.Namespace(**vars(args))
+            run_args.set = [*args.set, f"learner.prefetch={prefetch}"]
+        result = bench_actors(name, args) if args.actors_only else bench_train(name, run_args)
+        if prefetch is not None:
+            rate = result["updates_per_s"] or float("nan")
+            if name in first_rate:
+                result["updates_per_s_ratio_to_first"] = round(rate / first_rate[name], 3)
+            else:
+                first_rate[name] = rate
         reference = CONFIGS[name][2]
         result["two_core_estimate"] = round(2 * result["positions_per_cpu_s"], 1)
         if reference:
             result["reference_positions_per_s"] = reference
             result["ratio_to_reference"] = round(result["positions_per_s"] / reference, 3)
             result["two_core_estimate_ratio"] = round(result["two_core_estimate"] / reference, 3)
-        if CONFIGS[name][0].endswith("alphazero") and _actors_module() is not None:
+        first_of_name = prefetch is None or prefetch == args.prefetch[0]
+        alphazero = CONFIGS[name][0].endswith("alphazero")
+        if alphazero and _actors_module() is not None and first_of_name:
             result["pgx_step_share_of_act_step"] = round(pgx_step_share(name, args), 4)
         if args.pgx_loop:
             _add_ceiling(result, "pgx_loop", bench_pgx_loop(name, args))

@@ -30,6 +30,7 @@ RUNTIMES = ("sebulba", "anakin")
 # Environment families written in JAX, which the Anakin runtime steps inside its jit.
 JAX_FAMILIES = ("pgx", "gymnax")
 CPU_CONVOLUTIONS = ("xla", "eigen")
+ACCELERATOR_PATHS = ("auto", "on", "off")
 
 
 def _fail(section: str, field: str, expected: str, value) -> None:
@@ -178,9 +179,13 @@ class LearnerConfig:
     profile_updates: int = 0
     # Where the trace goes; empty: <run dir>/profile.
     profile_dir: str = ""
+    # Sebulba: batches a thread samples, builds and puts on the learner devices ahead of the
+    # update (and updates left in flight on the devices); 0: sample, update and wait in series.
+    prefetch: int = 2
 
     def __post_init__(self):
         _int_at_least(self, "batch_size", 1)
+        _int_at_least(self, "prefetch", 0)
         _int_at_least(self, "profile_updates", 0)
         if not isinstance(self.profile_dir, str):
             _fail("LearnerConfig", "profile_dir", "a path", self.profile_dir)
@@ -219,6 +224,10 @@ class DevicesConfig:
     # busy; Sebulba then acts on device 0 and learns on the others. Takes effect only where the
     # run starts JAX (`podracer train`); a process whose JAX is already running gets a warning.
     cpu_devices: int = 0
+    # The paths built for accelerators: the fused pgx act+step of Sebulba's actors and Anakin's
+    # updates inside the iteration's jit. "auto": on for GPUs and TPUs, off on CPUs (slower
+    # there, see BENCHMARKS.md); "on" forces them on a CPU (how the tests exercise them).
+    accelerator_paths: str = "auto"
 
     def __post_init__(self):
         for field in ("actor_devices", "learner_devices"):
@@ -228,6 +237,13 @@ class DevicesConfig:
             ):
                 _fail("DevicesConfig", field, "a tuple of device indices >= 0", value)
         _int_at_least(self, "cpu_devices", 0)
+        if self.accelerator_paths not in ACCELERATOR_PATHS:
+            _fail(
+                "DevicesConfig",
+                "accelerator_paths",
+                " or ".join(map(repr, ACCELERATOR_PATHS)),
+                self.accelerator_paths,
+            )
         if self.cpu_convolutions not in CPU_CONVOLUTIONS:
             _fail(
                 "DevicesConfig",

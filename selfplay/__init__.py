@@ -4,6 +4,7 @@
     run          one run loop for both runtimes: run directory, resume, limits, signals, logs,
                  checkpoints, plot
     sebulba      actor threads + a replicated learner fed from a store
+    learner_input  Sebulba's prefetching input thread and the updates left in flight
     actors       Sebulba's actor threads (sync, envpool async, the fused pgx act+step)
     anakin       acting and learning in one jitted iteration per device (pgx games)
     agent        what depends on the mode (MuZero, AlphaZero, V-trace), as pure functions

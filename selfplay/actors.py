@@ -27,7 +27,7 @@ import numpy as np
 
 import muzero
 from configs import ExperimentConfig, UsageError
-from selfplay.agent import Agent
+from selfplay.agent import Agent, accelerator_paths
 from selfplay.envs import make_env, parse_env_name
 from selfplay.lifetime import StopSignal, ThreadGroup
 from selfplay.metrics import StageTimer
@@ -148,8 +148,9 @@ def actor_loop(
     try:
         timestep = env.reset(config.seed * 1000 + index)
         # On an accelerator the fused call saves a host round trip per step; on the CPU it cost
-        # ~3% more CPU per step than the host path (pgx tic-tac-toe, 128 games), so not there.
-        fused = fused_pgx_act_step(agent, env) if device.platform != "cpu" else None
+        # ~3% more CPU per step than the host path (pgx tic-tac-toe, 128 games), so not there
+        # unless `devices.accelerator_paths=on`.
+        fused = fused_pgx_act_step(agent, env) if accelerator_paths(config, [device]) else None
         device_state = jax.device_put(env.env_state, device) if fused is not None else None
         key = jax.device_put(key, device)
         moves = np.zeros(num_envs, np.int64)

@@ -27,7 +27,7 @@ from configs import ExperimentConfig, UsageError
 from selfplay.envs import EnvSpec
 from selfplay.replay import FifoQueue, Store, make_sequence_replay
 
-__all__ = ["ActOutput", "Agent", "compiler_options", "make_agent"]
+__all__ = ["ActOutput", "Agent", "accelerator_paths", "compiler_options", "make_agent"]
 
 
 class ActOutput(NamedTuple):
@@ -112,6 +112,14 @@ def compiler_options(config: ExperimentConfig) -> tuple[tuple[str, str], ...]:
         return ()
     options = tuple(_EIGEN_CONVOLUTIONS.items())
     return options if _compiles_with(options) else ()
+
+
+def accelerator_paths(config: ExperimentConfig, devices) -> bool:
+    """Whether `devices` take the paths built for accelerators (the fused pgx act+step, Anakin's
+    updates inside the iteration's jit): `devices.accelerator_paths`, where "auto" means off on
+    CPUs and on elsewhere."""
+    choice = config.devices.accelerator_paths
+    return choice == "on" or (choice == "auto" and devices[0].platform != "cpu")
 
 
 @functools.cache

@@ -45,7 +45,7 @@ from jax.sharding import PartitionSpec as P
 
 import muzero
 from configs import ExperimentConfig, UsageError
-from selfplay.agent import Agent, make_agent
+from selfplay.agent import Agent, accelerator_paths, make_agent
 from selfplay.envs import EnvSpec, TimeStep, env_spec, jax_env_functions
 from selfplay.lifetime import StopSignal
 from selfplay.metrics import StageTimer
@@ -351,12 +351,12 @@ def make_anakin_iteration(
     return init_carry, iteration, learn_step
 
 
-def learn_in_jit(devices) -> bool:
-    """Whether the updates run inside the iteration's jit. Not on CPUs: XLA's CPU backend runs
-    a network's gradient inside a loop (`lax.scan`, and `lax.cond`) about 10x slower than the
-    same update jitted alone (BENCHMARKS.md), so there each update is its own call, on the data
-    already on the device."""
-    return devices[0].platform != "cpu"
+def learn_in_jit(config: ExperimentConfig, devices) -> bool:
+    """Whether the updates run inside the iteration's jit. Not on CPUs unless
+    `devices.accelerator_paths=on`: XLA's CPU backend runs a network's gradient inside a loop
+    (`lax.scan`, and `lax.cond`) about 10x slower than the same update jitted alone
+    (BENCHMARKS.md), so there each update is its own call, on the data already on the device."""
+    return accelerator_paths(config, devices)
 
 
 def anakin_devices(config: ExperimentConfig) -> list[jax.Device]:
@@ -445,7 +445,7 @@ class AnakinRuntime(ReplicatedState):
         self.devices = anakin_devices(config)
         self.program = make_anakin_program(config, optimizer, self.devices)
         self.agent, self.plan, self.spec = self.program.agent, self.program.plan, self.program.spec
-        self.inside = learn_in_jit(self.devices)
+        self.inside = learn_in_jit(config, self.devices)
         options = dict(self.agent.compiler_options)
         self._iterate = jax.jit(
             functools.partial(self.program.iterate, learn=self.inside),

@@ -113,6 +113,11 @@ class _SumTree:
                 break
             nodes = np.unique(nodes // 2)
 
+    def inconsistent_nodes(self) -> np.ndarray:
+        """Inner nodes whose sum is not their children's (none, unless a bug wrote it)."""
+        inner = np.arange(1, self._size)
+        return inner[self._tree[inner] != self._tree[2 * inner] + self._tree[2 * inner + 1]]
+
     def find(self, targets: np.ndarray) -> np.ndarray:
         """The leaf whose prefix-sum interval holds each target in [0, total)."""
         nodes = np.ones(targets.shape, np.int64)
@@ -379,6 +384,22 @@ class SequenceReplay:
             if live.any():
                 self._max_priority = max(self._max_priority, float(priorities[live].max()))
                 self._priorities.set(slots[live], priorities[live] ** self.alpha)
+
+    def check_consistency(self) -> None:
+        """Raises ValueError unless the sum tree agrees with itself and with the stored windows:
+        every sum is its children's, and exactly the slots where a window starts have a priority
+        (the learner writes priorities back late, after the writes of newer data)."""
+        with self._cond:
+            bad = self._priorities.inconsistent_nodes()
+            slots = np.arange(self.capacity)
+            priced = self._priorities.get(slots) > 0
+            wrong = slots[priced != self._is_start]
+        if bad.size or wrong.size:
+            raise ValueError(
+                f"sum tree inconsistent: {bad.size} sums differ from their children's "
+                f"(e.g. nodes {bad[:5].tolist()}); {wrong.size} slots priced where no window "
+                f"starts, or not priced where one does (e.g. {wrong[:5].tolist()})"
+            )
 
 
 class RateLimiter:

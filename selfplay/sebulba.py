@@ -5,8 +5,11 @@ Data flow (one process per host):
     actors   (selfplay.actors) threads on the actor devices push [T, B] trajectories to a store
     store    the agent's: prioritized windows (MuZero/AlphaZero: SequenceReplay + RateLimiter)
              or a bounded FIFO of trajectories (V-trace: FifoQueue)
-    learner  (main thread, `SebulbaRuntime.learn`) sample -> make_batch -> replicated update over
-             the learner devices -> update priorities -> publish params
+    input    (selfplay.learner_input) a thread samples the store, builds the batch and targets
+             and puts them on the learner devices, `learner.prefetch` batches ahead
+    learner  (main thread, `SebulbaRuntime.learn`) replicated update over the learner devices,
+             dispatched without waiting -> priorities written back as each update finishes ->
+             publish params
 
 `selfplay.run.run` drives it: the stop limits, logging and checkpoints are the run loop's. One
 `StopSignal` ends every loop: SIGINT/SIGTERM, the limits, or an exception in any thread (the
@@ -27,6 +30,7 @@ from configs import ExperimentConfig, UsageError
 from selfplay.actors import POLL_S, ActorStats, check_actor_envs, start_actors
 from selfplay.agent import make_agent
 from selfplay.envs import env_spec
+from selfplay.learner_input import InFlight, LearnerInput
 from selfplay.lifetime import StopSignal, ThreadGroup
 from selfplay.metrics import StageTimer
 from selfplay.params import ParameterServer
@@ -72,18 +76,28 @@ class SebulbaRuntime(ReplicatedState):
         self.store = self.agent.make_store(self.num_actor_threads)
         # Donating the state's buffers would free the params the actors hold when both share a
         # device.
-        donate = not set(self.actor_devices) & set(self.learner_devices)
+        self.donates_state = not set(self.actor_devices) & set(self.learner_devices)
         self.update = muzero.make_replicated_update(
             self.agent.loss_fn,
             optimizer,
             self.learner_devices,
             batch_axis=self.agent.batch_axis,
-            donate=donate,
+            donate=self.donates_state,
             compiler_options=dict(self.agent.compiler_options),
         )
         self.server = ParameterServer(self.actor_devices)
         self.stats = ActorStats()
         self.timer = StageTimer()
+        self.prefetch = config.learner.prefetch
+        self.input = LearnerInput(
+            self.store,
+            self.agent,
+            config.learner.batch_size,
+            self.learner_devices,
+            self.prefetch,
+            POLL_S,
+        )
+        self.in_flight = InFlight(self.store, limit=self.prefetch)
         self._step = 0
         self._state: Any = None  # replicated over the learner devices
         self._key: jax.Array | None = None
@@ -110,11 +124,14 @@ class SebulbaRuntime(ReplicatedState):
                 stop,
                 self._key,
             )
+            if self.prefetch:
+                threads.start("learner-input", self.input.run, stop)
             try:
                 yield
             finally:
                 stop.set("the learner stopped")  # keeps the run loop's reason if it gave one
                 self.store.close()  # wakes actors blocked on a full store
+                self.in_flight.finish_all(self.timer)
 
     @property
     def step(self) -> int:
@@ -125,21 +142,20 @@ class SebulbaRuntime(ReplicatedState):
         return self.stats.frames
 
     def learn(self) -> bool:
-        with self.timer.stage("queue"):
-            sample = self.store.sample(self.config.learner.batch_size, timeout=POLL_S)
-        if sample is None:
+        """Dispatches one update on the next batch; waits for the device only to keep at most
+        `learner.prefetch` updates in flight (with prefetch 0: samples, updates and waits)."""
+        with self.timer.stage("wait"):
+            if self.prefetch:
+                item = self.input.get(timeout=POLL_S)
+            else:
+                item = self.input.next_batch(timeout=POLL_S)
+        if item is None:
             return False
-        with self.timer.stage("transfer"):
-            batch, priorities = self.agent.make_batch(sample.batch, sample.weights)
-            batch = muzero.shard_batch(batch, self.learner_devices, self.agent.batch_axis)
-        with self.timer.stage("update"):
-            self._state, self._metrics = self.update(self._state, batch)
-            # Waits for the device, so the update's time is its own and not the next stage's.
-            jax.block_until_ready(self._metrics)
-            self._step += 1
-            self.store.update_priorities(sample.indices, priorities)
-        versions = np.asarray(sample.batch.policy_version)
-        self._policy_lag.append(float(self._step - 1 - versions.mean()))
+        with self.timer.stage("dispatch"):
+            self._state, self._metrics = self.update(self._state, item.batch)
+        self._step += 1
+        self.in_flight.add(self._metrics, item, self.timer)
+        self._policy_lag.append(self._step - 1 - item.mean_policy_version)
         if self._step % self.config.learner.publish_every == 0:
             with self.timer.stage("publish"):
                 self.server.publish(muzero.unreplicate(self._state).params, version=self._step)
@@ -156,7 +172,11 @@ class SebulbaRuntime(ReplicatedState):
             values["episode_length"] = float(np.mean(lengths))
             values["episodes"] = len(returns)
         values["replay_size"] = self.store.size
-        values.update(self.timer.summary("time/learner/", reset=True))
+        learner_times = self.timer.summary("time/learner/", reset=True)
+        values.update(learner_times)
+        if "time/learner/wait_share" in learner_times:
+            values["learner_wait_share"] = learner_times["time/learner/wait_share"]
+        values.update(self.input.timer.summary("time/input/", reset=True))
         values.update(self.stats.timer.summary("time/actors/", reset=True))
         return values
 

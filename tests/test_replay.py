@@ -193,3 +193,38 @@ def test_initial_priorities_follow_their_steps_across_pushes():
     np.testing.assert_allclose(replay.sample(8, timeout=1.0).weights, 1.0)  # beta = 0
     with pytest.raises(ValueError, match="priorities must be finite"):
         replay.add(_trajectory(2, 1), stream="a", priorities=np.ones((2, 2)))
+
+
+def test_late_priority_writes_keep_the_sum_tree_consistent():
+    # As the learner's input pipeline does: a batch's priorities come back several samples
+    # later, while an actor thread keeps overwriting the oldest windows of a small replay.
+    replay = SequenceReplay(capacity=64, sequence_length=3)
+    stop = threading.Event()
+
+    def actor():
+        step = 0
+        while not stop.is_set():
+            replay.add(_trajectory(4, 3, start=step), stream="actor-0")
+            step += 4
+
+    thread = threading.Thread(target=actor)
+    thread.start()
+    rng = np.random.default_rng(0)
+    pending = []
+    try:
+        for _ in range(300):
+            sample = replay.sample(8, timeout=5.0)
+            assert sample is not None
+            pending.append(sample.indices)
+            if len(pending) > 5:  # written back 5 samples late
+                replay.update_priorities(pending.pop(0), rng.uniform(0.01, 10.0, 8))
+    finally:
+        stop.set()
+        thread.join()
+    for indices in pending:
+        replay.update_priorities(indices, rng.uniform(0.01, 10.0, 8))
+    replay.check_consistency()
+    # A corrupted sum is caught.
+    replay._priorities._tree[1] += 1.0
+    with pytest.raises(ValueError, match="sum tree inconsistent"):
+        replay.check_consistency()

@@ -194,3 +194,66 @@ def test_help_lists_presets_and_fields(capsys):
     for name in configs.presets.names():
         assert name in out
     assert "search.num_simulations" in out and "learner.max_updates" in out
+
+
+def test_the_learner_input_pipeline_keeps_updates_in_flight_and_the_replay_consistent(
+    tmp_path, monkeypatch
+):
+    from selfplay import learner_input, run, sebulba
+
+    most = []
+    add = learner_input.InFlight.add
+
+    def counting_add(self, metrics, item, timer):
+        add(self, metrics, item, timer)
+        most.append(len(self))
+
+    monkeypatch.setattr(learner_input.InFlight, "add", counting_add)
+    runtimes = []
+
+    def make_runtime(config, optimizer):
+        runtimes.append(sebulba.SebulbaRuntime(config, optimizer))
+        return runtimes[-1]
+
+    config = _tiny(
+        "tic_tac_toe_muzero",
+        "learner.max_updates=30",
+        "learner.prefetch=2",
+        "learner.log_every_s=0.05",
+        "replay.capacity=256",  # small: the actors overwrite windows whose priorities are due
+    )
+    result = run.run(config, tmp_path / "run", make_runtime, progress=False)
+    assert result.stopped_by == "max_updates" and result.updates == 30
+    (runtime,) = runtimes
+    assert len(most) == 30 and max(most) == 2  # never more than `prefetch` in flight
+    assert len(runtime.in_flight) == 0  # the last ones were waited for at the end
+    runtime.store.check_consistency()
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    learning = [r for r in records if "loss" in r]
+    assert learning and all(0 <= r["learner_wait_share"] <= 1 for r in learning)
+    assert any(r.get("time/input/sample_s", 0) > 0 for r in records)
+    assert any(r.get("time/learner/device_s", 0) > 0 for r in records)
+
+
+def test_the_accelerator_paths_run_on_two_cpu_devices_and_learn(tmp_path):
+    # `devices.accelerator_paths=on` on 2 CPU devices, as on a GPU box: Sebulba's actors on
+    # device 0 with the fused pgx act+step, the learner on device 1 with its state donated and
+    # its batches prefetched across devices; Anakin with its updates inside the iteration's jit.
+    proc = subprocess.run(
+        [sys.executable, str(pathlib.Path(__file__).parent / "_devices_worker.py"), str(tmp_path)],
+        env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parents[1])},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    sebulba, anakin = results["sebulba"], results["anakin"]
+    assert sebulba["devices"] == [[0], [1]] and sebulba["donates_state"] and sebulba["fused"]
+    assert anakin["learn_in_jit"]
+    for result in (sebulba, anakin):
+        assert result["stopped_by"] == "max_updates", result
+        losses = result["losses"]  # self-play's targets move: falls, not monotonically
+        assert len(losses) >= 3 and min(losses[1:]) < 0.95 * losses[0], losses
+    # The fused step counts the game's step as search: no separate env stage.
+    assert sebulba["actor_stages"] == ["queue", "search"]

@@ -1,0 +1,132 @@
+"""Sebulba's learner input pipeline: batches sampled, built and put on the learner devices ahead
+of the update, and updates left in flight, so that neither the devices nor the host wait for each
+other while the store has data.
+
+    thread "learner-input"    store.sample -> agent.make_batch -> shard_batch -> ready on the
+                              learner devices -> a queue of `learner.prefetch` batches
+    main thread (learn)       takes a batch -> dispatches the update (no wait) -> once more than
+                              `prefetch` updates are in flight, waits for the oldest and writes
+                              its priorities back to the replay
+
+Where the learner's wall time goes (`time/learner/*`): `wait` for a batch (the store or the
+input thread is behind), `dispatch` of the update, `device` blocked on the oldest update in
+flight (the devices are behind: per update, `dispatch` + `device` is then the update's device
+time), `publish` of parameters to the actors (an asynchronous copy: it does not wait for the
+update that produced them). `learner_wait_share` is `wait`'s share of the learner's wall time.
+The input thread's own stages are `time/input/{sample,build,transfer}`.
+
+Priorities: the priority a batch writes back is computed when the batch is built, from the
+values the actors' search stored and the targets; it reaches the replay when the batch's update
+finishes, up to `2 * prefetch + 1` updates after it was sampled (the queue, the updates in
+flight, the update itself). Until then the replay samples those windows at their old priority;
+windows evicted meanwhile are skipped (`SequenceReplay.update_priorities`).
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import time
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+import muzero
+from selfplay.agent import Agent
+from selfplay.lifetime import StopSignal
+from selfplay.metrics import StageTimer
+from selfplay.replay import Store
+
+__all__ = ["InFlight", "LearnerInput", "Prefetched"]
+
+
+class Prefetched(NamedTuple):
+    """One batch, ready on the learner devices."""
+
+    batch: Any  # the loss's batch, sharded over the learner devices
+    indices: np.ndarray | None  # the store's ids of the sampled items (None: a FIFO queue)
+    priorities: Any  # [N] their new priorities (on a device), or None
+    mean_policy_version: float  # of the parameters that acted in the sample
+
+
+class LearnerInput:
+    """The input thread's loop (`run`) and the learner's end of its queue (`get`)."""
+
+    def __init__(
+        self,
+        store: Store,
+        agent: Agent,
+        batch_size: int,
+        devices: list[jax.Device],
+        prefetch: int,
+        poll_s: float,
+    ):
+        self.store, self.agent, self.batch_size, self.devices = store, agent, batch_size, devices
+        self.poll_s = poll_s
+        self.timer = StageTimer()
+        self._ready: queue.Queue[Prefetched] = queue.Queue(maxsize=max(prefetch, 1))
+
+    def next_batch(self, timeout: float) -> Prefetched | None:
+        """Samples and builds one batch in the calling thread; None if the store had none in
+        `timeout` seconds."""
+        with self.timer.stage("sample"):
+            sample = self.store.sample(self.batch_size, timeout=timeout)
+        if sample is None:
+            return None
+        with self.timer.stage("build"):
+            batch, priorities = self.agent.make_batch(sample.batch, sample.weights)
+            batch = muzero.shard_batch(batch, self.devices, self.agent.batch_axis)
+            versions = float(np.mean(sample.batch.policy_version))
+        with self.timer.stage("transfer"):
+            # Here, not in the learner: the update finds its batch on its devices.
+            jax.block_until_ready(batch)
+        return Prefetched(batch, sample.indices, priorities, versions)
+
+    def run(self, stop: StopSignal) -> None:
+        """The input thread: fills the queue until `stop`."""
+        while not stop.is_set():
+            item = self.next_batch(self.poll_s)
+            while item is not None and not stop.is_set():
+                try:
+                    self._ready.put(item, timeout=self.poll_s)
+                    item = None
+                except queue.Full:
+                    continue
+
+    def get(self, timeout: float) -> Prefetched | None:
+        """The next batch, or None if none was ready within `timeout` seconds."""
+        try:
+            return self._ready.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+
+class InFlight:
+    """Updates dispatched and not yet waited for, oldest first: their metrics and their batch's
+    priorities, written back to the store when the update is done."""
+
+    def __init__(self, store: Store, limit: int):
+        self.store, self.limit = store, limit
+        self._updates: collections.deque[tuple[Any, Prefetched]] = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self._updates)
+
+    def add(self, metrics: Any, item: Prefetched, timer: StageTimer) -> None:
+        """Records a dispatched update; waits for the oldest while more than `limit` are out."""
+        self._updates.append((metrics, item))
+        while len(self._updates) > self.limit:
+            self._finish_oldest(timer)
+
+    def finish_all(self, timer: StageTimer) -> None:
+        while self._updates:
+            self._finish_oldest(timer)
+
+    def _finish_oldest(self, timer: StageTimer) -> None:
+        metrics, item = self._updates.popleft()
+        started = time.perf_counter()
+        jax.block_until_ready(metrics)
+        timer.add("device", time.perf_counter() - started)
+        if item.priorities is not None:
+            self.store.update_priorities(item.indices, np.asarray(item.priorities))

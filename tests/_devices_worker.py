@@ -1,0 +1,97 @@
+"""Runs the accelerator-only paths on 2 CPU devices (`devices.accelerator_paths=on`) for
+tests/test_train.py; prints one JSON line of what each run did. Usage: _devices_worker.py DIR"""
+
+import json
+import pathlib
+import sys
+
+import jax
+
+jax.config.update("jax_num_cpu_devices", 2)
+
+import configs  # noqa: E402
+from selfplay import anakin, run, sebulba  # noqa: E402
+
+TINY = [
+    "devices.accelerator_paths=on",
+    "learner.batch_size=16",
+    "replay.min_size=64",
+    "replay.capacity=4000",
+    "actors.envs_per_thread=8",
+    "actors.unroll_length=8",
+    "search.num_simulations=4",
+    "network.channels=8",
+    "network.head_hidden=8",
+    "learner.log_every_s=0.05",
+    "learner.checkpoint_every=1000",
+    "learner.max_updates=80",
+    "optimizer.learning_rate=3e-3",
+    "evaluation.every_s=0",
+]
+
+
+def records(run_dir: pathlib.Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+
+
+def losses(run_dir: pathlib.Path) -> list[float]:
+    return [r["loss"] for r in records(run_dir) if "loss" in r]
+
+
+def main(out: pathlib.Path) -> None:
+    results = {}
+    runtimes = []
+
+    def make_sebulba(config, optimizer):
+        runtimes.append(sebulba.SebulbaRuntime(config, optimizer))
+        return runtimes[-1]
+
+    config = configs.load_config("tic_tac_toe_alphazero", [*TINY, "devices.cpu_devices=2"])
+    result = run.run(config, out / "sebulba", make_sebulba, progress=False)
+    runtime = runtimes[-1]
+    stages = {
+        key[len("time/actors/") : -len("_s")]
+        for r in records(out / "sebulba")
+        for key in r
+        if key.startswith("time/actors/") and key.endswith("_s")
+    }
+    runtime.store.check_consistency()
+    results["sebulba"] = {
+        "stopped_by": result.stopped_by,
+        "losses": losses(out / "sebulba"),
+        "devices": [
+            [d.id for d in runtime.actor_devices],
+            [d.id for d in runtime.learner_devices],
+        ],
+        "donates_state": runtime.donates_state,
+        "fused": "env" not in stages and "search" in stages,
+        "actor_stages": sorted(stages),
+    }
+
+    config = configs.load_config(
+        "tic_tac_toe_alphazero",
+        [
+            *TINY,
+            "runtime=anakin",
+            "replay.samples_per_insert=1",
+            "learner.max_updates=64",
+            "learner.log_every_s=0.01",
+        ],
+    )
+    anakin_runtimes = []
+
+    def make_anakin(config, optimizer):
+        anakin_runtimes.append(anakin.AnakinRuntime(config, optimizer))
+        return anakin_runtimes[-1]
+
+    result = run.run(config, out / "anakin", make_anakin, progress=False)
+    results["anakin"] = {
+        "stopped_by": result.stopped_by,
+        "losses": losses(out / "anakin"),
+        "learn_in_jit": anakin_runtimes[-1].inside,
+    }
+    print(json.dumps(results), flush=True)
+
+
+if __name__ == "__main__":
+    main(pathlib.Path(sys.argv[1]))
