@@ -8,7 +8,7 @@ signals, periodic logging and checkpoints, the final checkpoint and the plot.
     with runtime.running(stop):     Sebulba: actor threads; Anakin: nothing to start
         until a limit or the stop signal:
             runtime.learn()         Sebulba: sample -> update;  Anakin: one jitted iteration
-            every log_every_s:      metrics.jsonl, TensorBoard, the progress line
+            every log_every_s:      metrics.jsonl, TensorBoard, the progress line (and at the end)
             every checkpoint_every updates: a checkpoint
     final checkpoint, learning curves
 
@@ -309,6 +309,9 @@ def run(
             if stopped_by is None:
                 stopped_by = stop.reason or "stopped"
             stop.set(stopped_by)  # ends what runs beside the loop before it is joined
+            if runtime.step != watch.step:  # the figures of the stretch since the last line
+                watch.due(0.0)
+                logger.log(runtime.step, {**runtime.log_values(), **watch.values()})
             profile.stop()
         save(final=True)
     finally:
