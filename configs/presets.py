@@ -575,15 +575,23 @@ INFO: dict[str, PresetInfo] = {
         "search.num_simulations=16 network.channels=32 network.representation_blocks=2 "
         "network.dynamics_blocks=2 learner.batch_size=64 actors.envs_per_thread=16",
     ),
-    "cartpole_vtrace": PresetInfo("cpu", "a mean return of 475 (of 500) after about a minute"),
-    "cartpole_muzero": PresetInfo("cpu", "MuZero from rewards; its CartPole curve: BENCHMARKS.md"),
-    "gymnax_cartpole_vtrace": PresetInfo("cpu", "Anakin on gymnax; its curve: BENCHMARKS.md"),
-    "gymnax_cartpole_muzero": PresetInfo("cpu", "Anakin on gymnax; its curve: BENCHMARKS.md"),
+    "cartpole_vtrace": PresetInfo(
+        "cpu", "a mean return of 475 (of 500) after 35 s on 2 cores, 500 at 10 minutes"
+    ),
+    "cartpole_muzero": PresetInfo(
+        "cpu", "MuZero from rewards: 475 (of 500) after 97 s on 2 cores, 499 at 10 minutes"
+    ),
+    "gymnax_cartpole_vtrace": PresetInfo(
+        "cpu", "Anakin on gymnax: 475 (of 500) after 25 s on 2 cores, 496 at 10 minutes"
+    ),
+    "gymnax_cartpole_muzero": PresetInfo(
+        "cpu", "Anakin on gymnax: 475 (of 500) after 113 s on 2 cores, 499 at 10 minutes"
+    ),
     "minatar_breakout_vtrace": PresetInfo(
-        "cpu", "Anakin on MinAtar Breakout; 30-minute curve: BENCHMARKS.md"
+        "cpu", "Anakin on MinAtar Breakout: above 10 after 10 minutes on 2 cores, 15.4 at 30"
     ),
     "minatar_breakout_muzero": PresetInfo(
-        "cpu", "Anakin on MinAtar Breakout; 30-minute curve: BENCHMARKS.md"
+        "cpu", "Anakin on MinAtar Breakout: 3.1 after 30 minutes on 2 cores (1.45M frames)"
     ),
     "atari_muzero": PresetInfo(
         "accelerator",
