@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -19,6 +20,8 @@ _EXAMPLES = """examples:
   podracer train --run-dir runs/c4                  # again: resumes from the newest checkpoint
   podracer train search.num_simulations=64 learner.max_updates=500
   podracer train --config connect_four_alphazero runtime=anakin  # acting + learning jitted
+  podracer train --local-processes 2 --run-dir runs/two  # one job of 2 processes, this machine
+  srun podracer train --distributed --run-dir /shared/runs/big   # one process per task
 """
 
 
@@ -47,6 +50,30 @@ def make_parser() -> argparse.ArgumentParser:
         "--run-dir", metavar="DIR", help="where the run goes (default runs/<preset>-<time>)"
     )
     parser.add_argument("--quiet", action="store_true", help="no progress line")
+    job = parser.add_argument_group(
+        "several processes (jax.distributed; every process gets the same config and --run-dir)"
+    )
+    job.add_argument(
+        "--distributed",
+        action="store_true",
+        help="join a job JAX detects (SLURM srun, Open MPI mpirun, a TPU pod slice)",
+    )
+    job.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address")
+    job.add_argument("--num-processes", type=int, metavar="N", help="processes in the job")
+    job.add_argument("--process-id", type=int, metavar="I", help="this process, 0..N-1")
+    job.add_argument(
+        "--connect-timeout",
+        type=int,
+        default=300,
+        metavar="S",
+        help="seconds to wait for the job's processes to connect (default 300)",
+    )
+    job.add_argument(
+        "--local-processes",
+        type=int,
+        metavar="N",
+        help="start N processes of this command on this machine, splitting its cores or GPUs",
+    )
     parser.add_argument(
         "overrides",
         nargs="*",
@@ -60,20 +87,45 @@ def run(args) -> int:
     config = configs.load_config(args.config, args.overrides)
     run_dir = args.run_dir or f"runs/{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     extras.require("train", "podracer train")
+    explicit = [args.coordinator, args.num_processes, args.process_id]
+    joins = args.distributed or any(x is not None for x in explicit)
+    if args.local_processes is not None:
+        if joins:
+            raise UsageError(
+                "--local-processes starts its own job: leave out --distributed, --coordinator, "
+                "--num-processes and --process-id"
+            )
+        if args.local_processes < 1:
+            raise UsageError(f"--local-processes must be at least 1, got {args.local_processes}")
+        from selfplay.launch import launch_local
+
+        passed = ["--run-dir", run_dir, "--connect-timeout", str(args.connect_timeout)]
+        passed += ["--config", args.config] if args.config else []
+        passed += ["--quiet"] if args.quiet else []
+        return launch_local(passed + list(args.overrides), args.local_processes)
     make_evaluator = None
     if config.evaluation.every_s > 0:  # the arena's players and match code
         extras.require("openspiel", "evaluation during training (or set evaluation.every_s=0)")
         from arena import RunEvaluator as make_evaluator
     # Heavy imports only once the input is known to be good.
+    from selfplay.processes import PeerLost, initialize, peer_message
     from selfplay.run import LIMITS, split_cpu
     from selfplay.train import train
 
     split_cpu(config.devices.cpu_devices)  # before anything starts JAX's backend
+    if joins:
+        initialize(*explicit, timeout_s=args.connect_timeout)
     _enable_compilation_cache()
     warn_if_sized_for_an_accelerator(config)
     runtime = ", anakin" if config.runtime == "anakin" else ""
+    who = ""
+    if joins:
+        import jax
+
+        who = f" [process {jax.process_index()} of {jax.process_count()}]"
     print(
-        f"podracer train: {config.name} ({config.mode} on {config.env.name}{runtime}) -> {run_dir}",
+        f"podracer train{who}: {config.name} ({config.mode} on {config.env.name}{runtime}) "
+        f"-> {run_dir}",
         flush=True,
     )
     try:
@@ -81,16 +133,22 @@ def run(args) -> int:
     except UsageError:
         raise
     except Exception as error:  # a failed thread or learner: its message, then a non-zero exit
+        if isinstance(error, PeerLost) or (joins and _from_a_lost_peer(error)):
+            # Leave at once: JAX's own shutdown would wait on the lost process, then abort.
+            lost = error if isinstance(error, PeerLost) else peer_message(error)
+            print(f"podracer train{who}: run stopped: {lost}", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(1)
         traceback.print_exc()
         print(
-            f"podracer train: run stopped by an error: {type(error).__name__}: {error}",
+            f"podracer train{who}: run stopped by an error: {type(error).__name__}: {error}",
             file=sys.stderr,
         )
         return 1
     resumed = f", resumed from update {result.resumed_from}" if result.resumed_from else ""
     curves = result.run_dir / "learning_curves.png"
     lines = [
-        f"podracer train: stopped ({result.stopped_by}) at update {result.updates}, "
+        f"podracer train{who}: stopped ({result.stopped_by}) at update {result.updates}, "
         f"{result.frames:,} frames in {result.seconds:.0f} s{resumed}.",
         f"  run directory: {result.run_dir}",
     ]
@@ -104,7 +162,16 @@ def run(args) -> int:
             f"each preset needs)"
         )
     print("\n".join(lines), flush=True)
-    return 0 if result.stopped_by in LIMITS else 130
+    if result.stopped_by in LIMITS:
+        return 0
+    return 130 if "received SIG" in result.stopped_by else 1  # a signal; a failure (elsewhere)
+
+
+def _from_a_lost_peer(error: BaseException) -> bool:
+    """Whether an error of a job's process is what a collective (gloo) or a barrier (orbax's,
+    JAX's coordination service) raises when another process is gone."""
+    text = str(error).lower()
+    return any(marker in text for marker in ("gloo", "barrier", "coordination service"))
 
 
 def warn_if_sized_for_an_accelerator(config: configs.ExperimentConfig) -> None:

@@ -107,14 +107,16 @@ def start_actors(
     stats: ActorStats,
     stop: StopSignal,
     key: jax.Array,
+    first_index: int = 0,
 ) -> int:
     """Starts `actors.threads_per_device` actor threads per device in `threads` (thread i gets
-    `fold_in(key, i)` and the stream name `actor-i`); returns how many."""
+    `fold_in(key, i)` and the stream name `actor-i`); returns how many. Each process of a job
+    numbers its threads from its own `first_index`, so its environments' seeds differ."""
     loop = async_actor_loop if is_async(config) else actor_loop
     per_device = config.actors.threads_per_device
     for d, device in enumerate(devices):
         for i in range(per_device):
-            index = d * per_device + i
+            index = first_index + d * per_device + i
             threads.start(
                 f"actor-{index}",
                 loop,

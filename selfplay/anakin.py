@@ -453,8 +453,8 @@ class AnakinRuntime(ReplicatedState):
             compiler_options=options,
         )
         self._update = jax.jit(self.program.learn, donate_argnums=(0,), compiler_options=options)
-        local = sum(d.process_index == jax.process_index() for d in self.devices)
-        self.frames_per_iteration = self.plan.moves * self.plan.games * local
+        # Of every device of every process: the iteration sums the episodes over the mesh too.
+        self.frames_per_iteration = self.plan.moves * self.plan.games * len(self.devices)
         self.timer = StageTimer()
         self._step = self._frames = self._index = 0
         self._state: Any = None  # replicated over the mesh
@@ -467,9 +467,14 @@ class AnakinRuntime(ReplicatedState):
         self._state = muzero.replicate(state, self.program.mesh)
         self._carry = initial_carries(self.program.init_carry, state.params, self.program.mesh, key)
 
+    counts_local = False  # frames and episodes are the job's
+
     def running(self, stop: StopSignal) -> contextlib.AbstractContextManager[None]:
         del stop  # nothing runs beside the loop
         return contextlib.nullcontext()
+
+    def ready(self) -> bool:
+        return True  # its data comes from its own iteration
 
     @property
     def step(self) -> int:

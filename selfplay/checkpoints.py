@@ -23,7 +23,13 @@ import orbax.checkpoint as ocp
 
 from configs import UsageError
 
-__all__ = ["Checkpointer", "checkpoint_step", "config_differences", "restore_params"]
+__all__ = [
+    "Checkpointer",
+    "checkpoint_step",
+    "config_differences",
+    "flatten_dict",
+    "restore_params",
+]
 
 
 def _is_key(x: Any) -> bool:
@@ -40,12 +46,13 @@ def _abstract(tree: Any) -> Any:
     return jax.eval_shape(_raw_keys, tree)
 
 
-def _flatten_dict(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten_dict(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config dict as {"section.field": value}."""
     flat = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, Mapping) and v:
-            flat.update(_flatten_dict(v, key + "."))
+            flat.update(flatten_dict(v, key + "."))
         else:
             flat[key] = v
     return flat
@@ -64,7 +71,7 @@ def config_differences(
 
     `must_match=("env.name", "network")` compares `env.name` and every key under `network`.
     """
-    flat_saved, flat_current = _flatten_dict(saved), _flatten_dict(current)
+    flat_saved, flat_current = flatten_dict(saved), flatten_dict(current)
 
     def selected(key: str) -> bool:
         if key in STATE_FREE_KEYS:

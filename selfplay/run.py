@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 import jax
+import numpy as np
 
 import muzero
 from configs import ExperimentConfig, UsageError, to_dict
@@ -38,6 +39,12 @@ from selfplay.checkpoints import Checkpointer, config_differences
 from selfplay.envs import EnvSpec
 from selfplay.lifetime import StopSignal, ThreadGroup, handle_signals
 from selfplay.metrics import MetricsLogger, plot_learning_curves
+from selfplay.processes import (
+    Lockstep,
+    check_replicas_agree,
+    check_same_config,
+    is_distributed,
+)
 
 __all__ = [
     "LIMITS",
@@ -104,6 +111,11 @@ class Runtime(Protocol):
         signal and limits, then asks again)."""
         ...
 
+    def ready(self) -> bool:
+        """Whether the next `learn` has its data (it waits a moment for it): over several
+        processes, the update runs only in a round where every process is ready."""
+        ...
+
     @property
     def step(self) -> int:
         """Updates so far, a resumed run's included."""
@@ -111,8 +123,13 @@ class Runtime(Protocol):
 
     @property
     def frames(self) -> int:
-        """Environment steps taken by this process's actors so far in this invocation."""
+        """Environment steps taken so far in this invocation: by this process's actors where
+        `counts_local`, else by every process's."""
         ...
+
+    # Whether `frames` and the episodes of `log_values` are this process's alone (Sebulba: each
+    # process has its own actors) or already the job's (Anakin: its iteration sums them).
+    counts_local: bool
 
     def log_values(self) -> dict[str, Any]:
         """The runtime's figures since the last call: losses, episodes, replay, stage times."""
@@ -173,8 +190,11 @@ def split_cpu(count: int) -> None:
             )
 
 
-def prepare_run_dir(run_dir: str | os.PathLike, config: ExperimentConfig) -> pathlib.Path:
-    """Creates (or reopens) the run directory and writes config.json atomically.
+def prepare_run_dir(
+    run_dir: str | os.PathLike, config: ExperimentConfig, *, write: bool = True
+) -> pathlib.Path:
+    """Creates (or reopens) the run directory and writes config.json atomically (with `write`;
+    over several processes only process 0 writes).
 
     A directory that already holds a run with a different game, mode or network is refused, so a
     mistyped --run-dir cannot overwrite someone's checkpoints.
@@ -199,9 +219,10 @@ def prepare_run_dir(run_dir: str | os.PathLike, config: ExperimentConfig) -> pat
             raise UsageError(
                 f"{run_dir} holds a different run ({'; '.join(differences)}); use another --run-dir"
             )
-    tmp = config_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(new, indent=2))
-    tmp.replace(config_path)
+    if write:
+        tmp = config_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(new, indent=2))
+        tmp.replace(config_path)
     return run_dir
 
 
@@ -240,28 +261,46 @@ def run(
     """Trains `config` in `run_dir` on the runtime `make_runtime(config, optimizer)` builds,
     resuming from the run directory's newest checkpoint if there is one. With
     `config.evaluation.every_s` > 0, the evaluator `make_evaluator(config, env spec)` builds plays
-    the newest parameters every that many seconds, in a thread of its own."""
+    the newest parameters every that many seconds, in a thread of its own.
+
+    Over several processes (`jax.distributed`) every process calls this with the same config and
+    run directory: the processes agree every round on whether to go on, learn and log
+    (`selfplay.processes.Lockstep`); process 0 writes config.json, the logs and the plot and runs
+    the evaluator; all take part in each checkpoint (orbax writes the replicated state once)."""
     optimizer = muzero.make_optimizer(config.optimizer)
+    check_same_config(to_dict(config))  # one line in every process if any differs
     # Both refuse bad input (one line) before anything is written.
     runtime = make_runtime(config, optimizer)
+    lead = jax.process_index() == 0  # logs, plots and evaluates
     evaluator = None
-    if make_evaluator is not None and config.evaluation.every_s > 0:
+    if lead and make_evaluator is not None and config.evaluation.every_s > 0:
         evaluator = make_evaluator(config, runtime.spec)
     if config.logging.wandb and importlib.util.find_spec("wandb") is None:
         raise UsageError(
             "logging.wandb=true needs the wandb package: pip install 'podracer[wandb]'"
         )
-    run_dir = prepare_run_dir(run_dir, config)
+    run_dir = prepare_run_dir(run_dir, config, write=lead)
+    distributed = is_distributed()
+    if distributed:  # the others open the run directory once process 0 has made it
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("podracer: run directory ready")
     begun = start_run(config, runtime.agent, optimizer, run_dir)
     runtime.start(begun.state, begun.key)
-    logger = MetricsLogger(
-        run_dir,
-        progress=progress,
-        total_steps=config.learner.max_updates or None,
-        wandb_project=config.logging.wandb_project if config.logging.wandb else None,
-        wandb_config=begun.config_dict,
+    counts: Runtime = _JobCounts(runtime) if distributed and runtime.counts_local else runtime
+    logger: MetricsLogger | _Silent = (
+        MetricsLogger(
+            run_dir,
+            progress=progress,
+            total_steps=config.learner.max_updates or None,
+            wandb_project=config.logging.wandb_project if config.logging.wandb else None,
+            wandb_config=begun.config_dict,
+        )
+        if lead
+        else _Silent()
     )
     stop = stop if stop is not None else StopSignal()  # an unset StopSignal is falsy
+    lockstep = Lockstep(shared=LIMITS)
     start = time.monotonic()
     first_step = last_saved = runtime.step
 
@@ -273,7 +312,7 @@ def run(
             runtime.step,
             runtime.train_state(),
             begun.config_dict,
-            metadata={"frames": runtime.frames, "final": final, "runtime": config.runtime},
+            metadata={"frames": counts.frames, "final": final, "runtime": config.runtime},
         )
         last_saved = runtime.step
 
@@ -283,11 +322,11 @@ def run(
             return "max_updates"
         if limits.max_seconds and time.monotonic() - start >= limits.max_seconds:
             return "max_seconds"
-        if limits.max_frames and runtime.frames >= limits.max_frames:
+        if limits.max_frames and counts.frames >= limits.max_frames:
             return "max_frames"
         return None
 
-    watch = _Progress(runtime, first_step)
+    watch = _Progress(counts, first_step)
     profile = _Profile(config, run_dir, first_step)
     # Before the first step: the run may compile for a while, and says so.
     logger.log(runtime.step, {"status": "compiling", "frames": 0})
@@ -295,38 +334,109 @@ def run(
     stopped_by: str | None = None
     try:
         with handle_signals(stop), evaluation.running(), runtime.running(stop):
-            while not stop.is_set():
-                stopped_by = limit_reached()
-                if stopped_by:
+            while True:
+                reason = stop.reason if stop.is_set() else limit_reached()
+                if distributed:
+                    # Every collective below happens in a round all processes agreed on.
+                    agreed = lockstep.agree(
+                        reason,
+                        reason is None and runtime.ready(),
+                        watch.due(config.learner.log_every_s),
+                        runtime.frames,
+                    )
+                    if isinstance(counts, _JobCounts):
+                        counts.job_frames, counts.frames_by_process = (
+                            agreed.frames,
+                            agreed.frames_by_process,
+                        )
+                    reason, log_due = agreed.stop_reason, agreed.log_due
+                    learned = reason is None and agreed.ready and runtime.learn()
+                else:
+                    learned = reason is None and runtime.learn()
+                    log_due = watch.due(config.learner.log_every_s)
+                if reason is not None:
+                    stopped_by = reason
                     break
-                learned = runtime.learn()
                 profile.after(runtime.step)
-                if watch.due(config.learner.log_every_s):
-                    logger.log(runtime.step, {**runtime.log_values(), **watch.values()})
+                if log_due:
+                    logger.log(runtime.step, {**counts.log_values(), **watch.values()})
                 evaluation.offer()
                 if learned and runtime.step - last_saved >= config.learner.checkpoint_every:
                     save()
-            if stopped_by is None:
-                stopped_by = stop.reason or "stopped"
             stop.set(stopped_by)  # ends what runs beside the loop before it is joined
             if runtime.step != watch.step:  # the figures of the stretch since the last line
                 watch.due(0.0)
-                logger.log(runtime.step, {**runtime.log_values(), **watch.values()})
+                logger.log(runtime.step, {**counts.log_values(), **watch.values()})
             profile.stop()
-        save(final=True)
+            check_replicas_agree(runtime.params())  # over several processes: one model
+            # Before the threads are joined (which re-raises a failed thread's exception): every
+            # process saves the same final step, whichever of them stopped the run.
+            save(final=True)
     finally:
         begun.checkpointer.close()
         logger.close()
-    plot_run(run_dir)
+    if lead:
+        plot_run(run_dir)
     return RunResult(
         run_dir,
         runtime.step,
-        runtime.frames,
+        counts.frames,
         time.monotonic() - start,
         stopped_by,
         begun.resumed_from,
         runtime.fill_level(),
     )
+
+
+class _Silent:
+    """The logger of a process other than 0: the job's figures are logged once, by process 0."""
+
+    def log(self, step: int, values: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _JobCounts:
+    """A runtime whose counters are its own process's (Sebulba), seen with the job's: frames
+    as summed in the last agreement, episodes and the replay's size summed at each log line."""
+
+    def __init__(self, runtime: Runtime):
+        self._runtime = runtime
+        self.job_frames = 0
+        self.frames_by_process: tuple[int, ...] = ()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runtime, name)
+
+    @property
+    def frames(self) -> int:
+        return self.job_frames
+
+    def log_values(self) -> dict[str, Any]:
+        values = self._runtime.log_values()
+        episodes = values.get("episodes", 0)
+        local = np.array(
+            [
+                episodes,
+                values.get("episode_return", 0.0) * episodes,
+                values.get("episode_length", 0.0) * episodes,
+                values.get("replay_size", 0),
+            ],
+            np.float64,
+        )
+        episodes, return_sum, length_sum, replay_size = Lockstep.sums(local)
+        values["replay_size"] = int(replay_size)
+        for process, frames in enumerate(self.frames_by_process):
+            values[f"frames/process_{process}"] = frames
+        if episodes:
+            values.update(
+                episodes=int(episodes),
+                episode_return=return_sum / episodes,
+                episode_length=length_sum / episodes,
+            )
+        return values
 
 
 class _Progress:

@@ -30,7 +30,7 @@ from configs import ExperimentConfig, UsageError
 from selfplay.actors import POLL_S, ActorStats, check_actor_envs, start_actors
 from selfplay.agent import make_agent
 from selfplay.envs import env_spec
-from selfplay.learner_input import InFlight, LearnerInput
+from selfplay.learner_input import InFlight, LearnerInput, Prefetched
 from selfplay.lifetime import StopSignal, ThreadGroup
 from selfplay.metrics import StageTimer
 from selfplay.params import ParameterServer
@@ -40,7 +40,8 @@ __all__ = ["SebulbaRuntime", "split_devices"]
 
 
 def split_devices(config: ExperimentConfig) -> tuple[list[jax.Device], list[jax.Device]]:
-    """Actor and learner devices among the local ones (Sebulba: actors on the first device)."""
+    """Actor devices (this process's; the first device by default) and learner devices (the
+    same local indices on every process of the job: the update's mesh spans them all)."""
     local = jax.local_devices()
 
     def pick(indices, field):
@@ -55,10 +56,13 @@ def split_devices(config: ExperimentConfig) -> tuple[list[jax.Device], list[jax.
     learners = pick(config.devices.learner_devices, "learner_devices")
     if not learners:
         learners = [d for d in local if d not in actors] or list(local)
+    if jax.process_count() > 1:
+        learners = muzero.global_devices([local.index(d) for d in learners])
     if config.learner.batch_size % len(learners):
+        where = f" of {jax.process_count()} processes" if jax.process_count() > 1 else ""
         raise UsageError(
             f"learner.batch_size {config.learner.batch_size} must divide evenly "
-            f"over {len(learners)} learner devices"
+            f"over {len(learners)} learner devices{where}"
         )
     return actors, learners
 
@@ -92,7 +96,8 @@ class SebulbaRuntime(ReplicatedState):
         self.input = LearnerInput(
             self.store,
             self.agent,
-            config.learner.batch_size,
+            # Each process samples its share of the global batch from its own store.
+            config.learner.batch_size // jax.process_count(),
             self.learner_devices,
             self.prefetch,
             POLL_S,
@@ -103,10 +108,13 @@ class SebulbaRuntime(ReplicatedState):
         self._key: jax.Array | None = None
         self._metrics: dict[str, Any] = {}  # the newest update's, on the device
         self._policy_lag: list[float] = []
+        self._next: Prefetched | None = None  # a batch taken by `ready`, for the next `learn`
+
+    counts_local = True  # frames and episodes are this process's actors'
 
     def start(self, state: muzero.TrainState, key: jax.Array) -> None:
         self._step = int(state.step)
-        self._key = key
+        self._key = jax.random.fold_in(key, jax.process_index())  # each process its own actors
         self.server.publish(state.params, version=self._step)
         self._state = muzero.replicate(state, self.learner_devices)
 
@@ -123,6 +131,7 @@ class SebulbaRuntime(ReplicatedState):
                 self.stats,
                 stop,
                 self._key,
+                first_index=jax.process_index() * self.num_actor_threads,
             )
             if self.prefetch:
                 threads.start("learner-input", self.input.run, stop)
@@ -141,16 +150,23 @@ class SebulbaRuntime(ReplicatedState):
     def frames(self) -> int:
         return self.stats.frames
 
+    def ready(self) -> bool:
+        """Takes the next batch (waiting up to a poll interval) unless one is held."""
+        if self._next is None:
+            with self.timer.stage("wait"):
+                if self.prefetch:
+                    self._next = self.input.get(timeout=POLL_S)
+                else:
+                    self._next = self.input.next_batch(timeout=POLL_S)
+        return self._next is not None
+
     def learn(self) -> bool:
         """Dispatches one update on the next batch; waits for the device only to keep at most
         `learner.prefetch` updates in flight (with prefetch 0: samples, updates and waits)."""
-        with self.timer.stage("wait"):
-            if self.prefetch:
-                item = self.input.get(timeout=POLL_S)
-            else:
-                item = self.input.next_batch(timeout=POLL_S)
-        if item is None:
+        if not self.ready():
             return False
+        item, self._next = self._next, None
+        assert item is not None
         with self.timer.stage("dispatch"):
             self._state, self._metrics = self.update(self._state, item.batch)
         self._step += 1

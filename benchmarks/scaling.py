@@ -1,0 +1,158 @@
+"""Weak scaling over processes: 1 process on 1 core against 2 processes each on its own core,
+the same settings per process (the 2-process job's global batch is twice as large), measured in
+one run, alternating. One JSON line per configuration and round:
+
+    python benchmarks/scaling.py                          # all configurations, 60 s each
+    python benchmarks/scaling.py --only vtrace_cartpole --seconds 30 --rounds 2
+
+Each run is the real command: `podracer train` pinned to core 0 (`os.sched_setaffinity`), and
+`podracer train --local-processes 2` (the launcher pins process i to core i). The figures come
+from the run's metrics.jsonl (process 0 logs the job's frames): frames/s and updates/s from the
+first line of status `learning` plus `--warmup` seconds to the end. `ratio_frames` and
+`ratio_updates` are the 2-process figures over the 1-process ones (perfect weak scaling: 2.0);
+`efficiency` is `ratio_frames / 2`. `agreement_ms` is the per-update cost of the processes'
+agreement (`selfplay.processes.Lockstep`) measured alone on the same two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the packages, not this folder's selfplay.py
+
+# name: (preset, per-process overrides, the batch override's key and per-process value)
+CONFIGS: dict[str, tuple[str, list[str], int]] = {
+    "az_connect_four_sebulba": (
+        "connect_four_alphazero",
+        [
+            "network.channels=32",
+            "network.representation_blocks=2",
+            "network.prediction_blocks=1",
+            "search.num_simulations=32",
+            "actors.threads_per_device=1",
+            "actors.envs_per_thread=64",
+        ],
+        64,
+    ),
+    "az_connect_four_anakin": (
+        "connect_four_alphazero",
+        [
+            "runtime=anakin",
+            "network.channels=32",
+            "network.representation_blocks=2",
+            "network.prediction_blocks=1",
+            "search.num_simulations=32",
+            "actors.envs_per_thread=64",
+        ],
+        64,
+    ),
+    "vtrace_cartpole": ("cartpole_vtrace", [], 2),
+}
+COMMON = ["devices.cpu_devices=1", "evaluation.every_s=0", "learner.log_every_s=2"]
+
+
+def _run(name: str, processes: int, seconds: float, warmup: float) -> dict:
+    preset, overrides, batch = CONFIGS[name]
+    with tempfile.TemporaryDirectory(prefix="podracer-scaling-") as tmp:
+        run_dir = pathlib.Path(tmp) / "run"
+        args = ["--config", preset, "--run-dir", str(run_dir), "--quiet", *COMMON, *overrides]
+        args.append(f"learner.batch_size={batch * processes}")
+        args.append(f"learner.max_seconds={seconds + warmup + 30}")
+        command = [sys.executable, "-m", "podracer", "train", *args]
+        if processes > 1:
+            command += ["--local-processes", str(processes)]
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        started = time.monotonic()
+        done = subprocess.run(
+            command,
+            env=env,
+            capture_output=True,
+            text=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, {0})) if processes == 1 else None,
+        )
+        if done.returncode:
+            raise RuntimeError(f"{name} x{processes} failed:\n{done.stdout[-2000:]}")
+        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+    learning = [r for r in records if r.get("status") == "learning" and "frames" in r]
+    start = learning[0]["time"] + warmup
+    window = [r for r in learning if r["time"] >= start]
+    first, last = window[0], window[-1]
+    seconds_measured = last["time"] - first["time"]
+    return {
+        "frames_per_s": (last["frames"] - first["frames"]) / seconds_measured,
+        "updates_per_s": (last["step"] - first["step"]) / seconds_measured,
+        "measured_s": round(seconds_measured, 1),
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+
+
+def agreement_ms(rounds: int = 2000) -> float:
+    """The mean cost of one `Lockstep.agree` between 2 processes on cores 0 and 1."""
+    code = (
+        "import sys, time, jax\n"
+        "from selfplay.processes import initialize, Lockstep\n"
+        "initialize(sys.argv[1], 2, int(sys.argv[2]), timeout_s=60)\n"
+        "lock = Lockstep()\n"
+        "for _ in range(50): lock.agree(None, True, False, 1)\n"
+        "t = time.perf_counter()\n"
+        f"for _ in range({rounds}): lock.agree(None, True, False, 1)\n"
+        f"print((time.perf_counter() - t) / {rounds} * 1e3)\n"
+    )
+    from selfplay.launch import free_port
+
+    address = f"127.0.0.1:{free_port()}"
+    env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, address, str(i)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            preexec_fn=lambda i=i: os.sched_setaffinity(0, {i}),
+        )
+        for i in range(2)
+    ]
+    outs = [child.communicate(timeout=300)[0] for child in children]
+    return round(float(outs[0].strip().splitlines()[-1]), 3)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", choices=list(CONFIGS), default=list(CONFIGS))
+    parser.add_argument("--seconds", type=float, default=60.0, help="measured seconds per run")
+    parser.add_argument("--warmup", type=float, default=10.0, help="seconds left out")
+    parser.add_argument("--rounds", type=int, default=1, help="1- and 2-process runs, alternating")
+    args = parser.parse_args(argv)
+    if len(os.sched_getaffinity(0)) < 2:
+        raise SystemExit("scaling.py needs 2 cores")
+    print(json.dumps({"benchmark": "scaling", "agreement_ms": agreement_ms()}), flush=True)
+    for name in args.only:
+        for round_ in range(args.rounds):
+            one = _run(name, 1, args.seconds, args.warmup)
+            two = _run(name, 2, args.seconds, args.warmup)
+            ratio_frames = two["frames_per_s"] / one["frames_per_s"]
+            line = {
+                "benchmark": "scaling",
+                "config": name,
+                "round": round_,
+                "one_process": one,
+                "two_processes": two,
+                "ratio_frames": round(ratio_frames, 3),
+                "ratio_updates": round(two["updates_per_s"] / one["updates_per_s"], 3),
+                "efficiency": round(ratio_frames / 2, 3),
+                "load_avg": round(os.getloadavg()[0], 2),
+            }
+            print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()

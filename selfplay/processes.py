@@ -1,0 +1,279 @@
+"""Training over several processes (`jax.distributed`): joining the job, agreeing on the config,
+and the per-update agreement that keeps the processes in lockstep.
+
+    initialize(...)          before any other JAX call: joins the job (JAX detects SLURM, Open
+                             MPI and TPU pod slices, or takes an explicit coordinator)
+    check_same_config(d)     every process must train the same config: the first key that
+                             differs from process 0's is named, in every process
+    lockstep = Lockstep()    every round of the run loop: `agree(...)` gathers each process's
+                             stop reason, whether it holds a batch, whether a log line is due
+                             and its frames; all go on, learn, log and stop together
+
+A collective that one process never reaches hangs the others, so every collective of a run (the
+update, a log line's sums, a checkpoint) happens in a round all processes agreed on. A process
+that dies outright breaks the next collective (gloo: the peer's connection is reset) or stops
+sending heartbeats (`HEARTBEAT_S`): the others end with `PeerLost`, never hang. The launcher of
+several local processes is `selfplay.launch`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from configs import UsageError
+from selfplay.checkpoints import flatten_dict
+
+__all__ = [
+    "HEARTBEAT_S",
+    "Agreement",
+    "Lockstep",
+    "PeerLost",
+    "check_replicas_agree",
+    "check_same_config",
+    "fingerprint",
+    "initialize",
+    "is_distributed",
+    "peer_message",
+]
+
+# A process that stops sending heartbeats this long is declared dead, and the job ends.
+HEARTBEAT_S = 30
+REASON_BYTES = 480  # a stop reason's room in the gather that shares it
+
+
+class PeerLost(RuntimeError):
+    """Another process of the job died or stopped answering in a collective."""
+
+
+def is_distributed() -> bool:
+    return jax.process_count() > 1
+
+
+def _local_gpu_count() -> int:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip()])
+    return len([n for n in os.listdir("/dev") if n.startswith("nvidia") and n[6:].isdigit()])
+
+
+def _processes_on_this_host() -> int | None:
+    """How many processes of the job run on this host, where the launcher says (SLURM, Open
+    MPI); None where it does not."""
+    for name in ("SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"):
+        value = os.environ.get(name, "").split("(")[0]
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def initialize(
+    coordinator: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    *,
+    timeout_s: int = 300,
+) -> None:
+    """Joins the `jax.distributed` job: the explicit coordinator, process count and id, or what
+    JAX detects (SLURM's srun, Open MPI's mpirun, a TPU pod slice). Must come before anything
+    starts JAX's backends. A coordinator that does not answer within `timeout_s` is a UsageError
+    naming it.
+
+    JAX gives each process one GPU under SLURM and Open MPI unless told otherwise; where one
+    process runs per host, it takes all of the host's GPUs."""
+    explicit = (coordinator, num_processes, process_id)
+    if any(x is not None for x in explicit) and any(x is None for x in explicit):
+        raise UsageError("--coordinator, --num-processes and --process-id go together")
+    if num_processes is not None and num_processes < 1:
+        raise UsageError(f"--num-processes must be at least 1, got {num_processes}")
+    if process_id is not None and not 0 <= process_id < (num_processes or 0):
+        raise UsageError(f"--process-id {process_id} is not in 0..{(num_processes or 1) - 1}")
+    if coordinator is not None and process_id != 0:
+        # JAX aborts the process (no exception) when the coordinator never answers: ask first.
+        _wait_for_coordinator(coordinator, timeout_s)
+    kwargs: dict[str, Any] = {}
+    gpus = _local_gpu_count()
+    if gpus > 1 and _processes_on_this_host() == 1:
+        kwargs["local_device_ids"] = list(range(gpus))
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    try:
+        jax.distributed.initialize(
+            coordinator_address=coordinator,
+            num_processes=num_processes,
+            process_id=process_id,
+            initialization_timeout=timeout_s,
+            heartbeat_timeout_seconds=HEARTBEAT_S,
+            shutdown_timeout_seconds=HEARTBEAT_S,
+            **kwargs,
+        )
+    except (RuntimeError, ValueError) as error:
+        where = coordinator or "the coordinator the cluster names"
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UsageError(
+            f"could not join the job at {where} within {timeout_s} s "
+            f"(is process 0 running and reachable?): {first}"
+        ) from None
+
+
+def _wait_for_coordinator(address: str, timeout_s: float) -> None:
+    """Returns once `address` (HOST:PORT) accepts a connection; UsageError after `timeout_s`."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--coordinator must be HOST:PORT, got {address!r}")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+                return
+        except OSError as error:
+            if time.monotonic() >= deadline:
+                raise UsageError(
+                    f"could not join the job at {address} within {timeout_s:g} s "
+                    f"(is process 0 running and reachable?): {error.strerror or error}"
+                ) from None
+            time.sleep(0.5)
+
+
+def _gather(values: np.ndarray) -> np.ndarray:
+    """`values` of every process, stacked in process order: [processes, ...]. A dead peer raises
+    `PeerLost`."""
+    from jax.experimental import multihost_utils
+
+    try:
+        return np.asarray(multihost_utils.process_allgather(values))
+    except Exception as error:  # noqa: BLE001 - gloo and the runtime raise several types
+        raise PeerLost(peer_message(error)) from error
+
+
+def peer_message(error: BaseException) -> str:
+    """One line saying that a peer was lost, from the error a collective raised."""
+    text = str(error).strip().splitlines()
+    return (
+        "another process of the job died or stopped answering "
+        f"({type(error).__name__}: {text[0] if text else ''})"
+    )
+
+
+def _encode(text: str, size: int) -> np.ndarray:
+    raw = text.encode()[:size]
+    return np.frombuffer(raw.ljust(size, b"\0"), np.uint8)
+
+
+def _decode(row: np.ndarray) -> str:
+    return bytes(row).rstrip(b"\0").decode(errors="replace")
+
+
+def check_same_config(config: dict) -> None:
+    """Raises UsageError, in every process, when any process's config differs from process 0's:
+    the first differing key (in sorted order) and the process are named."""
+    if not is_distributed():
+        return
+    from jax.experimental import multihost_utils
+
+    text = json.dumps(config, sort_keys=True)
+    digest = np.frombuffer(hashlib.sha256(text.encode()).digest(), np.uint8)
+    digests = _gather(digest)
+    if all((d == digests[0]).all() for d in digests):
+        return
+    # Someone differs: share process 0's config to name the key.
+    length = int(multihost_utils.broadcast_one_to_all(np.int64(len(text.encode()))))
+    reference = _decode(
+        np.asarray(multihost_utils.broadcast_one_to_all(_encode(text, max(length, 1))))
+    )
+    ours, theirs = flatten_dict(config), flatten_dict(json.loads(reference))
+    missing = object()
+    mine = sorted(
+        k for k in ours.keys() | theirs.keys() if ours.get(k, missing) != theirs.get(k, missing)
+    )
+    first = mine[0] if mine else ""
+    keys = _gather(_encode(first, REASON_BYTES))
+    for process, row in enumerate(keys):
+        key = _decode(row)
+        if key:
+            raise UsageError(
+                f"the processes disagree on the config: process {process} has a different "
+                f"{key} than process 0; every process must get the same config and overrides"
+            )
+    raise UsageError("the processes disagree on the config (same keys, different text)")
+
+
+class Agreement(NamedTuple):
+    """What all processes agreed on in one round."""
+
+    stop_reason: str | None  # the first process's (in process order) reason to stop, if any
+    ready: bool  # every process holds a batch: the update may run
+    log_due: bool  # process 0's clock says a log line is due
+    frames: int  # environment steps of all processes' actors
+    frames_by_process: tuple[int, ...] = ()  # each process's share of `frames`
+
+
+class Lockstep:
+    """The per-round agreement of a run's processes (one process: its own decisions, no
+    collective). A process keeps its own reason to stop; another's reaches it as 'process I:
+    reason', but for the `shared` reasons (the limits), which stop every process alike."""
+
+    # Reason kinds, so that one gather of integers carries them; the text follows when needed.
+    _NONE, _STOP = 0, 1
+
+    def __init__(self, shared: tuple[str, ...] = ()):
+        self.shared = shared
+
+    def agree(self, stop_reason: str | None, ready: bool, log_due: bool, frames: int) -> Agreement:
+        if not is_distributed():
+            return Agreement(stop_reason, ready, log_due, frames, (frames,))
+        mine = np.array(
+            [self._STOP if stop_reason else self._NONE, int(ready), int(log_due), frames],
+            np.int64,
+        )
+        rows = _gather(mine)  # [processes, 4]
+        reason = None
+        if rows[:, 0].any():
+            reasons = _gather(_encode(stop_reason or "", REASON_BYTES))
+            first = int(np.flatnonzero(rows[:, 0])[0])
+            text = _decode(reasons[first])
+            if stop_reason:
+                reason = stop_reason
+            else:
+                reason = text if text in self.shared else f"process {first}: {text}"
+        return Agreement(
+            reason,
+            bool(rows[:, 1].all()),
+            bool(rows[0, 2]),
+            int(rows[:, 3].sum()),
+            tuple(int(f) for f in rows[:, 3]),
+        )
+
+    @staticmethod
+    def sums(values: np.ndarray) -> np.ndarray:
+        """`values` summed over the processes (one process: as they are)."""
+        if not is_distributed():
+            return values
+        return _gather(values).sum(axis=0)
+
+
+def fingerprint(tree: Any) -> np.ndarray:
+    """Two float64 sums per leaf of `tree` (of the values, and weighted by position): equal
+    replicas give equal fingerprints, bit for bit."""
+    rows = []
+    for leaf in jax.tree.leaves(tree):
+        x = np.asarray(leaf, np.float64).ravel()
+        rows.append([x.sum(), (x * np.arange(1, x.size + 1)).sum()])
+    return np.asarray(rows, np.float64)
+
+
+def check_replicas_agree(params: Any) -> None:
+    """Raises RuntimeError if any process's copy of the replicated `params` differs from
+    process 0's (a lost update, or a non-deterministic reduction)."""
+    if not is_distributed():
+        return
+    prints = _gather(fingerprint(params))
+    differ = [i for i in range(len(prints)) if not np.array_equal(prints[i], prints[0])]
+    if differ:
+        raise RuntimeError(f"the parameters of processes {differ} differ from process 0's")

@@ -1,0 +1,288 @@
+"""`podracer train` over several local processes (`--local-processes`, or the explicit
+`--coordinator/--num-processes/--process-id` flags): one job on `jax.distributed` with gloo, on
+this machine. Each run is the real command in subprocesses; the flags are those of the README's
+"Across hosts" recipes."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_train import TINY
+
+REPO = Path(__file__).resolve().parents[1]
+WORKER = Path(__file__).with_name("_train_worker.py")
+QUICK = [*TINY, "evaluation.every_s=0", "learner.log_every_s=0.2"]
+VTRACE = [
+    "learner.batch_size=2",
+    "actors.envs_per_thread=4",
+    "actors.unroll_length=8",
+    "network.mlp_sizes=[16,16]",
+    "learner.log_every_s=0.2",
+    "learner.checkpoint_every=2",
+    "evaluation.every_s=0",
+]
+
+
+def _env() -> dict[str, str]:
+    cache = Path(os.environ.get("TMPDIR", "/tmp")) / "podracer-test-jax-cache"
+    return dict(
+        os.environ,
+        PYTHONUNBUFFERED="1",
+        JAX_COMPILATION_CACHE_DIR=str(cache),
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    )
+
+
+def _start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "podracer", "train", *args],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _train(*args: str, timeout: float = 240.0) -> tuple[int, str]:
+    process = _start(*args)
+    try:
+        out, _ = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return process.returncode, out
+
+
+def _records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _steps(run: Path) -> list[int]:
+    return sorted(int(p.name) for p in (run / "checkpoints").glob("*") if p.name.isdigit())
+
+
+def _final_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if "]: stopped (" in line]
+
+
+def _assert_one_job_trained(run: Path, out: str, updates: int, processes: int = 2) -> None:
+    finals = _final_lines(out)
+    assert len(finals) == processes, out[-3000:]
+    for line in finals:
+        assert f"stopped (max_updates) at update {updates}," in line, out[-3000:]
+    # One metrics file, from process 0, whose frames are both processes' actors'.
+    last = [r for r in _records(run) if "loss" in r][-1]
+    shares = [last[f"frames/process_{i}"] for i in range(processes)]
+    assert all(share > 0 for share in shares), last
+    assert last["frames"] == sum(shares)
+    assert _steps(run)[-1] == updates
+
+
+def test_two_processes_train_alphazero_and_resume_under_one_and_under_two(tmp_path):
+    run = tmp_path / "run"
+    code, out = _train("--local-processes", "2", "--run-dir", str(run), "--quiet", *QUICK,
+                       "learner.max_updates=6")  # fmt: skip
+    assert code == 0, out[-3000:]
+    # Exit 0 means the replicas were compared at the end and found identical.
+    _assert_one_job_trained(run, out, 6)
+    assert (run / "config.json").is_file() and (run / "learning_curves.png").is_file()
+
+    code, out = _train("--run-dir", str(run), "--quiet", *QUICK, "learner.max_updates=8")
+    assert code == 0, out[-3000:]
+    assert "resumed from update 6" in out and "stopped (max_updates) at update 8" in out
+
+    code, out = _train("--local-processes", "2", "--run-dir", str(run), "--quiet", *QUICK,
+                       "learner.max_updates=10")  # fmt: skip
+    assert code == 0, out[-3000:]
+    assert out.count("resumed from update 8") == 2, out[-3000:]
+    _assert_one_job_trained(run, out, 10)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["--config", "tic_tac_toe_muzero", *QUICK],
+        ["--config", "cartpole_vtrace", *VTRACE],
+    ],
+    ids=["muzero-openspiel", "vtrace-cartpole"],
+)
+def test_two_processes_train_muzero_and_vtrace(overrides, tmp_path):
+    run = tmp_path / "run"
+    code, out = _train("--local-processes", "2", "--run-dir", str(run), "--quiet", *overrides,
+                       "learner.max_updates=4")  # fmt: skip
+    assert code == 0, out[-3000:]
+    _assert_one_job_trained(run, out, 4)
+
+
+def test_anakin_spans_two_processes(tmp_path):
+    run = tmp_path / "run"
+    code, out = _train("--local-processes", "2", "--run-dir", str(run), "--quiet", *QUICK,
+                       "runtime=anakin", "learner.max_updates=4", "replay.min_size=16")  # fmt: skip
+    assert code == 0, out[-3000:]
+    finals = _final_lines(out)
+    assert len(finals) == 2 and all("stopped (max_updates)" in line for line in finals), out
+    assert _steps(run)[-1] == _records(run)[-1]["step"]
+
+
+def _wait_for(condition, process: subprocess.Popen, timeout: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        if process.poll() is not None:
+            raise AssertionError(f"exited early: {process.communicate()[0][-3000:]}")
+        time.sleep(0.3)
+    raise AssertionError("timed out")
+
+
+def test_ctrl_c_to_the_launcher_stops_both_with_a_final_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    process = _start("--local-processes", "2", "--run-dir", str(run), "--quiet", *QUICK)
+    _wait_for(lambda: (run / "checkpoints").is_dir() and _steps(run), process)
+    process.send_signal(signal.SIGINT)
+    out, _ = process.communicate(timeout=120)
+    assert process.returncode == 130, out[-3000:]
+    finals = _final_lines(out)
+    assert len(finals) == 2, out[-3000:]
+    assert all("stopped (received SIGINT)" in line for line in finals), out[-3000:]
+    stopped_at = {int(line.split(" at update ")[1].split(",")[0]) for line in finals}
+    assert len(stopped_at) == 1 and _steps(run)[-1] == stopped_at.pop()  # the same final step
+
+
+def _child_pid(run: Path, process_id: int) -> int | None:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(run).encode() in argv and b"--process-id" in argv:
+            if argv[argv.index(b"--process-id") + 1] == str(process_id).encode():
+                return int(entry.name)
+    return None
+
+
+def test_a_killed_process_makes_the_other_exit_non_zero_within_the_bound(tmp_path):
+    run = tmp_path / "run"
+    process = _start("--local-processes", "2", "--run-dir", str(run), "--quiet", *QUICK)
+    _wait_for(lambda: (run / "checkpoints").is_dir() and _steps(run), process)
+    pid = _child_pid(run, 1)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    out, _ = process.communicate(timeout=150)
+    assert time.monotonic() - killed < 60, out[-3000:]
+    assert process.returncode != 0
+    assert "process 1 of 2 exited with code 137 (SIGKILL)" in out
+    # Ours, where a collective saw the peer go; JAX's, where its heartbeats did first.
+    assert "died or stopped answering" in out or "another task died" in out, out[-3000:]
+
+
+def _job(fault: str, per_process: list[list[str]], timeout: float = 240.0) -> list[tuple[int, str]]:
+    """Runs one job of `len(per_process)` processes with the explicit flags (process i gets
+    `per_process[i]`) through tests/_train_worker.py FAULT; each one's (exit code, output)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    processes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(WORKER),
+                fault,
+                "train",
+                *args,
+                "--coordinator",
+                f"127.0.0.1:{port}",
+                "--num-processes",
+                str(len(per_process)),
+                "--process-id",
+                str(i),
+            ],  # fmt: skip
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i, args in enumerate(per_process)
+    ]
+    results = []
+    try:
+        for process in processes:
+            results.append((process.communicate(timeout=timeout)[0], process.returncode))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+    return [(code, out) for out, code in results]
+
+
+def test_an_actor_failing_in_one_process_stops_both_with_its_message(tmp_path):
+    args = ["--run-dir", str(tmp_path / "run"), "--quiet", *QUICK, "learner.max_updates=100000"]
+    (code0, out0), (code1, out1) = _job("actor-fails-in-process-1", [args, args])
+    assert code1 == 1 and "environment exploded in process 1" in out1, out1[-3000:]
+    assert code0 == 1, out0[-3000:]
+    assert "stopped (process 1: thread 'actor-" in out0, out0[-3000:]
+    assert "RuntimeError: environment exploded in process 1" in out0
+
+
+def test_processes_with_different_configs_are_refused_naming_the_key(tmp_path):
+    run = ["--run-dir", str(tmp_path / "run"), *QUICK, "learner.max_updates=2"]
+    results = _job("none", [run, [*run, "search.num_simulations=5"]])
+    for code, out in results:
+        assert code == 2, out[-3000:]
+        assert "the processes disagree on the config" in out and "search.num_simulations" in out
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_batch_that_does_not_divide_over_every_learner_device_is_refused(tmp_path):
+    run = ["--run-dir", str(tmp_path / "run"), *QUICK, "learner.batch_size=15"]
+    for code, out in _job("none", [run, run]):
+        assert code == 2, out[-3000:]
+        assert "learner.batch_size 15 must divide evenly over 2 learner devices of 2 processes" in (
+            out
+        )
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--local-processes", "2", "--distributed"], "--local-processes starts its own job"),
+        (["--local-processes", "0"], "--local-processes must be at least 1"),
+        (
+            ["--coordinator", "127.0.0.1:1", "--num-processes", "0", "--process-id", "0"],
+            "--num-processes must be at least 1",
+        ),
+        (
+            ["--coordinator", "127.0.0.1:1", "--num-processes", "2", "--process-id", "2"],
+            "--process-id 2 is not in 0..1",
+        ),
+        (["--num-processes", "2"], "--coordinator, --num-processes and --process-id go together"),
+    ],
+)
+def test_bad_launch_flags_get_one_line_and_exit_2(flags, message, tmp_path):
+    code, out = _train("--run-dir", str(tmp_path / "run"), *flags, timeout=60)
+    assert code == 2, out
+    assert message in out and len(out.strip().splitlines()) == 1, out
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_unreachable_coordinator_times_out_naming_it(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nobody listens there
+    started = time.monotonic()
+    code, out = _train("--run-dir", str(tmp_path / "run"), "--coordinator", f"127.0.0.1:{port}",
+                       "--num-processes", "2", "--process-id", "1", "--connect-timeout", "3",
+                       timeout=90)  # fmt: skip
+    assert code == 2, out
+    assert f"could not join the job at 127.0.0.1:{port} within 3 s" in out, out
+    assert time.monotonic() - started < 60
