@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from muzero.config import OptimizerConfig
@@ -24,6 +25,7 @@ __all__ = [
     "make_optimizer",
     "make_schedule",
     "make_update",
+    "pmean_as_one",
 ]
 
 Params = Any
@@ -110,6 +112,28 @@ def _varying(tree: Params, axis_name: str) -> Params:
     return jax.tree.map(cast, tree)
 
 
+def pmean_as_one(tree: Any, axis_name: str) -> Any:
+    """`jax.lax.pmean(tree, axis_name)` in one collective per dtype rather than one per leaf.
+
+    The leaves of each dtype are concatenated into one vector, averaged, and split back. XLA's
+    combiner already merges the per-leaf all-reduces into one op, but gloo (the cross-process
+    collectives on CPU) still runs it operand by operand, paying its latency once per leaf: over
+    2 local processes, a 40-leaf network's gradients took 158 ms per pmean, its flat vector 4 ms.
+    """
+    leaves, treedef = jax.tree.flatten(tree)
+    by_dtype: dict[Any, list[int]] = {}
+    for i, leaf in enumerate(leaves):
+        by_dtype.setdefault(jnp.result_type(leaf), []).append(i)
+    averaged = list(leaves)
+    for indices in by_dtype.values():
+        flat = jnp.concatenate([jnp.ravel(leaves[i]) for i in indices])
+        flat = jax.lax.pmean(flat, axis_name)
+        offsets = np.cumsum([np.size(leaves[i]) for i in indices])[:-1]
+        for i, part in zip(indices, jnp.split(flat, offsets), strict=True):
+            averaged[i] = part.reshape(jnp.shape(leaves[i]))
+    return jax.tree.unflatten(treedef, averaged)
+
+
 def make_update(
     loss_fn: LossFn, optimizer: optax.GradientTransformation, *, axis_name: str | None = None
 ) -> UpdateFn:
@@ -139,7 +163,7 @@ def make_update(
         chex.assert_rank(loss, 0)
         metrics = {**loss_metrics, "loss": loss}
         if axis_name is not None:
-            grads, metrics = jax.lax.pmean((grads, metrics), axis_name)
+            grads, metrics = pmean_as_one((grads, metrics), axis_name)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         metrics["grad_norm"] = optax.global_norm(grads)

@@ -23,6 +23,7 @@ from muzero.learner import (
     make_optimizer,
     make_schedule,
     make_update,
+    pmean_as_one,
 )
 from tests._regression import init_params, loss_fn, make_batch
 
@@ -208,3 +209,19 @@ def test_shard_batch_names_a_leaf_without_the_batch_axis():
 def test_global_devices_rejects_a_missing_local_device():
     with pytest.raises(ValueError, match="local device index 99 out of range"):
         global_devices([99])
+
+
+def test_pmean_as_one_matches_a_pmean_per_leaf():
+    # Three shards under vmap's named axis; leaves of three dtypes and several shapes.
+    tree = {
+        "w": jnp.arange(3 * 2 * 3, dtype=jnp.float32).reshape(3, 2, 3),
+        "b": jnp.array([1.0, 2.0, 4.0], jnp.bfloat16),
+        "count": jnp.array([3, 6, 9], jnp.int32),
+        "nested": (jnp.linspace(0.0, 1.0, 3 * 4).reshape(3, 4), jnp.array([0.5, 1.5, 2.5])),
+    }
+    ours = jax.vmap(lambda t: pmean_as_one(t, "shards"), axis_name="shards")(tree)
+    per_leaf = jax.vmap(lambda t: jax.lax.pmean(t, "shards"), axis_name="shards")(tree)
+    chex.assert_trees_all_equal_dtypes(ours, per_leaf)
+    chex.assert_trees_all_close(ours, per_leaf)
+    # Every shard holds the mean: the first row of `w` is the mean of its three rows.
+    np.testing.assert_allclose(ours["w"][0], np.mean(np.asarray(tree["w"]), axis=0))
