@@ -5,6 +5,8 @@ and the per-update agreement that keeps the processes in lockstep.
                              MPI and TPU pod slices, or takes an explicit coordinator)
     check_same_config(d)     every process must train the same config: the first key that
                              differs from process 0's is named, in every process
+    share_usage_error(e)     bad input found by one process (a run directory it cannot write)
+                             is reported by every process, which all exit with it
     lockstep = Lockstep()    every round of the run loop: `agree(...)` gathers each process's
                              stop reason, whether it holds a batch, whether a log line is due
                              and its frames; all go on, learn, log and stop together
@@ -38,6 +40,7 @@ __all__ = [
     "PeerLost",
     "check_replicas_agree",
     "check_same_config",
+    "share_usage_error",
     "fingerprint",
     "initialize",
     "is_distributed",
@@ -202,6 +205,24 @@ def check_same_config(config: dict) -> None:
                 f"{key} than process 0; every process must get the same config and overrides"
             )
     raise UsageError("the processes disagree on the config (same keys, different text)")
+
+
+def share_usage_error(error: UsageError | None) -> None:
+    """Raises UsageError in every process when any process passes one (its own, or the first
+    failing process's as 'process I: ...'); returns when none does. Without it, a process that
+    refuses its input leaves the others waiting at the job's next collective."""
+    if not is_distributed():
+        if error is not None:
+            raise error
+        return
+    failed = _gather(np.array([error is not None], np.int64))[:, 0]  # [processes]
+    if not failed.any():
+        return
+    messages = _gather(_encode(str(error) if error else "", REASON_BYTES))
+    if error is not None:
+        raise error
+    first = int(np.flatnonzero(failed)[0])
+    raise UsageError(f"process {first}: {_decode(messages[first])}")
 
 
 class Agreement(NamedTuple):

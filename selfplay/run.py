@@ -44,6 +44,7 @@ from selfplay.processes import (
     check_replicas_agree,
     check_same_config,
     is_distributed,
+    share_usage_error,
 )
 
 __all__ = [
@@ -202,7 +203,7 @@ def prepare_run_dir(
     run_dir = pathlib.Path(run_dir).absolute()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write-test"
+        probe = run_dir / f".write-test-{os.getpid()}"  # several processes may share the folder
         probe.write_text("ok")
         probe.unlink()
     except OSError as error:
@@ -269,17 +270,21 @@ def run(
     the evaluator; all take part in each checkpoint (orbax writes the replicated state once)."""
     optimizer = muzero.make_optimizer(config.optimizer)
     check_same_config(to_dict(config))  # one line in every process if any differs
-    # Both refuse bad input (one line) before anything is written.
-    runtime = make_runtime(config, optimizer)
     lead = jax.process_index() == 0  # logs, plots and evaluates
-    evaluator = None
-    if lead and make_evaluator is not None and config.evaluation.every_s > 0:
-        evaluator = make_evaluator(config, runtime.spec)
-    if config.logging.wandb and importlib.util.find_spec("wandb") is None:
-        raise UsageError(
-            "logging.wandb=true needs the wandb package: pip install 'podracer[wandb]'"
-        )
-    run_dir = prepare_run_dir(run_dir, config, write=lead)
+    refused: UsageError | None = None
+    try:  # bad input is refused (one line) before anything is written
+        runtime = make_runtime(config, optimizer)
+        evaluator = None
+        if lead and make_evaluator is not None and config.evaluation.every_s > 0:
+            evaluator = make_evaluator(config, runtime.spec)
+        if config.logging.wandb and importlib.util.find_spec("wandb") is None:
+            raise UsageError(
+                "logging.wandb=true needs the wandb package: pip install 'podracer[wandb]'"
+            )
+        run_dir = prepare_run_dir(run_dir, config, write=lead)
+    except UsageError as error:
+        refused = error
+    share_usage_error(refused)  # whichever process refused, every process exits with its line
     distributed = is_distributed()
     if distributed:  # the others open the run directory once process 0 has made it
         from jax.experimental import multihost_utils

@@ -252,6 +252,19 @@ def test_a_batch_that_does_not_divide_over_every_learner_device_is_refused(tmp_p
         )
 
 
+def test_a_run_directory_one_process_cannot_write_stops_every_process_with_its_line(tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    blocked = tmp_path / "a-file" / "run"  # process 1 cannot make it
+    args = [*QUICK, "learner.max_updates=2"]
+    results = _job("none", [["--run-dir", str(tmp_path / "run"), *args],
+                            ["--run-dir", str(blocked), *args]])  # fmt: skip
+    for code, out in results:
+        assert code == 2, out[-3000:]  # a usage error, not a peer's abort
+        assert f"cannot write to run directory {blocked}: Not a directory" in out, out[-3000:]
+    assert "process 1: cannot write" in results[0][1]
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [
