@@ -192,8 +192,33 @@ def process_main(port: str, process_id: str, num_processes: str, out: str) -> No
     results.update({f"single/{k}": v for k, v in _flat(ref_params).items()})
     results.update({f"initial/{k}": v for k, v in _flat(params).items()})
     results["loss"] = np.asarray(unreplicate(metrics["loss"]))
+    results.update(_lockstep_rounds(process_id))
     np.savez(out, **results)
     jax.distributed.shutdown()
+
+
+# Each process's (stop reason, ready, log due, frames) in the rounds of `_lockstep_rounds`.
+LOCKSTEP_ROUNDS = [
+    lambda p: (None, True, p == 0, 10 + p),  # all go on; a log line due on process 0's clock
+    lambda p: (None, p == 0, p == 1, 20),  # process 1 holds no batch: nobody learns
+    lambda p: ("boom" if p == 1 else None, True, False, 30),  # process 1 stops the job
+    lambda p: ("max_updates", True, False, 40),  # a shared limit reads the same everywhere
+]
+
+
+def _lockstep_rounds(process_id: int) -> dict[str, np.ndarray]:
+    from selfplay.processes import Lockstep
+
+    results = {}
+    first, second = Lockstep(shared=("max_updates",)), Lockstep()
+    for i, round_of in enumerate(LOCKSTEP_ROUNDS):
+        agreed = first.agree(*round_of(process_id))
+        other = second.agree(None, True, False, i)  # a second agreement keeps its own rounds
+        results[f"lockstep/{i}/reason"] = np.asarray(agreed.stop_reason or "")
+        results[f"lockstep/{i}/flags"] = np.asarray([agreed.ready, agreed.log_due])
+        results[f"lockstep/{i}/frames"] = np.asarray([agreed.frames, *agreed.frames_by_process])
+        results[f"lockstep/{i}/other_frames"] = np.asarray(other.frames)
+    return results
 
 
 def _anakin_iterations() -> tuple[dict[str, np.ndarray], object]:

@@ -74,3 +74,17 @@ def test_processes_match_one_device_on_the_global_batch(results):
                 np.testing.assert_allclose(
                     result[f"replicated/{name}"], result[key], rtol=1e-5, atol=1e-6, err_msg=name
                 )
+
+
+def test_the_lockstep_rounds_agree_in_both_processes(results):
+    for process, result in enumerate(results):
+        reasons = [str(result[f"lockstep/{i}/reason"]) for i in range(4)]
+        assert reasons[:2] == ["", ""]
+        assert reasons[2] == ("boom" if process == 1 else "process 1: boom")
+        assert reasons[3] == "max_updates"
+        flags = [result[f"lockstep/{i}/flags"].tolist() for i in range(4)]
+        assert flags[0] == [True, True]  # everyone ready; process 0's clock says log
+        assert flags[1] == [False, False]  # one not ready; process 1's clock does not count
+        frames = [result[f"lockstep/{i}/frames"].tolist() for i in range(4)]
+        assert frames == [[21, 10, 11], [40, 20, 20], [60, 30, 30], [80, 40, 40]]
+        assert [int(result[f"lockstep/{i}/other_frames"]) for i in range(4)] == [0, 2, 4, 6]
