@@ -98,9 +98,50 @@ def from_process_local(tree, sharding: NamedSharding):
             # make_array_from_process_local_data takes no typed keys.
             data = put(jax.random.key_data(x))
             return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+        if isinstance(x, jax.Array):
+            return _from_local_device_array(x, sharding)
         return jax.make_array_from_process_local_data(sharding, np.asarray(x))
 
     return jax.tree.map(put, tree)
+
+
+def _from_local_device_array(x: jax.Array, sharding: NamedSharding) -> jax.Array:
+    """The global array whose local part is `x`, an array already on a device: its pieces are
+    copied device to device (none where `x` already sits on the piece's device) and nothing waits
+    for `x` to be computed. A trip through the host here held the learner's input thread until
+    each batch was built, which cost 2 processes a fifth of their updates."""
+    mesh = sharding.mesh
+    here = jax.process_index()
+    global_shape = list(x.shape)
+    for dim, names in enumerate(sharding.spec):
+        if names is None:
+            continue
+        names = names if isinstance(names, tuple) else (names,)
+        shards = int(np.prod([mesh.shape[name] for name in names]))
+        # This process's shards along `dim`: its devices' distinct coordinates on those axes.
+        coords = {
+            tuple(c[mesh.axis_names.index(n)] for n in names)
+            for c, d in np.ndenumerate(mesh.devices)
+            if d.process_index == here
+        }
+        global_shape[dim] = x.shape[dim] * shards // len(coords)
+    indices = {
+        device: index
+        for device, index in sharding.addressable_devices_indices_map(tuple(global_shape)).items()
+        if index is not None
+    }
+    # The global index where this process's part starts, along each dimension.
+    starts = [min((index[dim].start or 0) for index in indices.values()) for dim in range(x.ndim)]
+    pieces = []
+    for device, index in indices.items():
+        local = tuple(
+            slice((sl.start or 0) - start, (sl.stop or size) - start)
+            for sl, start, size in zip(index, starts, global_shape, strict=True)
+        )
+        whole = all(part == slice(0, n) for part, n in zip(local, x.shape, strict=True))
+        piece = x if whole else x[local]
+        pieces.append(jax.device_put(piece, device))
+    return jax.make_array_from_single_device_arrays(tuple(global_shape), sharding, pieces)
 
 
 def replicate(tree, devices: Devices):

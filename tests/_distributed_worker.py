@@ -17,6 +17,7 @@ manual-axis type checks (as Anakin runs it, for mctx) next to the plain update.
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 STEPS = 3
@@ -193,6 +194,13 @@ def process_main(port: str, process_id: str, num_processes: str, out: str) -> No
     results.update({f"initial/{k}": v for k, v in _flat(params).items()})
     results["loss"] = np.asarray(unreplicate(metrics["loss"]))
     results.update(_lockstep_rounds(process_id))
+    # A local batch on a device and the same batch in host memory make one global batch alike.
+    from jax.experimental import multihost_utils
+
+    local = jnp.arange(3 * 4 * 2).reshape(3, 4, 2) + 100 * process_id  # [T, B, 2]
+    for source, batch in [("device", local), ("host", np.asarray(local))]:
+        global_batch = shard_batch(batch, devices, batch_axis=1)
+        results[f"shard/{source}"] = multihost_utils.process_allgather(global_batch, tiled=True)
     np.savez(out, **results)
     jax.distributed.shutdown()
 

@@ -88,3 +88,11 @@ def test_the_lockstep_rounds_agree_in_both_processes(results):
         frames = [result[f"lockstep/{i}/frames"].tolist() for i in range(4)]
         assert frames == [[21, 10, 11], [40, 20, 20], [60, 30, 30], [80, 40, 40]]
         assert [int(result[f"lockstep/{i}/other_frames"]) for i in range(4)] == [0, 2, 4, 6]
+
+
+def test_a_local_batch_on_a_device_or_in_host_memory_makes_the_same_global_batch(results):
+    local = np.arange(3 * 4 * 2).reshape(3, 4, 2)
+    expected = np.concatenate([local, local + 100], axis=1)  # [T, 2 processes x B, 2]
+    for result in results:
+        np.testing.assert_array_equal(result["shard/device"], expected)
+        np.testing.assert_array_equal(result["shard/host"], expected)
