@@ -4,6 +4,7 @@ one run, alternating. One JSON line per configuration and round:
 
     python benchmarks/scaling.py                          # all configurations, 60 s each
     python benchmarks/scaling.py --only vtrace_cartpole --seconds 30 --rounds 2
+    python benchmarks/scaling.py --only az_connect_four_sebulba --set devices.cpu_devices=2
 
 Each run is the real command: `podracer train` pinned to core 0 (`os.sched_setaffinity`), and
 `podracer train --local-processes 2` (the launcher pins process i to core i). The figures come
@@ -59,11 +60,20 @@ CONFIGS: dict[str, tuple[str, list[str], int]] = {
 COMMON = ["devices.cpu_devices=1", "evaluation.every_s=0", "learner.log_every_s=2"]
 
 
-def _run(name: str, processes: int, seconds: float, warmup: float) -> dict:
+def _run(name: str, processes: int, seconds: float, warmup: float, extra: list[str]) -> dict:
     preset, overrides, batch = CONFIGS[name]
     with tempfile.TemporaryDirectory(prefix="podracer-scaling-") as tmp:
         run_dir = pathlib.Path(tmp) / "run"
-        args = ["--config", preset, "--run-dir", str(run_dir), "--quiet", *COMMON, *overrides]
+        args = [
+            "--config",
+            preset,
+            "--run-dir",
+            str(run_dir),
+            "--quiet",
+            *COMMON,
+            *overrides,
+            *extra,
+        ]
         args.append(f"learner.batch_size={batch * processes}")
         args.append(f"learner.max_seconds={seconds + warmup + 30}")
         command = [sys.executable, "-m", "podracer", "train", *args]
@@ -131,18 +141,20 @@ def main(argv=None) -> None:
     parser.add_argument("--seconds", type=float, default=60.0, help="measured seconds per run")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds left out")
     parser.add_argument("--rounds", type=int, default=1, help="1- and 2-process runs, alternating")
+    parser.add_argument("--set", nargs="*", default=[], help="overrides for every run (last wins)")
     args = parser.parse_args(argv)
     if len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("scaling.py needs 2 cores")
     print(json.dumps({"benchmark": "scaling", "agreement_ms": agreement_ms()}), flush=True)
     for name in args.only:
         for round_ in range(args.rounds):
-            one = _run(name, 1, args.seconds, args.warmup)
-            two = _run(name, 2, args.seconds, args.warmup)
+            one = _run(name, 1, args.seconds, args.warmup, args.set)
+            two = _run(name, 2, args.seconds, args.warmup, args.set)
             ratio_frames = two["frames_per_s"] / one["frames_per_s"]
             line = {
                 "benchmark": "scaling",
                 "config": name,
+                "set": args.set,
                 "round": round_,
                 "one_process": one,
                 "two_processes": two,
