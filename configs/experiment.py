@@ -139,6 +139,10 @@ class ReplayConfig:
     priority_beta: float = 1.0
     # V-trace: trajectories the FIFO queue holds before actors block.
     queue_size: int = 16
+    # Save each process's replay with every checkpoint (`<run_dir>/replay/`), so that a resumed
+    # run goes on with the data it had instead of refilling; Sebulba's MuZero and AlphaZero only.
+    # On disk: about the replay's memory (`capacity` transitions), twice (the last 2 kept).
+    checkpoint: bool = False
 
     def __post_init__(self):
         _int_at_least(self, "capacity", 1)
@@ -149,6 +153,8 @@ class ReplayConfig:
         _number_at_least(self, "priority_alpha", 0.0)
         _number_at_least(self, "priority_beta", 0.0)
         _int_at_least(self, "queue_size", 1)
+        if not isinstance(self.checkpoint, bool):
+            _fail("ReplayConfig", "checkpoint", "true or false", self.checkpoint)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -339,6 +345,14 @@ class ExperimentConfig:
                 "'sebulba' for a non-JAX environment (anakin steps the environment inside jit: "
                 "pgx:... or gymnax:...)",
                 self.runtime,
+            )
+        if self.replay.checkpoint and (self.runtime == "anakin" or self.mode == "vtrace"):
+            _fail(
+                "ReplayConfig",
+                "checkpoint",
+                "false with runtime=anakin (its replay lives on the devices) or mode=vtrace (its "
+                "queue holds a few trajectories in flight, no replay)",
+                True,
             )
         if self.mode == "alphazero" and family != "pgx":
             _fail(

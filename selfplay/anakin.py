@@ -468,6 +468,7 @@ class AnakinRuntime(ReplicatedState):
         self._carry = initial_carries(self.program.init_carry, state.params, self.program.mesh, key)
 
     counts_local = False  # frames and episodes are the job's
+    replay = None  # its ring lives on the devices: replay.checkpoint refuses runtime=anakin
 
     def running(self, stop: StopSignal) -> contextlib.AbstractContextManager[None]:
         del stop  # nothing runs beside the loop

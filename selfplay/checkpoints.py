@@ -7,11 +7,17 @@ time, and whatever the caller adds, such as parameter versions). Orbax writes ea
 temporary directory and renames it when complete, so a crash leaves either a whole checkpoint or a
 temporary directory that is never listed; nothing already saved is deleted except by `max_to_keep`
 after a newer checkpoint is complete.
+
+With `replay.checkpoint=true` each process also saves its replay beside each checkpoint
+(`save_replay`: `<run_dir>/replay/process_<I>-step_<N>.npz`, plain arrays written to a temporary
+file and renamed, the last two kept), and a resumed run reloads the one of its step
+(`load_replay`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -19,6 +25,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 from configs import UsageError
@@ -28,8 +35,57 @@ __all__ = [
     "checkpoint_step",
     "config_differences",
     "flatten_dict",
+    "load_replay",
     "restore_params",
+    "save_replay",
 ]
+
+REPLAYS_KEPT = 2  # the newest checkpoint may still be in orbax's hands when the replay is saved
+
+
+def _replay_files(run_dir: Path, process: int) -> dict[int, Path]:
+    """This process's saved replays by step."""
+    pattern = re.compile(rf"process_{process}-step_(\d+)\.npz")
+    found = {}
+    for path in (run_dir / "replay").glob(f"process_{process}-step_*.npz"):
+        match = pattern.fullmatch(path.name)
+        if match:
+            found[int(match.group(1))] = path
+    return found
+
+
+def save_replay(
+    run_dir: str | os.PathLike, process: int, step: int, arrays: Mapping[str, Any]
+) -> Path:
+    """Writes a process's replay (`SequenceReplay.state`) for checkpoint `step` atomically and
+    keeps the newest `REPLAYS_KEPT`; returns the file."""
+    folder = Path(run_dir) / "replay"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"process_{process}-step_{step}.npz"
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    saved = sorted(_replay_files(Path(run_dir), process).items())
+    for _, old in saved[:-REPLAYS_KEPT]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def load_replay(run_dir: str | os.PathLike, process: int, step: int) -> dict[str, Any] | None:
+    """The replay process `process` saved with checkpoint `step`, or None when there is none
+    (a replay saved at another step is not used: its data would not match the parameters'
+    history). A file that cannot be read is a UsageError naming it."""
+    path = _replay_files(Path(run_dir), process).get(step)
+    if path is None:
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except (OSError, ValueError) as error:
+        raise UsageError(f"cannot read the saved replay {path}: {error}") from None
 
 
 def _is_key(x: Any) -> bool:

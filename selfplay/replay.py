@@ -131,6 +131,14 @@ class _SumTree:
         return nodes - self._size
 
 
+def _leaf_paths(treedef: Any) -> list[str]:
+    """The key paths of a structure's leaves ('.observation', ...): a structure saved as text."""
+    if treedef is None:
+        return []
+    example = jax.tree_util.tree_unflatten(treedef, [0] * treedef.num_leaves)
+    return [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_leaves_with_path(example)]
+
+
 class SequenceReplay:
     """Prioritised replay of fixed-length windows over per-environment sequences.
 
@@ -311,6 +319,58 @@ class SequenceReplay:
         self._treedef = treedef
         self._storage = [np.zeros((self.capacity, *x.shape[2:]), x.dtype) for x in leaves]
 
+    def state(self) -> dict[str, np.ndarray]:
+        """The replay's contents as plain arrays (saved without pickle): the stored transitions,
+        their window starts and priorities, and the rate limiter's counts. `restore` gives them
+        to a replay of the same capacity and window. The streams' last steps are left out: the
+        actors of a resumed run begin new sequences."""
+        with self._cond:
+            slots = np.arange(self.capacity)
+            arrays = {f"leaf/{i}": x.copy() for i, x in enumerate(self._storage)}
+            arrays.update(
+                paths=np.asarray(_leaf_paths(self._treedef), dtype=str),
+                uid=self._uid.copy(),
+                is_start=self._is_start.copy(),
+                priorities=self._priorities.get(slots),  # priority ** alpha of each slot
+                counters=np.asarray([self._next_uid, self._num_starts], np.int64),
+                max_priority=np.asarray(self._max_priority),
+                shape=np.asarray([self.capacity, self.sequence_length], np.int64),
+            )
+        if self.rate_limiter is not None:
+            arrays["rate_limiter"] = self.rate_limiter.counts()
+        return arrays
+
+    def restore(self, arrays: dict[str, np.ndarray], treedef: Any) -> None:
+        """Takes the contents `state` returned into this empty replay: trajectories of structure
+        `treedef`, which must have the saved leaves, in a replay of this capacity and window
+        (UsageError otherwise). Pushes after it must have the same structure, as always."""
+        capacity, sequence_length = (int(x) for x in arrays["shape"])
+        if (capacity, sequence_length) != (self.capacity, self.sequence_length):
+            raise UsageError(
+                f"the saved replay has capacity {capacity} and windows of {sequence_length} "
+                f"steps, this run {self.capacity} and {self.sequence_length}: delete the run's "
+                "replay/ folder to start with an empty one"
+            )
+        saved_paths = [str(p) for p in arrays["paths"]]
+        if _leaf_paths(treedef) != saved_paths:
+            raise UsageError(
+                f"the saved replay holds trajectories with leaves {saved_paths}, this run's "
+                f"have {_leaf_paths(treedef)}: delete the run's replay/ folder to start empty"
+            )
+        leaves = sorted((k for k in arrays if k.startswith("leaf/")), key=lambda k: int(k[5:]))
+        with self._cond:
+            if self._next_uid:
+                raise ValueError("restore needs an empty replay")
+            self._treedef = treedef
+            self._storage = [np.array(arrays[k]) for k in leaves]
+            self._uid = np.array(arrays["uid"], np.int64)
+            self._is_start = np.array(arrays["is_start"], bool)
+            self._priorities.set(np.arange(self.capacity), np.asarray(arrays["priorities"]))
+            self._next_uid, self._num_starts = (int(x) for x in arrays["counters"])
+            self._max_priority = float(arrays["max_priority"])
+        if self.rate_limiter is not None and "rate_limiter" in arrays:
+            self.rate_limiter.set_counts(arrays["rate_limiter"])
+
     def _write(self, leaves: list[np.ndarray], priorities: np.ndarray) -> None:
         seg_len, envs = leaves[0].shape[:2]  # segment = stream tail + new steps
         count = seg_len * envs
@@ -450,6 +510,17 @@ class RateLimiter:
     def samples(self) -> int:
         with self._cond:
             return self._samples
+
+    def counts(self) -> np.ndarray:
+        """[2] int64: the inserts and samples so far (what a saved replay carries)."""
+        with self._cond:
+            return np.asarray([self._inserts, self._samples], np.int64)
+
+    def set_counts(self, counts: np.ndarray) -> None:
+        """Goes on from saved `counts`: a restored replay keeps its ratio of samples to inserts."""
+        with self._cond:
+            self._inserts, self._samples = (int(x) for x in counts)
+            self._cond.notify_all()
 
     @property
     def closed(self) -> bool:

@@ -35,7 +35,7 @@ import numpy as np
 import muzero
 from configs import ExperimentConfig, UsageError, to_dict
 from selfplay.agent import Agent
-from selfplay.checkpoints import Checkpointer, config_differences
+from selfplay.checkpoints import Checkpointer, config_differences, load_replay, save_replay
 from selfplay.envs import EnvSpec
 from selfplay.lifetime import StopSignal, ThreadGroup, handle_signals
 from selfplay.metrics import MetricsLogger, plot_learning_curves
@@ -46,6 +46,7 @@ from selfplay.processes import (
     is_distributed,
     share_usage_error,
 )
+from selfplay.replay import SequenceReplay
 
 __all__ = [
     "LIMITS",
@@ -131,6 +132,8 @@ class Runtime(Protocol):
     # Whether `frames` and the episodes of `log_values` are this process's alone (Sebulba: each
     # process has its own actors) or already the job's (Anakin: its iteration sums them).
     counts_local: bool
+    # This process's replay where the run may save it with its checkpoints (replay.checkpoint).
+    replay: SequenceReplay | None
 
     def log_values(self) -> dict[str, Any]:
         """The runtime's figures since the last call: losses, episodes, replay, stage times."""
@@ -292,6 +295,8 @@ def run(
         multihost_utils.sync_global_devices("podracer: run directory ready")
     begun = start_run(config, runtime.agent, optimizer, run_dir)
     runtime.start(begun.state, begun.key)
+    if config.replay.checkpoint and begun.resumed_from is not None:
+        _restore_replay(runtime, run_dir, begun.resumed_from)
     counts: Runtime = _JobCounts(runtime) if distributed and runtime.counts_local else runtime
     logger: MetricsLogger | _Silent = (
         MetricsLogger(
@@ -313,6 +318,8 @@ def run(
         nonlocal last_saved
         if runtime.step == last_saved and not final:
             return
+        if config.replay.checkpoint and runtime.replay is not None:
+            save_replay(run_dir, jax.process_index(), runtime.step, runtime.replay.state())
         begun.checkpointer.save(
             runtime.step,
             runtime.train_state(),
@@ -390,6 +397,27 @@ def run(
         stopped_by,
         begun.resumed_from,
         runtime.fill_level(),
+    )
+
+
+def _restore_replay(runtime: Runtime, run_dir: pathlib.Path, step: int) -> None:
+    """Refills this process's replay with what it saved at checkpoint `step`, if it did, and says
+    which it was (a process that saved none, or a job now larger than the one that saved, starts
+    with an empty replay)."""
+    index = jax.process_index()
+    arrays = load_replay(run_dir, index, step)
+    who = f"process {index}: " if is_distributed() else ""
+    if arrays is None or runtime.replay is None:
+        print(f"{who}no replay saved with update {step}: the replay starts empty", flush=True)
+        return
+    # Trajectory's fields that the saved leaves name (`truncated` is None without time limits).
+    fields = {str(path).lstrip(".") for path in arrays["paths"]}
+    example = muzero.Trajectory(
+        **{f: 0 if f in fields else None for f in muzero.Trajectory._fields}
+    )
+    runtime.replay.restore(arrays, jax.tree.structure(example))
+    print(
+        f"{who}replay restored from update {step}: {runtime.replay.size:,} transitions", flush=True
     )
 
 

@@ -34,6 +34,7 @@ from selfplay.learner_input import InFlight, LearnerInput, Prefetched
 from selfplay.lifetime import StopSignal, ThreadGroup
 from selfplay.metrics import StageTimer
 from selfplay.params import ParameterServer
+from selfplay.replay import SequenceReplay
 from selfplay.run import ReplicatedState
 
 __all__ = ["SebulbaRuntime", "split_devices"]
@@ -111,6 +112,11 @@ class SebulbaRuntime(ReplicatedState):
         self._next: Prefetched | None = None  # a batch taken by `ready`, for the next `learn`
 
     counts_local = True  # frames and episodes are this process's actors'
+
+    @property
+    def replay(self) -> SequenceReplay | None:
+        """The search agents' replay (V-trace's queue is not one)."""
+        return self.store if isinstance(self.store, SequenceReplay) else None
 
     def start(self, state: muzero.TrainState, key: jax.Array) -> None:
         self._step = int(state.step)

@@ -14,7 +14,9 @@ from selfplay.checkpoints import (
     Checkpointer,
     checkpoint_step,
     config_differences,
+    load_replay,
     restore_params,
+    save_replay,
 )
 
 CONFIG = {"env": {"name": "tic_tac_toe"}, "network": {"width": 8}, "learner": {"lr": 1e-3}}
@@ -216,3 +218,20 @@ def test_a_checkpoint_with_corrupt_state_metadata_gives_a_usage_error(tmp_path):
         Checkpointer(tmp_path).restore(target=_state())
     with pytest.raises(UsageError, match="checkpoint .*1"):
         restore_params(tmp_path)
+
+
+def test_saved_replays_are_atomic_the_last_two_kept_and_bad_files_refused(tmp_path):
+    arrays = {"uid": np.arange(5), "paths": np.asarray(["['obs']"], dtype=str)}
+    for step in (10, 20, 30):
+        save_replay(tmp_path, 1, step, {**arrays, "uid": arrays["uid"] + step})
+    save_replay(tmp_path, 0, 30, arrays)  # another process's files are its own
+    names = sorted(p.name for p in (tmp_path / "replay").iterdir())
+    assert names == ["process_0-step_30.npz", "process_1-step_20.npz", "process_1-step_30.npz"]
+    loaded = load_replay(tmp_path, 1, 20)
+    np.testing.assert_array_equal(loaded["uid"], np.arange(5) + 20)
+    assert loaded["paths"].tolist() == ["['obs']"]
+    assert load_replay(tmp_path, 1, 10) is None  # removed: not the checkpoint's data
+    assert load_replay(tmp_path, 2, 30) is None  # a process that saved none
+    (tmp_path / "replay" / "process_1-step_30.npz").write_bytes(b"not a zip file")
+    with pytest.raises(UsageError, match="cannot read the saved replay .*process_1-step_30.npz"):
+        load_replay(tmp_path, 1, 30)

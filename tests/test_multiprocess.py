@@ -87,21 +87,29 @@ def _assert_one_job_trained(run: Path, out: str, updates: int, processes: int = 
 
 def test_two_processes_train_alphazero_and_resume_under_one_and_under_two(tmp_path):
     run = tmp_path / "run"
-    code, out = _train("--local-processes", "2", "--run-dir", str(run), "--quiet", *QUICK,
+    quick = [*QUICK, "replay.checkpoint=true"]  # each process's replay saved with its checkpoints
+    code, out = _train("--local-processes", "2", "--run-dir", str(run), "--quiet", *quick,
                        "learner.max_updates=6")  # fmt: skip
     assert code == 0, out[-3000:]
     # Exit 0 means the replicas were compared at the end and found identical.
     _assert_one_job_trained(run, out, 6)
     assert (run / "config.json").is_file() and (run / "learning_curves.png").is_file()
+    assert {"process_0-step_6.npz", "process_1-step_6.npz"} <= {
+        p.name for p in (run / "replay").iterdir()
+    }
 
-    code, out = _train("--run-dir", str(run), "--quiet", *QUICK, "learner.max_updates=8")
+    code, out = _train("--run-dir", str(run), "--quiet", *quick, "learner.max_updates=8")
     assert code == 0, out[-3000:]
     assert "resumed from update 6" in out and "stopped (max_updates) at update 8" in out
+    assert "replay restored from update 6: " in out, out[-3000:]
 
-    code, out = _train("--local-processes", "2", "--run-dir", str(run), "--quiet", *QUICK,
+    code, out = _train("--local-processes", "2", "--run-dir", str(run), "--quiet", *quick,
                        "learner.max_updates=10")  # fmt: skip
     assert code == 0, out[-3000:]
     assert out.count("resumed from update 8") == 2, out[-3000:]
+    # Process 0 saved at update 8 (alone); process 1 last saved at 6, so it starts empty.
+    assert "process 0: replay restored from update 8: " in out, out[-3000:]
+    assert "process 1: no replay saved with update 8: the replay starts empty" in out
     _assert_one_job_trained(run, out, 10)
 
 

@@ -2,6 +2,7 @@
 
 import threading
 
+import jax
 import numpy as np
 import pytest
 
@@ -228,3 +229,55 @@ def test_late_priority_writes_keep_the_sum_tree_consistent():
     replay._priorities._tree[1] += 1.0
     with pytest.raises(ValueError, match="sum tree inconsistent"):
         replay.check_consistency()
+
+
+def _filled_replay(limiter: RateLimiter | None = None) -> SequenceReplay:
+    replay = SequenceReplay(capacity=40, sequence_length=3, alpha=0.5, rate_limiter=limiter)
+    for i in range(4):  # 48 transitions into 40 slots: the oldest evicted
+        replay.add(_trajectory(6, 2, start=6 * i), stream="actor-0")
+    sample = replay.sample(8, timeout=1.0)
+    replay.update_priorities(sample.indices, np.linspace(0.1, 5.0, 8))
+    return replay
+
+
+def test_a_restored_replay_holds_the_same_windows_priorities_and_limiter_counts(tmp_path):
+    limiter = RateLimiter(min_size_to_sample=10, samples_per_insert=2.0, error_buffer=100.0)
+    saved = _filled_replay(limiter)
+    state = saved.state()
+    # Plain arrays, loadable without pickle.
+    np.savez(tmp_path / "replay.npz", **state)
+    with np.load(tmp_path / "replay.npz", allow_pickle=False) as data:
+        arrays = {key: data[key] for key in data.files}
+    restored_limiter = RateLimiter(
+        min_size_to_sample=10, samples_per_insert=2.0, error_buffer=100.0
+    )
+    restored = SequenceReplay(
+        capacity=40, sequence_length=3, alpha=0.5, rate_limiter=restored_limiter
+    )
+    restored.restore(arrays, jax.tree.structure(_trajectory(1, 1)))
+    assert restored.size == saved.size and restored.num_windows == saved.num_windows
+    np.testing.assert_array_equal(restored_limiter.counts(), limiter.counts())
+    restored.check_consistency()
+    slots = np.arange(40)
+    np.testing.assert_array_equal(restored._priorities.get(slots), saved._priorities.get(slots))
+    sample = restored.sample(64, timeout=1.0)  # before any new push
+    _assert_windows_are_sequences(sample.batch, 3, 64)
+    restored.add(_trajectory(6, 2, start=100), stream="actor-0")
+    sample = restored.sample(64, timeout=1.0)
+    _assert_windows_are_sequences(sample.batch, 3, 64)
+    starts = set(sample.batch["code"][0].tolist())
+    assert starts & {18, 19, 20, 1018}  # restored windows are sampled
+    # The new push starts its own sequence: no window runs from the old data into it.
+    assert not starts & {22, 23, 1022, 1023}
+    assert starts & {100, 101, 102, 103, 1100, 1101, 1102, 1103}  # the new windows are there
+
+
+def test_restoring_into_another_shape_or_structure_is_refused():
+    state = _filled_replay().state()
+    structure = jax.tree.structure(_trajectory(1, 1))
+    with pytest.raises(UsageError, match="capacity 40 and windows of 3 steps, this run 50 and 3"):
+        SequenceReplay(capacity=50, sequence_length=3).restore(state, structure)
+    other = _trajectory(1, 1)
+    other["extra"] = other.pop("nested")
+    with pytest.raises(UsageError, match="the saved replay holds trajectories with leaves"):
+        SequenceReplay(capacity=40, sequence_length=3).restore(state, jax.tree.structure(other))

@@ -160,6 +160,14 @@ def test_killed_run_resumes_and_sigint_stops_with_a_final_checkpoint(tmp_path):
             ["devices.cpu_convolutions=fast"],
             "DevicesConfig.cpu_convolutions must be 'xla' or 'eigen'",
         ),
+        (
+            ["runtime=anakin", "replay.checkpoint=true"],
+            "ReplayConfig.checkpoint must be false with runtime=anakin",
+        ),
+        (
+            ["--config", "cartpole_vtrace", "replay.checkpoint=true"],
+            "or mode=vtrace (its queue holds a few trajectories in flight, no replay)",
+        ),
         # The board presets pick min-max Q for PUCT; Gumbel needs its completed Q named too.
         (
             ["search.algorithm=gumbel_muzero"],
