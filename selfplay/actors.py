@@ -35,6 +35,7 @@ from selfplay.params import ParameterServer
 from selfplay.replay import Store
 
 __all__ = [
+    "ACTOR_STAGES",
     "ActorStats",
     "EnvColumns",
     "act",
@@ -50,6 +51,9 @@ __all__ = [
 ]
 
 POLL_S = 0.5  # every blocking call wakes at least this often to check the stop signal
+# What an actor thread's time is spent on (`ActorStats.timer`): the search (the act, on its
+# device), the environments' step, and waiting for the store to take a trajectory.
+ACTOR_STAGES = ("search", "env", "queue")
 
 
 class ActorStats:

@@ -7,9 +7,10 @@ and the per-update agreement that keeps the processes in lockstep.
                              differs from process 0's is named, in every process
     share_usage_error(e)     bad input found by one process (a run directory it cannot write)
                              is reported by every process, which all exit with it
-    lockstep = Lockstep()    every round of the run loop: `agree(...)` gathers each process's
+    lockstep = Lockstep()    every round of the run loop: `agree(...)` shares each process's
                              stop reason, whether it holds a batch, whether a log line is due
-                             and its frames; all go on, learn, log and stop together
+                             and its frames (through the coordination service, not the devices);
+                             all go on, learn, log and stop together
 
 A collective that one process never reaches hangs the others, so every collective of a run (the
 update, a log line's sums, a checkpoint) happens in a round all processes agreed on. A process
@@ -305,11 +306,12 @@ class Lockstep:
             raise PeerLost(peer_message(error)) from error
 
     @staticmethod
-    def sums(values: np.ndarray) -> np.ndarray:
-        """`values` summed over the processes (one process: as they are)."""
+    def rows(values: np.ndarray) -> np.ndarray:
+        """`values` of every process, in process order: [processes, ...] (a collective: every
+        process calls it in the same round)."""
         if not is_distributed():
-            return values
-        return _gather(values).sum(axis=0)
+            return np.asarray(values)[None]
+        return _gather(values)
 
 
 def fingerprint(tree: Any) -> np.ndarray:

@@ -34,6 +34,7 @@ import numpy as np
 
 import muzero
 from configs import ExperimentConfig, UsageError, to_dict
+from selfplay.actors import ACTOR_STAGES
 from selfplay.agent import Agent
 from selfplay.checkpoints import Checkpointer, config_differences, load_replay, save_replay
 from selfplay.envs import EnvSpec
@@ -456,11 +457,16 @@ class _JobCounts:
                 values.get("episode_return", 0.0) * episodes,
                 values.get("episode_length", 0.0) * episodes,
                 values.get("replay_size", 0),
+                *(values.get(f"time/actors/{stage}_share", 0.0) for stage in ACTOR_STAGES),
             ],
             np.float64,
         )
-        episodes, return_sum, length_sum, replay_size = Lockstep.sums(local)
+        rows = Lockstep.rows(local)  # [processes, 4 + stages]
+        episodes, return_sum, length_sum, replay_size = rows[:, :4].sum(axis=0)
         values["replay_size"] = int(replay_size)
+        for process, shares in enumerate(rows[:, 4:]):  # each process's actors, where they wait
+            for stage, share in zip(ACTOR_STAGES, shares, strict=True):
+                values[f"time/actors/process_{process}/{stage}_share"] = float(share)
         for process, frames in enumerate(self.frames_by_process):
             values[f"frames/process_{process}"] = frames
         if episodes:

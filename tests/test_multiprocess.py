@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from selfplay.actors import ACTOR_STAGES
 from tests.test_train import TINY
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,6 +83,13 @@ def _assert_one_job_trained(run: Path, out: str, updates: int, processes: int = 
     shares = [last[f"frames/process_{i}"] for i in range(processes)]
     assert all(share > 0 for share in shares), last
     assert last["frames"] == sum(shares)
+    # Each process's actors' stage shares: every process's actors searched and stepped.
+    searched = [r for r in _records(run) if "time/actors/process_0/search_share" in r]
+    assert searched, _records(run)[-1]
+    for i in range(processes):
+        stages = [[r[f"time/actors/process_{i}/{s}_share"] for s in ACTOR_STAGES] for r in searched]
+        assert all(0.0 <= x <= 1.0 for line in stages for x in line), stages
+        assert any(line[0] > 0 for line in stages), stages  # a line while process i's searched
     assert _steps(run)[-1] == updates
 
 
