@@ -4,7 +4,8 @@ Each child runs `python -m podracer train ARGS --coordinator 127.0.0.1:PORT --nu
 --process-id I` (a free port). On a CPU the cores are split between the children (each pinned to
 its share with `sched_setaffinity`); with several GPUs each child sees its share of them
 (`CUDA_VISIBLE_DEVICES`). The launcher forwards SIGINT and SIGTERM to every child, waits for all,
-names each one that failed, and returns the first failure's exit code (0 when all succeeded).
+names each one that failed, and returns the first failure's exit code (0 when all succeeded). A
+child killed by a signal takes the others with it after `DIED_GRACE_S`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ __all__ = ["free_port", "launch_local", "split_evenly"]
 # Once a child has failed, how long the others get to see it (a collective fails at once; a
 # silent peer takes the heartbeat timeout, selfplay.processes.HEARTBEAT_S) before they are killed.
 GRACE_S = 90.0
+# Once a child has been killed by a signal (SIGKILL, a crash): the others cannot checkpoint or
+# go on without it, and one waiting in the agreement would only learn of it at the heartbeat
+# timeout, so they get this long to say what they saw.
+DIED_GRACE_S = 5.0
 
 
 def free_port() -> int:
@@ -85,13 +90,26 @@ def launch_local(train_args: Sequence[str], num_processes: int) -> int:
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         failed_at: float | None = None
+        grace = GRACE_S
+        died: int | None = None  # the first child killed by a signal
         while any(child.poll() is None for child in children):
             if failed_at is None and any(child.poll() for child in children):
                 failed_at = time.monotonic()
-            if failed_at is not None and time.monotonic() - failed_at > GRACE_S:
+            if died is None:
+                died = next((i for i, c in enumerate(children) if (c.poll() or 0) < 0), None)
+                if died is not None:
+                    grace = min(grace, DIED_GRACE_S + (time.monotonic() - failed_at))
+            if failed_at is not None and time.monotonic() - failed_at > grace:
+                if died is not None:
+                    print(
+                        f"podracer train: process {died} of {num_processes} was killed; the "
+                        "others cannot go on without it and are stopped",
+                        flush=True,
+                    )
                 for child in children:
                     if child.poll() is None:
                         child.kill()
+                failed_at, grace = None, float("inf")  # killed once; now wait for them
             time.sleep(0.2)
     finally:
         for s, handler in previous.items():

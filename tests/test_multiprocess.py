@@ -37,6 +37,9 @@ def _env() -> dict[str, str]:
         os.environ,
         PYTHONUNBUFFERED="1",
         JAX_COMPILATION_CACHE_DIR=str(cache),
+        # Every program, however quick to compile: the tests start dozens of processes that
+        # compile the same tiny programs.
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
         PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     )
 
@@ -198,8 +201,9 @@ def test_a_killed_process_makes_the_other_exit_non_zero_within_the_bound(tmp_pat
     assert time.monotonic() - killed < 60, out[-3000:]
     assert process.returncode != 0
     assert "process 1 of 2 exited with code 137 (SIGKILL)" in out
-    # Ours, where a collective saw the peer go; JAX's, where its heartbeats did first.
-    assert "died or stopped answering" in out or "another task died" in out, out[-3000:]
+    # Ours, where a collective saw the peer go; else the launcher's, after DIED_GRACE_S.
+    seen = ["died or stopped answering", "process 1 of 2 was killed; the others cannot go on"]
+    assert any(message in out for message in seen), out[-3000:]
 
 
 def _job(fault: str, per_process: list[list[str]], timeout: float = 240.0) -> list[tuple[int, str]]:
