@@ -324,12 +324,24 @@ def fingerprint(tree: Any) -> np.ndarray:
     return np.asarray(rows, np.float64)
 
 
-def check_replicas_agree(params: Any) -> None:
-    """Raises RuntimeError if any process's copy of the replicated `params` differs from
-    process 0's (a lost update, or a non-deterministic reduction)."""
+def check_replicas_agree(replicated: Any) -> None:
+    """Raises RuntimeError if the copies of the replicated parameters `replicated` (global
+    arrays, one copy on each device) differ: any of this process's devices from its first, or
+    any process's first from process 0's (a lost update, a non-deterministic reduction)."""
+    leaves = jax.tree.leaves(replicated)
+    copies = [
+        fingerprint([leaf.addressable_shards[d].data for leaf in leaves])
+        for d in range(len(leaves[0].addressable_shards))
+    ]
+    local = [d for d in range(len(copies)) if not np.array_equal(copies[d], copies[0])]
+    if local:
+        raise RuntimeError(
+            f"the parameters on local devices {local} of process {jax.process_index()} differ "
+            f"from its first device's"
+        )
     if not is_distributed():
         return
-    prints = _gather(fingerprint(params))
+    prints = _gather(copies[0])
     differ = [i for i in range(len(prints)) if not np.array_equal(prints[i], prints[0])]
     if differ:
         raise RuntimeError(f"the parameters of processes {differ} differ from process 0's")

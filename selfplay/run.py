@@ -148,6 +148,11 @@ class Runtime(Protocol):
         """The current parameters on the host (for an evaluator)."""
         ...
 
+    def replicated_params(self) -> Any:
+        """The current parameters as global arrays, a copy on each learner device (for
+        `check_replicas_agree`)."""
+        ...
+
     def fill_level(self) -> tuple[int, int]:
         """`(have, need)`: what the first update waits for (replay examples, trajectories)."""
         ...
@@ -175,6 +180,9 @@ class ReplicatedState:
 
     def params(self) -> Any:
         return jax.device_get(muzero.unreplicate(self._state).params)
+
+    def replicated_params(self) -> Any:
+        return self._state.params
 
 
 def split_cpu(count: int) -> None:
@@ -381,7 +389,7 @@ def run(
                 watch.due(0.0)
                 logger.log(runtime.step, {**counts.log_values(), **watch.values()})
             profile.stop()
-            check_replicas_agree(runtime.params())  # over several processes: one model
+            check_replicas_agree(runtime.replicated_params())  # every device: one model
             # Before the threads are joined (which re-raises a failed thread's exception): every
             # process saves the same final step, whichever of them stopped the run.
             save(final=True)

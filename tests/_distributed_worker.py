@@ -5,13 +5,11 @@ checks cannot run in the pytest process. Usage:
 
     python _distributed_worker.py replicate OUT.npz
     python _distributed_worker.py process PORT PROCESS_ID NUM_PROCESSES OUT.npz
-    python _distributed_worker.py anakin_process PORT PROCESS_ID NUM_PROCESSES OUT.npz
 
-The first two run a few updates of the regression problem with the replicated update and, on one
-device, with the plain update on the same global batch, and save both parameter sets to OUT.npz.
-`anakin_process` runs a few Anakin iterations over every device of every process and saves this
-process's devices' parameters, and the regression problem's update under `shard_map` without
-manual-axis type checks (as Anakin runs it, for mctx) next to the plain update.
+Both run a few updates of the regression problem with the replicated update and, on one device,
+with the plain update on the same global batch, and save both parameter sets to OUT.npz.
+`process` also runs the update under `shard_map` without manual-axis type checks (as Anakin runs
+it, for mctx), the processes' agreement (`Lockstep`) and the global batch's assembly.
 """
 
 import sys
@@ -106,7 +104,31 @@ def replicate_main(out: str) -> None:
             results[f"{tag}/metric/single/{name}"] = np.asarray(ref_metrics[name])
         results[f"{tag}/step"] = np.asarray(unreplicate(state.step))
     results.update(_muzero_results())
+    results.update(_replica_checks(state.params))
     np.savez(out, **results)
+
+
+def _replica_checks(replicated) -> dict[str, np.ndarray]:
+    """`check_replicas_agree` on identical copies (passes) and on copies where device 2's
+    differs (names it): the error message, or "" where it passed."""
+    from selfplay.processes import check_replicas_agree
+
+    w1 = replicated["w1"]
+    copies = [np.asarray(shard.data) for shard in w1.addressable_shards]
+    copies[2] = copies[2] + 1e-6  # one device's copy drifted
+    drifted = jax.make_array_from_single_device_arrays(
+        w1.shape,
+        w1.sharding,
+        [jax.device_put(x, s.device) for x, s in zip(copies, w1.addressable_shards, strict=True)],
+    )
+    messages = {}
+    for name, params in [("same", replicated), ("drifted", {**replicated, "w1": drifted})]:
+        try:
+            check_replicas_agree(params)
+            messages[f"check/{name}"] = np.asarray("")
+        except RuntimeError as error:
+            messages[f"check/{name}"] = np.asarray(str(error))
+    return messages
 
 
 def _muzero_results() -> dict[str, np.ndarray]:
@@ -155,6 +177,32 @@ def _muzero_results() -> dict[str, np.ndarray]:
     return results
 
 
+def _unchecked_update(params, optimizer, devices, process_id: int) -> dict:
+    """The regression update under `shard_map(check_vma=False)`, as Anakin runs its updates
+    (mctx cannot be typed with varying manual axes), on the batches `process_main` feeds: its
+    parameters must equal the plain update's on the global batch too."""
+    import _regression
+    from jax.sharding import PartitionSpec as P
+
+    import muzero
+
+    mesh = muzero.make_mesh(devices)
+    sharded = jax.jit(
+        jax.shard_map(
+            muzero.make_update(_regression.loss_fn, optimizer, axis_name=muzero.AXIS),
+            mesh=mesh,
+            in_specs=(P(), P(muzero.AXIS)),
+            out_specs=(P(), P()),
+            check_vma=False,
+        )
+    )
+    state = muzero.replicate(_init_state(params, optimizer), mesh)
+    for step in range(STEPS):
+        local = _regression.make_batch(jax.random.key(100 * step + process_id), 8)
+        state, _ = sharded(state, muzero.shard_batch(local, mesh))
+    return {f"unchecked/{k}": v for k, v in _flat(muzero.unreplicate(state.params)).items()}
+
+
 def process_main(port: str, process_id: str, num_processes: str, out: str) -> None:
     process_id, num_processes = int(process_id), int(num_processes)
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -190,6 +238,7 @@ def process_main(port: str, process_id: str, num_processes: str, out: str) -> No
         state, metrics = update(state, shard_batch(local[process_id], devices))
     ref_params, _ = _reference(params, global_batches)
     results = {f"replicated/{k}": v for k, v in _flat(unreplicate(state.params)).items()}
+    results.update(_unchecked_update(params, optimizer, devices, process_id))
     results.update({f"single/{k}": v for k, v in _flat(ref_params).items()})
     results.update({f"initial/{k}": v for k, v in _flat(params).items()})
     results["loss"] = np.asarray(unreplicate(metrics["loss"]))
@@ -229,104 +278,6 @@ def _lockstep_rounds(process_id: int) -> dict[str, np.ndarray]:
     return results
 
 
-def _anakin_iterations() -> tuple[dict[str, np.ndarray], object]:
-    """A few Anakin iterations (tic-tac-toe, tiny) over every device of every process: each
-    local device's parameters, the step reached and the one expected, and the mesh."""
-    import configs
-    import muzero
-    from selfplay import anakin
-
-    config = configs.load_config(
-        "tic_tac_toe_alphazero",
-        [
-            "runtime=anakin",
-            "actors.envs_per_thread=4",
-            "actors.unroll_length=4",
-            "search.num_simulations=4",
-            "network.channels=8",
-            "network.head_hidden=8",
-            "learner.batch_size=8",
-            "replay.min_size=16",
-            "replay.capacity=64",
-            "replay.samples_per_insert=1",
-        ],
-    )
-    devices = anakin.anakin_devices(config)
-    optimizer = muzero.make_optimizer(config.optimizer)
-    program = anakin.make_anakin_program(config, optimizer, devices)
-    plan, mesh = program.plan, program.mesh
-    params = jax.jit(program.agent.init)(jax.random.key(0))
-    step = jax.jit(program.iterate)
-    state = muzero.replicate(_init_state(params, optimizer), mesh)
-    carry = anakin.initial_carries(program.init_carry, params, mesh, jax.random.key(1))
-    iterations = plan.min_iterations + 2
-    for index in range(iterations):
-        state, carry, metrics = step(state, np.int32(index), carry)
-    results = {
-        "devices": np.asarray(len(devices)),
-        "updates_per_iteration": plan.updates,
-        "step": np.asarray(muzero.unreplicate(state.step)),
-        "expected_step": np.asarray(plan.updates * (iterations - plan.min_iterations)),
-        "loss": np.asarray(muzero.unreplicate(metrics["loss"])),
-    }
-    local = len(jax.tree.leaves(state.params)[0].addressable_shards)
-    for i in range(local):  # every parameter, as each local device holds it
-        results[f"device{i}/params"] = np.concatenate(
-            [np.ravel(leaf.addressable_shards[i].data) for leaf in jax.tree.leaves(state.params)]
-        )
-    results["initial/params"] = np.concatenate([np.ravel(x) for x in jax.tree.leaves(params)])
-    return results, mesh
-
-
-def anakin_process_main(port: str, process_id: str, num_processes: str, out: str) -> None:
-    """Anakin over every device of `num_processes` processes: each saves its devices' params."""
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(
-        coordinator_address=f"127.0.0.1:{port}",
-        num_processes=int(num_processes),
-        process_id=int(process_id),
-        initialization_timeout=60,
-    )
-    import _regression
-    from jax.sharding import PartitionSpec as P
-
-    import muzero
-
-    results, mesh = _anakin_iterations()
-    # The regression update under shard_map(check_vma=False), as Anakin runs its updates (mctx
-    # cannot be typed with varying manual axes), against the plain update on the global batch:
-    # each process feeds its own half.
-    reg_params = _regression.init_params(jax.random.key(0))
-    sgd = _optimizer()
-    sharded = jax.jit(
-        jax.shard_map(
-            muzero.make_update(_regression.loss_fn, sgd, axis_name=muzero.AXIS),
-            mesh=mesh,
-            in_specs=(P(), P(muzero.AXIS)),
-            out_specs=(P(), P()),
-            check_vma=False,
-        )
-    )
-    reg_state = muzero.replicate(_init_state(reg_params, sgd), mesh)
-    global_batches = []
-    for step in range(STEPS):
-        local = [
-            _regression.make_batch(jax.random.key(100 * step + p), 8)
-            for p in range(int(num_processes))
-        ]
-        global_batches.append(jax.tree.map(lambda *xs: np.concatenate(xs), *local))
-        reg_state, _ = sharded(reg_state, muzero.shard_batch(local[int(process_id)], mesh))
-    ref_params, _ = _reference(reg_params, global_batches)
-    results.update(
-        {f"unchecked/{k}": v for k, v in _flat(muzero.unreplicate(reg_state.params)).items()}
-    )
-    results.update({f"single/{k}": v for k, v in _flat(ref_params).items()})
-    np.savez(out, **results)
-    jax.distributed.shutdown()
-
-
 if __name__ == "__main__":
     mode, *args = sys.argv[1:]
-    {"replicate": replicate_main, "process": process_main, "anakin_process": anakin_process_main}[
-        mode
-    ](*args)
+    {"replicate": replicate_main, "process": process_main}[mode](*args)

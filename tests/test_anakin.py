@@ -18,7 +18,6 @@ from selfplay import anakin
 from selfplay import train as train_module
 from selfplay.agent import make_agent
 from selfplay.envs import env_spec
-from tests.test_distributed import run_worker_processes
 from tests.test_train import _podracer, _wait_for_checkpoint
 
 TINY = [
@@ -155,31 +154,6 @@ def test_a_sebulba_run_resumes_under_anakin(tmp_path):
         _tiny("tic_tac_toe_alphazero", "learner.max_updates=4"), tmp_path / "run", progress=False
     )
     assert result.resumed_from == 2 and result.updates == 4
-
-
-def test_replicas_stay_identical_across_two_processes(tmp_path):
-    # jax.distributed (gloo), 2 processes x 2 CPU devices: the mesh spans both processes, each
-    # builds its own devices' games, and the pmean crosses processes.
-    results = run_worker_processes(
-        "anakin_process", [tmp_path / f"process{i}.npz" for i in range(2)], timeout=300
-    )
-    copies = [r[f"device{d}/params"] for r in results for d in range(2)]
-    assert int(results[0]["devices"]) == 4
-    for copy in copies[1:]:
-        np.testing.assert_array_equal(copy, copies[0])
-    assert not np.allclose(copies[0], results[0]["initial/params"])
-    assert int(results[0]["step"]) == int(results[0]["expected_step"]) > 0
-    for result in results:  # the update without manual-axis checks still averages gradients
-        names = [k.split("/", 1)[1] for k in result if k.startswith("single/")]
-        assert names
-        for name in names:
-            np.testing.assert_allclose(
-                result[f"unchecked/{name}"],
-                result[f"single/{name}"],
-                rtol=1e-5,
-                atol=1e-6,
-                err_msg=name,
-            )
 
 
 @pytest.mark.parametrize(

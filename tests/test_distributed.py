@@ -76,6 +76,18 @@ def test_processes_match_one_device_on_the_global_batch(results):
                 )
 
 
+def test_the_update_without_manual_axis_checks_still_averages_over_processes(results):
+    # As Anakin runs its updates (shard_map with check_vma=False, for mctx).
+    for result in results:
+        names = [k.split("/", 1)[1] for k in result if k.startswith("single/")]
+        assert names
+        for name in names:
+            np.testing.assert_allclose(
+                result[f"unchecked/{name}"], result[f"single/{name}"], rtol=1e-5, atol=1e-6,
+                err_msg=name,
+            )  # fmt: skip
+
+
 def test_the_lockstep_rounds_agree_in_both_processes(results):
     for process, result in enumerate(results):
         reasons = [str(result[f"lockstep/{i}/reason"]) for i in range(4)]

@@ -12,9 +12,16 @@ import sys
 import time
 from pathlib import Path
 
+import jax
+import numpy as np
 import pytest
 
+import configs
+from selfplay import anakin
 from selfplay.actors import ACTOR_STAGES
+from selfplay.agent import make_agent
+from selfplay.checkpoints import restore_params
+from selfplay.envs import env_spec
 from tests.test_train import TINY
 
 REPO = Path(__file__).resolve().parents[1]
@@ -140,14 +147,29 @@ def test_two_processes_train_muzero_and_vtrace(overrides, tmp_path):
     _assert_one_job_trained(run, out, 4)
 
 
-def test_anakin_spans_two_processes(tmp_path):
+def test_anakin_spans_two_processes_of_two_devices_each(tmp_path):
     run = tmp_path / "run"
-    code, out = _train("--local-processes", "2", "--run-dir", str(run), "--quiet", *QUICK,
-                       "runtime=anakin", "learner.max_updates=4", "replay.min_size=16")  # fmt: skip
+    overrides = [*QUICK, "runtime=anakin", "devices.cpu_devices=2", "replay.min_size=16"]
+    code, out = _train("--local-processes", "2", "--run-dir", str(run), "--quiet", *overrides,
+                       "learner.max_updates=4")  # fmt: skip
+    # Exit 0: the run's end found the parameters identical on all 4 devices of both processes.
     assert code == 0, out[-3000:]
     finals = _final_lines(out)
     assert len(finals) == 2 and all("stopped (max_updates)" in line for line in finals), out
     assert _steps(run)[-1] == _records(run)[-1]["step"]
+    # Every iteration plays on 4 devices, and learns once the rings hold replay.min_size.
+    config = configs.load_config("tic_tac_toe_alphazero", overrides)
+    agent = make_agent(config, env_spec(config.env.name))
+    plan = anakin.plan_anakin(config, agent, 4)
+    last = _records(run)[-1]
+    iterations, rest = divmod(last["frames"], plan.moves * plan.games * 4)
+    assert rest == 0 and last["step"] == plan.updates * (iterations - plan.min_iterations) > 0
+    # The updates moved the parameters from where the run started.
+    init_key = jax.random.split(jax.random.PRNGKey(config.seed), 3)[0]  # as selfplay.run's
+    start = jax.jit(agent.init)(init_key)
+    end = restore_params(run, target=start)
+    pairs = zip(jax.tree.leaves(start), jax.tree.leaves(end), strict=True)
+    assert not all(np.allclose(a, b) for a, b in pairs)
 
 
 def _wait_for(condition, process: subprocess.Popen, timeout: float = 240.0) -> None:
@@ -170,7 +192,9 @@ def test_ctrl_c_to_the_launcher_stops_both_with_a_final_checkpoint(tmp_path):
     assert process.returncode == 130, out[-3000:]
     finals = _final_lines(out)
     assert len(finals) == 2, out[-3000:]
-    assert all("stopped (received SIGINT)" in line for line in finals), out[-3000:]
+    # A process whose own signal lands after another's reached the agreement says so by name:
+    # "stopped (process 0: received SIGINT)".
+    assert all("received SIGINT)" in line for line in finals), out[-3000:]
     stopped_at = {int(line.split(" at update ")[1].split(",")[0]) for line in finals}
     assert len(stopped_at) == 1 and _steps(run)[-1] == stopped_at.pop()  # the same final step
 

@@ -129,7 +129,8 @@ def test_strength_against_random_rises_over_a_run_that_learns(tmp_path, monkeypa
     # One simulation: the evaluated move is the policy network's, so what it learned shows.
     config = _tic_tac_toe(
         "learner.max_updates=400",
-        "evaluation.every_s=4",
+        "learner.checkpoint_every=200",
+        "evaluation.every_s=1",
         "evaluation.games=80",
         "evaluation.opponents=[random]",
         "evaluation.num_simulations=1",
@@ -140,17 +141,19 @@ def test_strength_against_random_rises_over_a_run_that_learns(tmp_path, monkeypa
         "optimizer.learning_rate=3e-3",
         "actors.envs_per_thread=32",
     )
-    run = tmp_path / "run"
-    train(config, run, progress=False, make_evaluator=progress.RunEvaluator)
-    logged = [(r["step"], r["eval/random/score"]) for r in _records(run) if "eval" in r]
-    assert len(logged) >= 2 and [s for s, _ in logged] == sorted(s for s, _ in logged), logged
-    # The same evaluator on the parameters the run started from and ended with: a count of
-    # updates, not of seconds, so a slow machine learns as much.
+    # The run's own evaluator, first on the parameters the run starts from: its searches are
+    # compiled before the run, so its evaluations during the run take milliseconds.
     evaluator = progress.RunEvaluator(config, env_spec(config.env.name))
     init_key = jax.random.split(jax.random.PRNGKey(config.seed), 3)[0]  # as selfplay.run's
     start = jax.jit(evaluator.agent.init)(init_key)
-    end = restore_params(run, target=start)
     before = evaluator.evaluate(start, 0, StopSignal())["eval/random/score"]
+    run = tmp_path / "run"
+    train(config, run, progress=False, make_evaluator=lambda config, spec: evaluator)
+    logged = [(r["step"], r["eval/random/score"]) for r in _records(run) if "eval" in r]
+    assert len(logged) >= 2 and [s for s, _ in logged] == sorted(s for s, _ in logged), logged
+    # On the parameters the run ended with: a count of updates, not of seconds, so a slow
+    # machine learns as much.
+    end = restore_params(run, target=start)
     after = evaluator.evaluate(end, 400, StopSignal())["eval/random/score"]
     assert after > before + 0.15, (before, after, logged)
 

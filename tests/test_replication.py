@@ -69,6 +69,13 @@ def test_parameters_stay_identical_on_every_device(results, tag):
         np.testing.assert_array_equal(copy, copies[0])
 
 
+def test_the_replica_check_names_a_device_whose_copy_differs(results):
+    # selfplay.processes.check_replicas_agree, as a run calls it at its end.
+    assert str(results["check/same"]) == ""
+    message = str(results["check/drifted"])
+    assert "local devices [2] of process 0 differ from its first device's" in message, message
+
+
 def test_replicated_muzero_loss_equals_single_device(results):
     names = [k.split("/", 2)[2] for k in results if k.startswith("muzero/single/")]
     assert names
