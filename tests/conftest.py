@@ -1,7 +1,11 @@
 """Test-wide settings: one XLA thread per test process (pytest -n 2 on 2 cores), XLA's fastest
 compilation (LLVM at -O0: the suite's programs are compiled far more than they run, and the tests
 check behaviour, not speed), and a persistent compilation cache so the many small training runs of
-the suite compile each program once. Subprocesses the tests start inherit the first two."""
+the suite compile each program once. All three are environment variables, so the subprocesses the
+tests start (workers, `podracer train`, several processes of one job) share them. The cache keeps
+every program, however quick to compile: the suite compiles the same small programs (an init, a
+copy to the devices) in dozens of runs, and reading one back is faster (8% less CPU over
+test_train, test_anakin and test_progress from cold than with a 0.5 s threshold)."""
 
 import os
 import pathlib
@@ -11,9 +15,6 @@ os.environ.setdefault(
     "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false --xla_backend_optimization_level=0"
 )
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-
-import jax  # noqa: E402
-
 _CACHE = pathlib.Path(tempfile.gettempdir()) / "podracer-test-jax-cache"
-jax.config.update("jax_compilation_cache_dir", str(_CACHE))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_CACHE))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")

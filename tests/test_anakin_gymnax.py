@@ -85,7 +85,7 @@ def test_muzero_smoke_run_fits_the_rewards_saves_and_resumes(tmp_path):
 
 def test_vtrace_smoke_run_balances_longer_saves_and_resumes(tmp_path):
     config = _vtrace(
-        "learner.max_updates=600", "learner.log_every_s=0.2", "learner.checkpoint_every=200"
+        "learner.max_updates=600", "learner.log_every_s=0.1", "learner.checkpoint_every=200"
     )
     records = _smoke_run(config, tmp_path, 600)
     returns = [r["episode_return"] for r in records if "episode_return" in r]

@@ -39,14 +39,10 @@ VTRACE = [
 
 
 def _env() -> dict[str, str]:
-    cache = Path(os.environ.get("TMPDIR", "/tmp")) / "podracer-test-jax-cache"
+    # The compilation cache's settings come from tests/conftest.py's environment.
     return dict(
         os.environ,
         PYTHONUNBUFFERED="1",
-        JAX_COMPILATION_CACHE_DIR=str(cache),
-        # Every program, however quick to compile: the tests start dozens of processes that
-        # compile the same tiny programs.
-        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
         PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     )
 
