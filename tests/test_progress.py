@@ -130,7 +130,7 @@ def test_strength_against_random_rises_over_a_run_that_learns(tmp_path, monkeypa
     config = _tic_tac_toe(
         "learner.max_updates=400",
         "learner.checkpoint_every=200",
-        "evaluation.every_s=1",
+        "evaluation.every_s=0.2",
         "evaluation.games=80",
         "evaluation.opponents=[random]",
         "evaluation.num_simulations=1",
