@@ -3,6 +3,7 @@ the same settings per process (the 2-process job's global batch is twice as larg
 one run, alternating. One JSON line per configuration and round:
 
     python benchmarks/scaling.py                          # all configurations, 60 s each
+    python benchmarks/scaling.py --only az_connect_four_sebulba_preset az_connect_four_anakin_preset
     python benchmarks/scaling.py --only vtrace_cartpole --seconds 30 --rounds 2
     python benchmarks/scaling.py --only az_connect_four_sebulba --set devices.cpu_devices=2
 
@@ -11,8 +12,13 @@ Each run is the real command: `podracer train` pinned to core 0 (`os.sched_setaf
 from the run's metrics.jsonl (process 0 logs the job's frames): frames/s and updates/s from the
 first line of status `learning` plus `--warmup` seconds to the end. `ratio_frames` and
 `ratio_updates` are the 2-process figures over the 1-process ones (perfect weak scaling: 2.0);
-`efficiency` is `ratio_frames / 2`. `agreement_ms` is the per-update cost of the processes'
-agreement (`selfplay.processes.Lockstep`) measured alone on the same two cores.
+`efficiency` is `ratio_frames / 2`. The ceiling, in the same round (`--no-apart` leaves it out):
+`two_apart` is two independent 1-process runs at once on cores 0 and 1 (no collective between
+them), `ceiling_ratio_frames` their frames/s over the 1-process run's (what the two cores give
+when both work: shared caches, memory bandwidth, clocks), and `of_ceiling` the 2-process job's
+frames/s over theirs (what the job's communication costs). `agreement_ms` is the per-update
+cost of the processes' agreement (`selfplay.processes.Lockstep`) measured alone on the same two
+cores.
 """
 
 from __future__ import annotations
@@ -59,42 +65,31 @@ CONFIGS: dict[str, tuple[str, list[str], int]] = {
         ],
         64,
     ),
+    # The preset as users run it (its own batch of 256 and 2 x 128 games a process): the same
+    # network as above with 4 times the batch, so an update's fixed costs across processes (the
+    # all-reduce's latency, the agreement) weigh a quarter as much.
+    "az_connect_four_sebulba_preset": ("connect_four_alphazero", ["devices.cpu_devices=2"], 256),
+    "az_connect_four_anakin_preset": ("connect_four_alphazero", ["runtime=anakin"], 256),
     "vtrace_cartpole": ("cartpole_vtrace", [], 2),
 }
 COMMON = ["devices.cpu_devices=1", "evaluation.every_s=0", "learner.log_every_s=2"]
 
 
-def _run(name: str, processes: int, seconds: float, warmup: float, extra: list[str]) -> dict:
+def _command(name: str, processes: int, run_dir: pathlib.Path, seconds: float, extra: list[str]):
+    """`podracer train` for `processes` processes of configuration `name`, per-process batch."""
     preset, overrides, batch = CONFIGS[name]
-    with tempfile.TemporaryDirectory(prefix="podracer-scaling-") as tmp:
-        run_dir = pathlib.Path(tmp) / "run"
-        args = [
-            "--config",
-            preset,
-            "--run-dir",
-            str(run_dir),
-            "--quiet",
-            *COMMON,
-            *overrides,
-            *extra,
-        ]
-        args.append(f"learner.batch_size={batch * processes}")
-        args.append(f"learner.max_seconds={seconds + warmup + 30}")
-        command = [sys.executable, "-m", "podracer", "train", *args]
-        if processes > 1:
-            command += ["--local-processes", str(processes)]
-        env = dict(os.environ, PYTHONPATH=str(REPO))
-        started = time.monotonic()
-        done = subprocess.run(
-            command,
-            env=env,
-            capture_output=True,
-            text=True,
-            preexec_fn=(lambda: os.sched_setaffinity(0, {0})) if processes == 1 else None,
-        )
-        if done.returncode:
-            raise RuntimeError(f"{name} x{processes} failed:\n{done.stdout[-2000:]}")
-        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+    args = ["--config", preset, "--run-dir", str(run_dir), "--quiet", *COMMON, *overrides, *extra]
+    args.append(f"learner.batch_size={batch * processes}")
+    args.append(f"learner.max_seconds={seconds}")
+    command = [sys.executable, "-m", "podracer", "train", *args]
+    if processes > 1:
+        command += ["--local-processes", str(processes)]
+    return command
+
+
+def _rates(run_dir: pathlib.Path, warmup: float) -> dict:
+    """frames/s and updates/s from the run's first `learning` line plus `warmup` s to its end."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     learning = [r for r in records if r.get("status") == "learning" and "frames" in r]
     start = learning[0]["time"] + warmup
     window = [r for r in learning if r["time"] >= start]
@@ -104,7 +99,56 @@ def _run(name: str, processes: int, seconds: float, warmup: float, extra: list[s
         "frames_per_s": (last["frames"] - first["frames"]) / seconds_measured,
         "updates_per_s": (last["step"] - first["step"]) / seconds_measured,
         "measured_s": round(seconds_measured, 1),
-        "wall_s": round(time.monotonic() - started, 1),
+    }
+
+
+def _run(name: str, processes: int, seconds: float, warmup: float, extra: list[str]) -> dict:
+    """One job: 1 process pinned to core 0, or `processes` under the launcher (which pins
+    process i to core i)."""
+    with tempfile.TemporaryDirectory(prefix="podracer-scaling-") as tmp:
+        run_dir = pathlib.Path(tmp) / "run"
+        command = _command(name, processes, run_dir, seconds + warmup + 30, extra)
+        started = time.monotonic()
+        done = subprocess.run(
+            command,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+            capture_output=True,
+            text=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, {0})) if processes == 1 else None,
+        )
+        if done.returncode:
+            raise RuntimeError(f"{name} x{processes} failed:\n{done.stdout[-2000:]}")
+        return {**_rates(run_dir, warmup), "wall_s": round(time.monotonic() - started, 1)}
+
+
+def _run_apart(name: str, seconds: float, warmup: float, extra: list[str]) -> dict:
+    """The ceiling of weak scaling on these cores: two independent 1-process runs at once, on
+    cores 0 and 1, with no collective between them. What the machine loses when both cores work
+    (shared caches and memory bandwidth, clock) shows here, apart from what the job's
+    communication costs. frames/s summed; updates/s their mean (each update of the 2-process
+    job covers both processes' batches)."""
+    with tempfile.TemporaryDirectory(prefix="podracer-scaling-") as tmp:
+        runs = [pathlib.Path(tmp) / f"run{core}" for core in (0, 1)]
+        children = [
+            subprocess.Popen(
+                _command(name, 1, run_dir, seconds + warmup + 30, extra),
+                env=dict(os.environ, PYTHONPATH=str(REPO)),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                preexec_fn=lambda core=core: os.sched_setaffinity(0, {core}),
+            )
+            for core, run_dir in zip((0, 1), runs, strict=True)
+        ]
+        outputs = [child.communicate()[0] for child in children]
+        for child, output in zip(children, outputs, strict=True):
+            if child.returncode:
+                raise RuntimeError(f"{name} apart failed:\n{output[-2000:]}")
+        rates = [_rates(run_dir, warmup) for run_dir in runs]
+    return {
+        "frames_per_s": sum(r["frames_per_s"] for r in rates),
+        "updates_per_s": sum(r["updates_per_s"] for r in rates) / 2,
+        "measured_s": min(r["measured_s"] for r in rates),
     }
 
 
@@ -146,6 +190,12 @@ def main(argv=None) -> None:
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds left out")
     parser.add_argument("--rounds", type=int, default=1, help="1- and 2-process runs, alternating")
     parser.add_argument("--set", nargs="*", default=[], help="overrides for every run (last wins)")
+    parser.add_argument(
+        "--apart",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also two independent 1-process runs at once: the cores' own ceiling",
+    )
     args = parser.parse_args(argv)
     if len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("scaling.py needs 2 cores")
@@ -154,6 +204,7 @@ def main(argv=None) -> None:
         for round_ in range(args.rounds):
             one = _run(name, 1, args.seconds, args.warmup, args.set)
             two = _run(name, 2, args.seconds, args.warmup, args.set)
+            apart = _run_apart(name, args.seconds, args.warmup, args.set) if args.apart else None
             ratio_frames = two["frames_per_s"] / one["frames_per_s"]
             line = {
                 "benchmark": "scaling",
@@ -165,6 +216,17 @@ def main(argv=None) -> None:
                 "ratio_frames": round(ratio_frames, 3),
                 "ratio_updates": round(two["updates_per_s"] / one["updates_per_s"], 3),
                 "efficiency": round(ratio_frames / 2, 3),
+                **(
+                    {
+                        "two_apart": apart,
+                        "ceiling_ratio_frames": round(
+                            apart["frames_per_s"] / one["frames_per_s"], 3
+                        ),
+                        "of_ceiling": round(two["frames_per_s"] / apart["frames_per_s"], 3),
+                    }
+                    if apart
+                    else {}
+                ),
                 "load_avg": round(os.getloadavg()[0], 2),
             }
             print(json.dumps(line), flush=True)
