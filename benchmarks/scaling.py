@@ -66,8 +66,8 @@ CONFIGS: dict[str, tuple[str, list[str], int]] = {
         64,
     ),
     # The preset as users run it (its own batch of 256 and 2 x 128 games a process): the same
-    # network as above with 4 times the batch, so an update's fixed costs across processes (the
-    # all-reduce's latency, the agreement) weigh a quarter as much.
+    # network as above with 4 times the batch, so what an update costs across processes (the
+    # all-reduce's latency, the agreement) weighs less against it (BENCHMARKS.md: 23% -> 8%).
     "az_connect_four_sebulba_preset": ("connect_four_alphazero", ["devices.cpu_devices=2"], 256),
     "az_connect_four_anakin_preset": ("connect_four_alphazero", ["runtime=anakin"], 256),
     "vtrace_cartpole": ("cartpole_vtrace", [], 2),
@@ -75,16 +75,25 @@ CONFIGS: dict[str, tuple[str, list[str], int]] = {
 COMMON = ["devices.cpu_devices=1", "evaluation.every_s=0", "learner.log_every_s=2"]
 
 
-def _command(name: str, processes: int, run_dir: pathlib.Path, seconds: float, extra: list[str]):
-    """`podracer train` for `processes` processes of configuration `name`, per-process batch."""
+def _start(
+    name: str, processes: int, run_dir: pathlib.Path, seconds: float, extra: list[str], core
+) -> subprocess.Popen:
+    """Starts `podracer train` of configuration `name` over `processes` processes (the global
+    batch `processes` times the per-process one) until `seconds`: pinned to `core`, or, under
+    the launcher (`core` None), process i on core i."""
     preset, overrides, batch = CONFIGS[name]
     args = ["--config", preset, "--run-dir", str(run_dir), "--quiet", *COMMON, *overrides, *extra]
-    args.append(f"learner.batch_size={batch * processes}")
-    args.append(f"learner.max_seconds={seconds}")
-    command = [sys.executable, "-m", "podracer", "train", *args]
+    args += [f"learner.batch_size={batch * processes}", f"learner.max_seconds={seconds}"]
     if processes > 1:
-        command += ["--local-processes", str(processes)]
-    return command
+        args += ["--local-processes", str(processes)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "podracer", "train", *args],
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=None if core is None else (lambda: os.sched_setaffinity(0, {core})),
+    )
 
 
 def _rates(run_dir: pathlib.Path, warmup: float) -> dict:
@@ -102,23 +111,26 @@ def _rates(run_dir: pathlib.Path, warmup: float) -> dict:
     }
 
 
-def _run(name: str, processes: int, seconds: float, warmup: float, extra: list[str]) -> dict:
-    """One job: 1 process pinned to core 0, or `processes` under the launcher (which pins
-    process i to core i)."""
+def _run_jobs(name: str, jobs: list[tuple[int, int | None]], seconds, warmup, extra) -> list:
+    """Runs the jobs (processes, core) of configuration `name` at once; each job's rates."""
     with tempfile.TemporaryDirectory(prefix="podracer-scaling-") as tmp:
-        run_dir = pathlib.Path(tmp) / "run"
-        command = _command(name, processes, run_dir, seconds + warmup + 30, extra)
+        run_dirs = [pathlib.Path(tmp) / f"run{i}" for i in range(len(jobs))]
         started = time.monotonic()
-        done = subprocess.run(
-            command,
-            env=dict(os.environ, PYTHONPATH=str(REPO)),
-            capture_output=True,
-            text=True,
-            preexec_fn=(lambda: os.sched_setaffinity(0, {0})) if processes == 1 else None,
-        )
-        if done.returncode:
-            raise RuntimeError(f"{name} x{processes} failed:\n{done.stdout[-2000:]}")
-        return {**_rates(run_dir, warmup), "wall_s": round(time.monotonic() - started, 1)}
+        children = [
+            _start(name, processes, run_dir, seconds + warmup + 30, extra, core)
+            for (processes, core), run_dir in zip(jobs, run_dirs, strict=True)
+        ]
+        outputs = [child.communicate()[0] for child in children]
+        wall_s = round(time.monotonic() - started, 1)
+        for child, output, (processes, _) in zip(children, outputs, jobs, strict=True):
+            if child.returncode:
+                raise RuntimeError(f"{name} x{processes} failed:\n{output[-2000:]}")
+        return [{**_rates(run_dir, warmup), "wall_s": wall_s} for run_dir in run_dirs]
+
+
+def _run(name: str, processes: int, seconds: float, warmup: float, extra: list[str]) -> dict:
+    """One job: 1 process pinned to core 0, or `processes` under the launcher."""
+    return _run_jobs(name, [(processes, 0 if processes == 1 else None)], seconds, warmup, extra)[0]
 
 
 def _run_apart(name: str, seconds: float, warmup: float, extra: list[str]) -> dict:
@@ -127,28 +139,12 @@ def _run_apart(name: str, seconds: float, warmup: float, extra: list[str]) -> di
     (shared caches and memory bandwidth, clock) shows here, apart from what the job's
     communication costs. frames/s summed; updates/s their mean (each update of the 2-process
     job covers both processes' batches)."""
-    with tempfile.TemporaryDirectory(prefix="podracer-scaling-") as tmp:
-        runs = [pathlib.Path(tmp) / f"run{core}" for core in (0, 1)]
-        children = [
-            subprocess.Popen(
-                _command(name, 1, run_dir, seconds + warmup + 30, extra),
-                env=dict(os.environ, PYTHONPATH=str(REPO)),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                preexec_fn=lambda core=core: os.sched_setaffinity(0, {core}),
-            )
-            for core, run_dir in zip((0, 1), runs, strict=True)
-        ]
-        outputs = [child.communicate()[0] for child in children]
-        for child, output in zip(children, outputs, strict=True):
-            if child.returncode:
-                raise RuntimeError(f"{name} apart failed:\n{output[-2000:]}")
-        rates = [_rates(run_dir, warmup) for run_dir in runs]
+    rates = _run_jobs(name, [(1, 0), (1, 1)], seconds, warmup, extra)
     return {
         "frames_per_s": sum(r["frames_per_s"] for r in rates),
         "updates_per_s": sum(r["updates_per_s"] for r in rates) / 2,
         "measured_s": min(r["measured_s"] for r in rates),
+        "wall_s": rates[0]["wall_s"],
     }
 
 
