@@ -22,6 +22,7 @@ _EXAMPLES = """examples:
   podracer train --config connect_four_alphazero runtime=anakin  # acting + learning jitted
   podracer train --local-processes 2 --run-dir runs/two  # one job of 2 processes, this machine
   srun podracer train --distributed --run-dir /shared/runs/big   # one process per task
+  mpirun -np 4 podracer train --distributed --run-dir /shared/r  # kill -USR1: stop, checkpoint
 """
 
 
@@ -56,7 +57,7 @@ def make_parser() -> argparse.ArgumentParser:
     job.add_argument(
         "--distributed",
         action="store_true",
-        help="join a job JAX detects (SLURM srun, Open MPI mpirun, a TPU pod slice)",
+        help="join a job JAX detects (SLURM srun, MPI mpirun, a TPU pod slice)",
     )
     job.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address")
     job.add_argument("--num-processes", type=int, metavar="N", help="processes in the job")

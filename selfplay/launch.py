@@ -3,9 +3,9 @@
 Each child runs `python -m podracer train ARGS --coordinator 127.0.0.1:PORT --num-processes N
 --process-id I` (a free port). On a CPU the cores are split between the children (each pinned to
 its share with `sched_setaffinity`); with several GPUs each child sees its share of them
-(`CUDA_VISIBLE_DEVICES`). The launcher forwards SIGINT and SIGTERM to every child, waits for all,
-names each one that failed, and returns the first failure's exit code (0 when all succeeded). A
-child killed by a signal takes the others with it after `DIED_GRACE_S`.
+(`CUDA_VISIBLE_DEVICES`). The launcher forwards SIGINT, SIGTERM and SIGUSR1 to every child,
+waits for all, names each one that failed, and returns the first failure's exit code (0 when all
+succeeded). A child killed by a signal takes the others with it after `DIED_GRACE_S`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+
+from selfplay.lifetime import STOP_SIGNALS
 
 __all__ = ["free_port", "launch_local", "split_evenly"]
 
@@ -87,7 +89,7 @@ def launch_local(train_args: Sequence[str], num_processes: int) -> int:
             if child.poll() is None:
                 child.send_signal(signum)
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS}
     try:
         failed_at: float | None = None
         grace = GRACE_S

@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-__all__ = ["StopSignal", "ThreadFailure", "ThreadGroup", "handle_signals"]
+__all__ = ["STOP_SIGNALS", "StopSignal", "ThreadFailure", "ThreadGroup", "handle_signals"]
 
 
 class StopSignal:
@@ -170,9 +170,17 @@ class ThreadGroup:
                 )
 
 
+# The signals that stop a run with a final checkpoint (`handle_signals`).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
+
 @contextlib.contextmanager
 def handle_signals(stop: StopSignal) -> Iterator[StopSignal]:
-    """While inside, SIGINT and SIGTERM set `stop` instead of killing the process.
+    """While inside, SIGINT, SIGTERM and SIGUSR1 set `stop` instead of killing the process.
+
+    SIGUSR1 is the one a job launcher passes on without ending the job itself: Open MPI's mpirun
+    forwards it to every process (its own SIGINT and SIGTERM kill the job moments later), and
+    SLURM's `--signal=USR1@SECONDS` sends it ahead of a time limit.
 
     A second SIGINT raises KeyboardInterrupt in the main thread, for a run that will not stop.
     The previous handlers are restored on exit. Must be entered from the main thread.
@@ -185,7 +193,7 @@ def handle_signals(stop: StopSignal) -> Iterator[StopSignal]:
             raise KeyboardInterrupt
         stop.set(f"received {signal.Signals(signum).name}")
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
     try:
         yield stop
     finally:

@@ -1,8 +1,8 @@
 """Training over several processes (`jax.distributed`): joining the job, agreeing on the config,
 and the per-update agreement that keeps the processes in lockstep.
 
-    initialize(...)          before any other JAX call: joins the job (JAX detects SLURM, Open
-                             MPI and TPU pod slices, or takes an explicit coordinator)
+    initialize(...)          before any other JAX call: joins the job (JAX detects SLURM, MPI
+                             and TPU pod slices, or takes an explicit coordinator)
     check_same_config(d)     every process must train the same config: the first key that
                              differs from process 0's is named, in every process
     share_usage_error(e)     bad input found by one process (a run directory it cannot write)
@@ -22,6 +22,7 @@ several local processes is `selfplay.launch`.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import socket
@@ -78,6 +79,35 @@ def _processes_on_this_host() -> int | None:
     return None
 
 
+def _mpi_launcher() -> str | None:
+    """The MPI launcher that started this process where JAX cannot detect it by itself, else None.
+
+    JAX detects Open MPI's mpirun only up to version 4 (`OMPI_MCA_orte_hnp_uri`); Open MPI 5's
+    mpirun (PRRTE) and MPICH's mpiexec (Hydra) set only their own variables, and JAX finds those
+    jobs through mpi4py. An mpirun inside a SLURM allocation inherits the batch step's SLURM_*
+    variables (every process would be SLURM's task 0), so MPI's variables come first, as in JAX."""
+    if "OMPI_MCA_orte_hnp_uri" in os.environ:
+        return None  # Open MPI 4: JAX's own detection
+    if "OMPI_COMM_WORLD_SIZE" in os.environ:
+        return "Open MPI's mpirun"
+    if "MPI_LOCALNRANKS" in os.environ:
+        return "MPICH's mpiexec"
+    return None
+
+
+def _detection_method() -> str | None:
+    """`cluster_detection_method` for `jax.distributed.initialize` under `--distributed`."""
+    launcher = _mpi_launcher()
+    if launcher is None:
+        return None
+    if importlib.util.find_spec("mpi4py") is None:
+        raise UsageError(
+            f"started by {launcher}: JAX joins such a job through mpi4py, which is not installed "
+            "(pip install 'podracer[mpi]', built against the same MPI)"
+        )
+    return "mpi4py"
+
+
 def initialize(
     coordinator: str | None = None,
     num_processes: int | None = None,
@@ -86,7 +116,8 @@ def initialize(
     timeout_s: int = 300,
 ) -> None:
     """Joins the `jax.distributed` job: the explicit coordinator, process count and id, or what
-    JAX detects (SLURM's srun, Open MPI's mpirun, a TPU pod slice). Must come before anything
+    JAX detects (SLURM's srun, Open MPI's and MPICH's mpirun, a TPU pod slice; MPI jobs other
+    than Open MPI 4's through mpi4py, `_mpi_launcher`). Must come before anything
     starts JAX's backends. A coordinator that does not answer within `timeout_s` is a UsageError
     naming it.
 
@@ -103,6 +134,8 @@ def initialize(
         # JAX aborts the process (no exception) when the coordinator never answers: ask first.
         _wait_for_coordinator(coordinator, timeout_s)
     kwargs: dict[str, Any] = {}
+    if coordinator is None:
+        kwargs["cluster_detection_method"] = _detection_method()
     gpus = _local_gpu_count()
     if gpus > 1 and _processes_on_this_host() == 1:
         kwargs["local_device_ids"] = list(range(gpus))
@@ -118,6 +151,12 @@ def initialize(
             **kwargs,
         )
     except (RuntimeError, ValueError) as error:
+        if coordinator is None and "coordinator_address should be defined" in str(error):
+            raise UsageError(
+                "--distributed found no job to join (not started by srun, mpirun or mpiexec, nor "
+                "on a TPU pod slice): name it with --coordinator, --num-processes and "
+                "--process-id, or use --local-processes N on one machine"
+            ) from None
         where = coordinator or "the coordinator the cluster names"
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UsageError(

@@ -13,7 +13,8 @@ signals, periodic logging and checkpoints, the final checkpoint and the plot.
     final checkpoint, learning curves
 
 A runtime supplies only what differs (`Runtime`): how a step of learning happens and where its
-data comes from. SIGINT/SIGTERM and an exception in any thread end the loop the same way for both.
+data comes from. SIGINT, SIGTERM, SIGUSR1 and an exception in any thread end the loop the same way
+for both.
 """
 
 from __future__ import annotations

@@ -79,14 +79,16 @@ def test_duplicate_thread_name_is_refused():
     threads.join(1.0)
 
 
-def test_sigterm_sets_the_stop_signal_and_handlers_are_restored():
-    before = signal.getsignal(signal.SIGTERM)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["TERM", "USR1"])
+def test_a_stop_signal_sets_the_stop_signal_and_handlers_are_restored(signum):
+    # SIGUSR1: what mpirun passes on to every process (its SIGTERM ends the job itself).
+    before = signal.getsignal(signum)
     stop = StopSignal()
     with handle_signals(stop):
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signum)
         assert stop.wait(2.0)
-    assert stop.reason == "received SIGTERM"
-    assert signal.getsignal(signal.SIGTERM) is before
+    assert stop.reason == f"received {signal.Signals(signum).name}"
+    assert signal.getsignal(signum) is before
 
 
 def test_second_sigint_raises_keyboard_interrupt():

