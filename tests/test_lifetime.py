@@ -116,12 +116,63 @@ def test_parameter_server_serves_the_newest_version_without_blocking():
     assert server.wait_for_version(0, timeout=0.01) is None  # a timeout, not a hang
     server.publish({"w": jnp.ones(3)}, version=1)
     server.publish({"w": jnp.full(3, 2.0)}, version=2)
+    jax.block_until_ready(server.wait_for_version(2, timeout=1.0, device=device).params)
     snap = server.latest(device)
     assert snap.version == 2
     assert float(snap.params["w"][0]) == 2.0
     assert snap.params["w"].devices() == {device}
     with pytest.raises(ValueError, match="older"):
         server.publish({"w": jnp.zeros(3)}, version=1)
+
+
+class _Computing:
+    """A parameter leaf whose computation ends when the test says (as a jax.Array's)."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def is_ready(self) -> bool:
+        return self.done
+
+
+def test_parameter_server_serves_the_newest_computed_version():
+    from selfplay.params import ParameterServer
+
+    server = ParameterServer()
+    leaves = {version: _Computing() for version in (1, 2, 3, 4)}
+    for version, leaf in leaves.items():
+        server.publish({"w": leaf}, version)
+    # The first version is served before it is computed (there is nothing else); the others
+    # only once computed, never waiting for them.
+    assert server.latest().version == 1 and server.version == 4
+    leaves[2].done = True
+    assert server.latest().version == 2
+    leaves[4].done = leaves[3].done = True
+    assert server.latest().version == 4
+    server.publish({"w": _Computing()}, 5)
+    assert server.latest().version == 4
+    assert server.wait_for_version(5, timeout=0.01).version == 5  # the newest, computed or not
+
+
+def test_parameter_server_does_not_serve_an_update_still_running_on_the_device():
+    import jax
+    import jax.numpy as jnp
+
+    from selfplay.params import ParameterServer
+
+    @jax.jit
+    def update(w):  # about 0.2 s of work on this machine's CPU
+        return jax.lax.fori_loop(0, 200, lambda i, a: jnp.tanh(a @ a), w)
+
+    device = jax.devices()[0]
+    server = ParameterServer(devices=[device])
+    w = jnp.eye(300) / 2
+    jax.block_until_ready(update(w))  # compiled
+    server.publish(w, version=1)
+    server.publish(update(w), version=2)  # dispatched: running
+    assert server.latest(device).version == 1
+    jax.block_until_ready(server.wait_for_version(2, timeout=1.0, device=device).params)
+    assert server.latest(device).version == 2
 
 
 def test_parameter_server_wakes_a_waiting_actor():
