@@ -131,7 +131,8 @@ class ReplayConfig:
     capacity: int = 100_000
     # Transitions stored before the learner starts.
     min_size: int = 1_000
-    # Samples learned from per transition produced; 0 lets both sides run freely.
+    # Samples learned from per transition produced (over several processes, the job's: each
+    # process's limiter counts the mean of their inserts); 0 lets both sides run freely.
     samples_per_insert: float = 4.0
     # Prioritized replay exponent alpha (0: uniform).
     priority_alpha: float = 1.0

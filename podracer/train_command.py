@@ -109,7 +109,7 @@ def run(args) -> int:
         extras.require("openspiel", "evaluation during training (or set evaluation.every_s=0)")
         from arena import RunEvaluator as make_evaluator
     # Heavy imports only once the input is known to be good.
-    from selfplay.processes import PeerLost, initialize, peer_message
+    from selfplay.processes import PeerLost, initialize, peer_message, watch_peers
     from selfplay.run import LIMITS, split_cpu
     from selfplay.train import train
 
@@ -124,6 +124,7 @@ def run(args) -> int:
         import jax
 
         who = f" [process {jax.process_index()} of {jax.process_count()}]"
+        watch_peers(lambda lost: _leave(f"podracer train{who}: run stopped: {lost}"))
     print(
         f"podracer train{who}: {config.name} ({config.mode} on {config.env.name}{runtime}) "
         f"-> {run_dir}",
@@ -135,11 +136,8 @@ def run(args) -> int:
         raise
     except Exception as error:  # a failed thread or learner: its message, then a non-zero exit
         if isinstance(error, PeerLost) or (joins and _from_a_lost_peer(error)):
-            # Leave at once: JAX's own shutdown would wait on the lost process, then abort.
             lost = error if isinstance(error, PeerLost) else peer_message(error)
-            print(f"podracer train{who}: run stopped: {lost}", file=sys.stderr, flush=True)
-            sys.stdout.flush()
-            os._exit(1)
+            _leave(f"podracer train{who}: run stopped: {lost}")
         traceback.print_exc()
         print(
             f"podracer train{who}: run stopped by an error: {type(error).__name__}: {error}",
@@ -166,6 +164,15 @@ def run(args) -> int:
     if result.stopped_by in LIMITS:
         return 0
     return 130 if "received SIG" in result.stopped_by else 1  # a signal; a failure (elsewhere)
+
+
+def _leave(line: str) -> None:
+    """Ends a process of a job whose peer is lost: `line`, then exit 1 at once. JAX's own
+    shutdown would wait on the lost process, then abort; the saved checkpoints are whole (each
+    is written apart and renamed into place)."""
+    print(line, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(1)
 
 
 def _from_a_lost_peer(error: BaseException) -> bool:

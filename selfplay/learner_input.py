@@ -13,6 +13,8 @@ input thread is behind), `dispatch` of the update, `device` blocked on the oldes
 flight (the devices are behind: per update, `dispatch` + `device` is then the update's device
 time), `publish` of parameters to the actors (an asynchronous copy: it does not wait for the
 update that produced them). `learner_wait_share` is `wait`'s share of the learner's wall time.
+A log line reads the metrics of the newest finished update (`InFlight.finished_metrics`), never
+waiting for those in flight.
 The input thread's own stages are `time/input/{sample,build,transfer}`.
 
 Priorities: the priority a batch writes back is computed when the batch is built, from the
@@ -109,6 +111,10 @@ class InFlight:
     def __init__(self, store: Store, limit: int):
         self.store, self.limit = store, limit
         self._updates: collections.deque[tuple[Any, Prefetched]] = collections.deque()
+        # The metrics of the newest update waited for: what a log line reads, as fetching the
+        # newest dispatched update's would wait for every update in flight (a bubble in the
+        # device's stream of updates at each line).
+        self.finished_metrics: Any = None
 
     def __len__(self) -> int:
         return len(self._updates)
@@ -128,5 +134,6 @@ class InFlight:
         started = time.perf_counter()
         jax.block_until_ready(metrics)
         timer.add("device", time.perf_counter() - started)
+        self.finished_metrics = metrics
         if item.priorities is not None:
             self.store.update_priorities(item.indices, np.asarray(item.priorities))

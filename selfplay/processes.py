@@ -8,25 +8,31 @@ and the per-update agreement that keeps the processes in lockstep.
     share_usage_error(e)     bad input found by one process (a run directory it cannot write)
                              is reported by every process, which all exit with it
     lockstep = Lockstep()    every round of the run loop: `agree(...)` shares each process's
-                             stop reason, whether it holds a batch, whether a log line is due
-                             and its frames (through the coordination service, not the devices);
+                             stop reason, whether it holds a batch, whether a log line is due,
+                             its frames and its replay's inserts (through the coordination
+                             service, not the devices);
                              all go on, learn, log and stop together
 
 A collective that one process never reaches hangs the others, so every collective of a run (the
 update, a log line's sums, a checkpoint) happens in a round all processes agreed on. A process
-that dies outright breaks the next collective (gloo: the peer's connection is reset) or stops
-sending heartbeats (`HEARTBEAT_S`): the others end with `PeerLost`, never hang. The launcher of
-several local processes is `selfplay.launch`.
+that dies outright is seen at once by `PeerWatch` (its connection to process 0 closes without a
+goodbye), by the next collective (gloo: the peer's connection is reset), or, for a host lost
+without closing its connections, by the missing heartbeats (`HEARTBEAT_S`): the others end,
+never hang. The launcher of several local processes is `selfplay.launch`.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import json
 import os
+import select
 import socket
+import threading
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -40,6 +46,7 @@ __all__ = [
     "Agreement",
     "Lockstep",
     "PeerLost",
+    "PeerWatch",
     "check_replicas_agree",
     "check_same_config",
     "share_usage_error",
@@ -47,6 +54,7 @@ __all__ = [
     "initialize",
     "is_distributed",
     "peer_message",
+    "watch_peers",
 ]
 
 # A process that stops sending heartbeats this long is declared dead, and the job ends.
@@ -56,6 +64,154 @@ REASON_BYTES = 480  # a stop reason's room in the gather that shares it
 
 class PeerLost(RuntimeError):
     """Another process of the job died or stopped answering in a collective."""
+
+
+class PeerWatch:
+    """Ends this process at once, with one line (`on_lost`), when another process of the job
+    dies outright (killed, crashed, out of memory), wherever this one waits: in the per-update
+    agreement, in a checkpoint's barrier, in a collective. JAX itself only notices a dead
+    process after `HEARTBEAT_S` without heartbeats, and then aborts every other process with a
+    C++ stack trace.
+
+    Process 0 listens on a free port of its host (`listen`), every other process connects to it
+    (`connect`): a star of plain TCP connections that carry nothing while the job runs. A process
+    leaving through Python's exit (the run's end, a usage error, an error it reports) says
+    goodbye first (`close`, at exit); a connection that closes without one is a process that
+    died. Process 0 tells the others which one before it goes; a process whose connection to
+    process 0 closes without a goodbye knows process 0 died. A host lost without closing its
+    connections (power, network) is left to the heartbeats.
+    """
+
+    GOODBYE = b"bye\n"
+
+    def __init__(self, index: int, count: int, on_lost: Callable[[str], None]):
+        self.index, self.count, self.on_lost = index, count, on_lost
+        self._peers: dict[socket.socket, int] = {}  # connection -> the process at its other end
+        self._listener: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def listen(self) -> int:
+        """Process 0: listens for the others' connections on every interface; the port."""
+        if socket.has_dualstack_ipv6():
+            listener = socket.create_server(("", 0), family=socket.AF_INET6, dualstack_ipv6=True)
+        else:
+            listener = socket.create_server(("", 0))
+        self._listener = listener
+        self._start()
+        return listener.getsockname()[1]
+
+    def connect(self, host: str, port: int, timeout_s: float = 10.0) -> None:
+        """A process other than 0: connects to process 0's watch (OSError if it cannot)."""
+        connection = socket.create_connection((host, port), timeout=timeout_s)
+        connection.sendall(f"{self.index}\n".encode())
+        connection.settimeout(None)
+        self._peers[connection] = 0
+        self._start()
+
+    def close(self) -> None:
+        """Says goodbye on every connection: this process leaves on purpose."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for connection in list(self._peers):
+                try:
+                    connection.sendall(self.GOODBYE)
+                except OSError:
+                    pass  # that peer is gone already
+
+    def _start(self) -> None:
+        self._thread = threading.Thread(target=self._watch, name="peer-watch", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while True:
+            ends = list(self._peers) + ([self._listener] if self._listener is not None else [])
+            if not ends:
+                return
+            readable, _, _ = select.select(ends, [], [])
+            for end in readable:
+                if end is self._listener:
+                    self._accept()
+                    continue
+                try:
+                    data = end.recv(256)
+                except OSError:
+                    data = b""
+                peer = self._peers[end]
+                if data.startswith(self.GOODBYE):
+                    del self._peers[end]
+                    end.close()
+                elif data.startswith(b"lost "):  # process 0 saw another process die
+                    self._lost(int(data.split()[1]), tell_others=False)
+                    return
+                elif not data:
+                    self._lost(peer, tell_others=self.index == 0)
+                    return
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        connection, _ = self._listener.accept()
+        connection.settimeout(10.0)
+        try:
+            index = int(connection.recv(64).split(b"\n")[0])
+        except (OSError, ValueError):
+            connection.close()
+            return
+        connection.settimeout(None)
+        self._peers[connection] = index
+        if len(self._peers) == self.count - 1:  # everyone is here
+            self._listener.close()
+            self._listener = None
+
+    def _lost(self, peer: int, tell_others: bool) -> None:
+        with self._lock:
+            if self._closed:
+                return  # this process is leaving anyway
+            if tell_others:
+                for connection, index in self._peers.items():
+                    if index != peer:
+                        try:
+                            connection.sendall(f"lost {peer}\n".encode())
+                        except OSError:
+                            pass
+        self.on_lost(
+            "another process of the job died or stopped answering "
+            f"(process {peer}: its connection closed without a goodbye)"
+        )
+
+
+def watch_peers(on_lost: Callable[[str], None], timeout_s: float = 60.0) -> PeerWatch | None:
+    """Starts this process's `PeerWatch` once the job is joined (its port is shared through the
+    coordination service's key-value store); says goodbye at exit. None for one process, or
+    where a process cannot reach process 0's port (a firewall lets only the coordinator's
+    through): it says so in one line, and the heartbeats alone find a dead process."""
+    if not is_distributed():
+        return None
+    from jax._src import distributed  # the job's client and coordinator: no public handle
+
+    client = distributed.global_state.client
+    index, count = jax.process_index(), jax.process_count()
+    watch = PeerWatch(index, count, on_lost)
+    key = "podracer/peer_watch/port"
+    if index == 0:
+        client.key_value_set(key, str(watch.listen()))
+    else:
+        port = int(client.blocking_key_value_get(key, int(timeout_s * 1000)))
+        host = distributed.global_state.coordinator_address.rpartition(":")[0].strip("[]")
+        try:
+            watch.connect(host, port)
+        except OSError as error:
+            print(
+                f"process {index}: cannot reach process 0's watch at {host}:{port} ({error}); "
+                f"a process that dies is found by the heartbeats, within {HEARTBEAT_S} s",
+                flush=True,
+            )
+            return None
+    atexit.register(watch.close)  # before the interpreter's end shuts the JAX client down
+    return watch
 
 
 def is_distributed() -> bool:
@@ -273,6 +429,7 @@ class Agreement(NamedTuple):
     log_due: bool  # process 0's clock says a log line is due
     frames: int  # environment steps of all processes' actors
     frames_by_process: tuple[int, ...] = ()  # each process's share of `frames`
+    inserts_by_process: tuple[int, ...] = ()  # each process's replay inserts (its rate limiter's)
 
 
 class Lockstep:
@@ -297,10 +454,12 @@ class Lockstep:
         self._prefix = f"podracer/lockstep/{Lockstep._instances}"
         Lockstep._instances += 1
 
-    def agree(self, stop_reason: str | None, ready: bool, log_due: bool, frames: int) -> Agreement:
+    def agree(
+        self, stop_reason: str | None, ready: bool, log_due: bool, frames: int, inserts: int = 0
+    ) -> Agreement:
         if not is_distributed():
-            return Agreement(stop_reason, ready, log_due, frames, (frames,))
-        mine = [stop_reason or "", bool(ready), bool(log_due), int(frames)]
+            return Agreement(stop_reason, ready, log_due, frames, (frames,), (inserts,))
+        mine = [stop_reason or "", bool(ready), bool(log_due), int(frames), int(inserts)]
         rows = self._exchange(json.dumps(mine))  # [processes] of `mine`
         reason = None
         stopping = [i for i, row in enumerate(rows) if row[0]]
@@ -315,6 +474,7 @@ class Lockstep:
             bool(rows[0][2]),
             sum(row[3] for row in rows),
             tuple(row[3] for row in rows),
+            tuple(row[4] for row in rows),
         )
 
     def _exchange(self, mine: str) -> list[Any]:
@@ -344,13 +504,16 @@ class Lockstep:
         except Exception as error:  # noqa: BLE001 - the client raises several types
             raise PeerLost(peer_message(error)) from error
 
-    @staticmethod
-    def rows(values: np.ndarray) -> np.ndarray:
-        """`values` of every process, in process order: [processes, ...] (a collective: every
-        process calls it in the same round)."""
+    def rows(self, values: np.ndarray) -> np.ndarray:
+        """[processes, N] float64: every process's `values` ([N] numbers), in process order.
+        A round like `agree` (every process calls it in the same round), through the key-value
+        store: the log line's figures never wait behind a search or an update on a device."""
+        mine = np.asarray(values, np.float64)  # [N]
+        assert mine.ndim == 1, mine.shape
         if not is_distributed():
-            return np.asarray(values)[None]
-        return _gather(values)
+            return mine[None]
+        # JSON writes a float64 by its shortest repr: it reads back bit for bit.
+        return np.asarray(self._exchange(json.dumps(mine.tolist())), np.float64)
 
 
 def fingerprint(tree: Any) -> np.ndarray:

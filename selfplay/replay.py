@@ -26,7 +26,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import jax
@@ -500,6 +500,10 @@ class RateLimiter:
         self._inserts = 0
         self._samples = 0
         self._closed = False
+        # Over several processes (`share_job`): the others' inserts as last shared, and how many
+        # processes there are. The ratio is then the job's (see `share_job`).
+        self._peer_inserts = 0
+        self._processes = 1
 
     @property
     def inserts(self) -> int:
@@ -533,11 +537,28 @@ class RateLimiter:
             self._closed = True
             self._cond.notify_all()
 
+    def share_job(self, inserts_by_process: Sequence[int], index: int) -> None:
+        """Makes the ratio the job's: every process's items inserted so far (this one's is
+        `index`), as the processes last shared them. The processes' learners sample in lockstep,
+        the same count each; a ratio kept per process would hold every process's actors to the
+        slowest one's pace (its learner can only go as fast as the job's). Over the job, the
+        ratio counts the mean of the processes' inserts: a faster process's actors insert more
+        of the job's share. Each process still waits for its own `min_size_to_sample`."""
+        with self._cond:
+            self._peer_inserts = int(sum(inserts_by_process)) - int(inserts_by_process[index])
+            self._processes = len(inserts_by_process)
+            self._cond.notify_all()
+
+    def _ratio_inserts(self, n: int = 0) -> float:
+        """The inserts the ratio counts (after `n` more here): this process's, or over several
+        processes the mean of theirs."""
+        return (self._inserts + n + self._peer_inserts) / self._processes
+
     def _can_insert(self, n: int) -> bool:
         if self._inserts < self.min_size_to_sample or self.samples_per_insert is None:
             return True
         spi = self.samples_per_insert
-        return (self._inserts + n) * spi - self._samples <= (
+        return self._ratio_inserts(n) * spi - self._samples <= (
             self.min_size_to_sample * spi + self.error_buffer
         )
 
@@ -547,7 +568,7 @@ class RateLimiter:
         if self.samples_per_insert is None:
             return True
         spi = self.samples_per_insert
-        return self._inserts * spi - (self._samples + n) >= (
+        return self._ratio_inserts() * spi - (self._samples + n) >= (
             self.min_size_to_sample * spi - self.error_buffer
         )
 

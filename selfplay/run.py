@@ -307,7 +307,10 @@ def run(
     runtime.start(begun.state, begun.key)
     if config.replay.checkpoint and begun.resumed_from is not None:
         _restore_replay(runtime, run_dir, begun.resumed_from)
-    counts: Runtime = _JobCounts(runtime) if distributed and runtime.counts_local else runtime
+    lockstep = Lockstep(shared=LIMITS)
+    counts: Runtime = (
+        _JobCounts(runtime, lockstep) if distributed and runtime.counts_local else runtime
+    )
     logger: MetricsLogger | _Silent = (
         MetricsLogger(
             run_dir,
@@ -320,7 +323,6 @@ def run(
         else _Silent()
     )
     stop = stop if stop is not None else StopSignal()  # an unset StopSignal is falsy
-    lockstep = Lockstep(shared=LIMITS)
     start = time.monotonic()
     first_step = last_saved = runtime.step
 
@@ -353,6 +355,7 @@ def run(
     # Before the first step: the run may compile for a while, and says so.
     logger.log(runtime.step, {"status": "compiling", "frames": 0})
     evaluation = _EvaluationThread(evaluator, runtime, logger, stop)
+    limiter = runtime.replay.rate_limiter if runtime.replay is not None else None
     stopped_by: str | None = None
     try:
         with handle_signals(stop), evaluation.running(), runtime.running(stop):
@@ -365,7 +368,10 @@ def run(
                         reason is None and runtime.ready(),
                         watch.due(config.learner.log_every_s),
                         runtime.frames,
+                        limiter.inserts if limiter is not None else 0,
                     )
+                    if limiter is not None:  # the replay ratio is the job's
+                        limiter.share_job(agreed.inserts_by_process, jax.process_index())
                     if isinstance(counts, _JobCounts):
                         counts.job_frames, counts.frames_by_process = (
                             agreed.frames,
@@ -445,8 +451,8 @@ class _JobCounts:
     """A runtime whose counters are its own process's (Sebulba), seen with the job's: frames
     as summed in the last agreement, episodes and the replay's size summed at each log line."""
 
-    def __init__(self, runtime: Runtime):
-        self._runtime = runtime
+    def __init__(self, runtime: Runtime, lockstep: Lockstep):
+        self._runtime, self._lockstep = runtime, lockstep
         self.job_frames = 0
         self.frames_by_process: tuple[int, ...] = ()
 
@@ -470,7 +476,7 @@ class _JobCounts:
             ],
             np.float64,
         )
-        rows = Lockstep.rows(local)  # [processes, 4 + stages]
+        rows = self._lockstep.rows(local)  # [processes, 4 + stages]
         episodes, return_sum, length_sum, replay_size = rows[:, :4].sum(axis=0)
         values["replay_size"] = int(replay_size)
         for process, shares in enumerate(rows[:, 4:]):  # each process's actors, where they wait

@@ -185,7 +185,11 @@ class SebulbaRuntime(ReplicatedState):
 
     def log_values(self) -> dict[str, Any]:
         returns, lengths = self.stats.drain_episodes()
-        values = {name: float(value) for name, value in jax.device_get(self._metrics).items()}
+        # The newest finished update's losses (up to `learner.prefetch` updates behind): the
+        # updates in flight go on undisturbed. Before any has finished, the newest one's.
+        finished = self.in_flight.finished_metrics
+        metrics = finished if finished is not None else self._metrics
+        values = {name: float(value) for name, value in jax.device_get(metrics).items()}
         if self._policy_lag:
             values["policy_lag"] = float(np.mean(self._policy_lag))
         self._policy_lag = []

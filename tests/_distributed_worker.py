@@ -254,12 +254,13 @@ def process_main(port: str, process_id: str, num_processes: str, out: str) -> No
     jax.distributed.shutdown()
 
 
-# Each process's (stop reason, ready, log due, frames) in the rounds of `_lockstep_rounds`.
+# Each process's (stop reason, ready, log due, frames, replay inserts) in the rounds of
+# `_lockstep_rounds`.
 LOCKSTEP_ROUNDS = [
-    lambda p: (None, True, p == 0, 10 + p),  # all go on; a log line due on process 0's clock
-    lambda p: (None, p == 0, p == 1, 20),  # process 1 holds no batch: nobody learns
-    lambda p: ("boom" if p == 1 else None, True, False, 30),  # process 1 stops the job
-    lambda p: ("max_updates", True, False, 40),  # a shared limit reads the same everywhere
+    lambda p: (None, True, p == 0, 10 + p, 100 * p),  # all go on; a log due on process 0's clock
+    lambda p: (None, p == 0, p == 1, 20, 5),  # process 1 holds no batch: nobody learns
+    lambda p: ("boom" if p == 1 else None, True, False, 30, 7 + p),  # process 1 stops the job
+    lambda p: ("max_updates", True, False, 40, 9),  # a shared limit reads the same everywhere
 ]
 
 
@@ -274,6 +275,7 @@ def _lockstep_rounds(process_id: int) -> dict[str, np.ndarray]:
         results[f"lockstep/{i}/reason"] = np.asarray(agreed.stop_reason or "")
         results[f"lockstep/{i}/flags"] = np.asarray([agreed.ready, agreed.log_due])
         results[f"lockstep/{i}/frames"] = np.asarray([agreed.frames, *agreed.frames_by_process])
+        results[f"lockstep/{i}/inserts"] = np.asarray(agreed.inserts_by_process)
         results[f"lockstep/{i}/other_frames"] = np.asarray(other.frames)
     return results
 

@@ -99,6 +99,8 @@ def test_the_lockstep_rounds_agree_in_both_processes(results):
         assert flags[1] == [False, False]  # one not ready; process 1's clock does not count
         frames = [result[f"lockstep/{i}/frames"].tolist() for i in range(4)]
         assert frames == [[21, 10, 11], [40, 20, 20], [60, 30, 30], [80, 40, 40]]
+        inserts = [result[f"lockstep/{i}/inserts"].tolist() for i in range(4)]
+        assert inserts == [[0, 100], [5, 5], [7, 8], [9, 9]]  # for the job's replay ratio
         assert [int(result[f"lockstep/{i}/other_frames"]) for i in range(4)] == [0, 2, 4, 6]
 
 

@@ -298,22 +298,78 @@ def test_srun_tasks_train_one_job(tmp_path):
     _assert_one_job_trained(run, "".join(outs), 4)
 
 
+def _watched_job(count: int) -> tuple[list[processes.PeerWatch], list[list[str]]]:
+    """`count` PeerWatches joined on 127.0.0.1, as `watch_peers` joins a job's processes; what
+    each one's `on_lost` was told."""
+    told: list[list[str]] = [[] for _ in range(count)]
+    watches = [processes.PeerWatch(i, count, told[i].append) for i in range(count)]
+    port = watches[0].listen()
+    for watch in watches[1:]:
+        watch.connect("127.0.0.1", port)
+    return watches, told
+
+
+def _kill(watch: processes.PeerWatch) -> None:
+    """What a killed process's connections do: they close, with no goodbye (shut down: a
+    close alone waits for its own watch thread's select to let go of them)."""
+    watch._closed = True  # a dead process hears nothing more
+    for connection in list(watch._peers):
+        connection.shutdown(socket.SHUT_RDWR)
+
+
+def _eventually(condition, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return condition()
+
+
+def test_the_peer_watch_tells_every_process_which_one_died_and_not_who_left():
+    watches, told = _watched_job(4)
+    assert _eventually(lambda: len(watches[0]._peers) == 3)  # everyone connected
+    watches[1].close()  # leaves on purpose (the run's end, an error it reported): no alarm
+    _kill(watches[2])  # dies
+    assert _eventually(lambda: told[0] and told[3])
+    for process in (0, 3):  # process 0 saw it; it told process 3 before its own exit
+        assert told[process] == [
+            "another process of the job died or stopped answering "
+            "(process 2: its connection closed without a goodbye)"
+        ]
+    assert told[1] == [] and told[2] == []
+    # Process 0 dying is seen by every other process.
+    watches, told = _watched_job(3)
+    assert _eventually(lambda: len(watches[0]._peers) == 2)
+    _kill(watches[0])
+    assert _eventually(lambda: told[1] and told[2])
+    assert all("(process 0: " in lines[0] for lines in told[1:])
+    # A process that is leaving itself is not told (its exit comes first).
+    watches, told = _watched_job(2)
+    assert _eventually(lambda: len(watches[0]._peers) == 1)
+    watches[1].close()
+    _kill(watches[0])
+    time.sleep(0.2)
+    assert told == [[], []]
+
+
 def test_a_killed_process_of_a_distributed_job_ends_the_other_within_the_bound(tmp_path):
-    """No launcher of ours watches a --distributed job: the survivor finds out by itself, from
-    the next collective or the missing heartbeats, and exits non-zero."""
+    """No launcher of ours watches a --distributed job: the survivor finds out by itself (its
+    PeerWatch sees the connection close, wherever the run waits: the agreement, a checkpoint's
+    barrier, a collective) and exits non-zero with one line, in seconds, not at the heartbeats'
+    timeout."""
     run = tmp_path / "run"
-    processes = _srun_processes(["--run-dir", str(run), "--quiet", *QUICK])
+    tasks = _srun_processes(["--run-dir", str(run), "--quiet", *QUICK])
     try:
-        _wait_for(lambda: (run / "checkpoints").is_dir() and _steps(run), processes[0])
-        processes[1].kill()
+        _wait_for(lambda: (run / "checkpoints").is_dir() and _steps(run), tasks[0])
+        tasks[1].kill()
         killed = time.monotonic()
-        out, _ = processes[0].communicate(timeout=150)
-        assert time.monotonic() - killed < 60, out[-3000:]
+        out, _ = tasks[0].communicate(timeout=150)
+        assert time.monotonic() - killed < processes.HEARTBEAT_S, out[-3000:]
     finally:
-        for p in processes:
+        for p in tasks:
             p.kill()
-    assert processes[0].returncode not in (0, None), out[-3000:]
-    assert "died or stopped answering" in out, out[-3000:]
+    assert tasks[0].returncode == 1, out[-3000:]
+    # The watch's line, or a collective's that saw the peer go in the same instant.
+    assert "run stopped: another process of the job died or stopped answering" in out, out[-3000:]
 
 
 def _job(fault: str, per_process: list[list[str]], timeout: float = 240.0) -> list[tuple[int, str]]:

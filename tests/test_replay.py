@@ -166,6 +166,36 @@ def test_rate_limiter_blocks_then_unblocks_and_close_wakes_waiters():
         RateLimiter(4, samples_per_insert=1.0)
 
 
+def test_rate_limiter_over_a_job_keeps_the_job_s_ratio():
+    # Two processes, each learner sampling the same count (lockstep): the ratio goes by the mean
+    # of the processes' inserts, so the faster process's actors are not held to the slower's.
+    fast = RateLimiter(min_size_to_sample=4, samples_per_insert=1.0, error_buffer=4)
+    assert fast.acquire_insert(4, timeout=0.01) and fast.acquire_insert(4, timeout=0.01)
+    assert not fast.acquire_insert(1, timeout=0.01)  # alone: 8 inserts, 0 samples is the edge
+    fast.share_job([8, 0], index=0)  # the other process has inserted nothing yet
+    assert fast.acquire_insert(4, timeout=0.01) and fast.acquire_insert(4, timeout=0.01)
+    assert not fast.acquire_insert(1, timeout=0.01)  # mean (16 + 0) / 2 = 8: the edge again
+    fast.share_job([12, 16], index=0)  # the other ran ahead since (its own row was 12 then)
+    assert not fast.acquire_insert(1, timeout=0.01)  # mean (16 + 16) / 2: the job is ahead
+    assert fast.acquire_sample(4, timeout=0.01) and fast.acquire_sample(4, timeout=0.01)
+    # A waiting actor wakes when the shared counts let it on.
+    results = []
+    waiter = threading.Thread(target=lambda: results.append(fast.acquire_insert(1, 5.0)))
+    waiter.start()
+    fast.share_job([16, 8], index=0)  # mean (17 + 8) / 2 = 12.5 against 8 samples: room
+    waiter.join(5.0)
+    assert results == [True]
+    # The slower process's learner keeps the job's pace, beyond what its own inserts allow.
+    alone, slow = (RateLimiter(4, samples_per_insert=1.0, error_buffer=40) for _ in range(2))
+    slow.share_job([100, 2], index=1)
+    assert slow.acquire_insert(2, timeout=0.01)  # below its own minimum: always
+    assert not slow.acquire_sample(1, timeout=0.01)  # its own minimum first, whatever the job's
+    assert slow.acquire_insert(2, timeout=0.01) and alone.acquire_insert(4, timeout=0.01)
+    assert slow.acquire_sample(40, timeout=0.01) and alone.acquire_sample(40, timeout=0.01)
+    assert slow.acquire_sample(40, timeout=0.01)  # mean (4 + 100) / 2 = 52: 52 - 80 >= 4 - 40
+    assert not alone.acquire_sample(40, timeout=0.01)  # 4 - 80 < 4 - 40
+
+
 def test_fifo_queue_order_backpressure_and_close():
     queue = FifoQueue(maxsize=2)
     assert queue.put("a", timeout=0.01) and queue.put("b", timeout=0.01)
