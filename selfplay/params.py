@@ -40,8 +40,8 @@ class ParameterServer:
     never stalling the environments. The learner publishes an update's output as soon as it is
     dispatched; serving that at once would make the actors' next search wait behind the update
     on the learner's device, and, across processes, behind the other processes' gradients too
-    (the connect-four preset with its actors and learner on separate CPU devices: 7-8% more
-    frames/s, in one process and in two, BENCHMARKS.md).
+    (the connect-four preset with its actors and learner on separate CPU devices: 7-10% more
+    frames/s in one process; a 2-process job, bound by its learner, unchanged; BENCHMARKS.md).
     """
 
     def __init__(self, devices: Sequence[jax.Device] | None = None) -> None:

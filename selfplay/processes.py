@@ -90,7 +90,6 @@ class PeerWatch:
         self._listener: socket.socket | None = None
         self._lock = threading.Lock()
         self._closed = False
-        self._thread: threading.Thread | None = None
 
     def listen(self) -> int:
         """Process 0: listens for the others' connections on every interface; the port."""
@@ -123,8 +122,7 @@ class PeerWatch:
                     pass  # that peer is gone already
 
     def _start(self) -> None:
-        self._thread = threading.Thread(target=self._watch, name="peer-watch", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._watch, name="peer-watch", daemon=True).start()
 
     def _watch(self) -> None:
         while True:
