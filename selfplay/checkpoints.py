@@ -11,13 +11,15 @@ after a newer checkpoint is complete.
 With `replay.checkpoint=true` each process also saves its replay beside each checkpoint
 (`save_replay`: `<run_dir>/replay/process_<I>-step_<N>.npz`, plain arrays written to a temporary
 file and renamed, the last two kept), and a resumed run reloads the one of its step
-(`load_replay`).
+(`load_replay`). A run writes them through a `ReplayWriter`: the learner waits only for the
+replay's copy, not for the file.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,6 +34,7 @@ from configs import UsageError
 
 __all__ = [
     "Checkpointer",
+    "ReplayWriter",
     "checkpoint_step",
     "config_differences",
     "flatten_dict",
@@ -72,6 +75,49 @@ def save_replay(
     for _, old in saved[:-REPLAYS_KEPT]:
         old.unlink(missing_ok=True)
     return path
+
+
+class ReplayWriter:
+    """Writes a process's replays (`save_replay`) in a thread of its own, one at a time: a
+    checkpoint holds the learner up only for the replay's copy (`SequenceReplay.state`, taken
+    under its lock), not for the file's write and fsync, which for a replay of gigabytes take
+    seconds. `save` first waits for the previous write (so at most one copy is in memory beside
+    the replay), `close` for the last. A failed write raises from the next `save` or from
+    `close`. A process that dies mid-write leaves the previous file whole and no file for the
+    step: its resume starts with an empty replay and says so (`load_replay` finds none).
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, process: int) -> None:
+        self.run_dir, self.process = run_dir, process
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def save(self, step: int, arrays: Mapping[str, Any]) -> None:
+        """Starts writing `arrays` as this process's replay of checkpoint `step`."""
+        self.wait()
+        self._thread = threading.Thread(
+            target=self._write, args=(step, arrays), name="replay-writer"
+        )
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Blocks until the write under way (if any) is on disk; raises its error."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def close(self) -> None:
+        """Waits for the last write (the run's end)."""
+        self.wait()
+
+    def _write(self, step: int, arrays: Mapping[str, Any]) -> None:
+        try:
+            save_replay(self.run_dir, self.process, step, arrays)
+        except BaseException as error:  # noqa: BLE001 - raised in the caller's thread
+            self._error = error
 
 
 def load_replay(run_dir: str | os.PathLike, process: int, step: int) -> dict[str, Any] | None:

@@ -37,7 +37,7 @@ import muzero
 from configs import ExperimentConfig, UsageError, to_dict
 from selfplay.actors import ACTOR_STAGES
 from selfplay.agent import Agent
-from selfplay.checkpoints import Checkpointer, config_differences, load_replay, save_replay
+from selfplay.checkpoints import Checkpointer, ReplayWriter, config_differences, load_replay
 from selfplay.envs import EnvSpec
 from selfplay.lifetime import StopSignal, ThreadGroup, handle_signals
 from selfplay.metrics import MetricsLogger, plot_learning_curves
@@ -325,19 +325,21 @@ def run(
     stop = stop if stop is not None else StopSignal()  # an unset StopSignal is falsy
     start = time.monotonic()
     first_step = last_saved = runtime.step
+    replay_writer = ReplayWriter(run_dir, jax.process_index())
 
     def save(final: bool = False) -> None:
         nonlocal last_saved
         if runtime.step == last_saved and not final:
             return
-        if config.replay.checkpoint and runtime.replay is not None:
-            save_replay(run_dir, jax.process_index(), runtime.step, runtime.replay.state())
         begun.checkpointer.save(
             runtime.step,
             runtime.train_state(),
             begun.config_dict,
             metadata={"frames": counts.frames, "final": final, "runtime": config.runtime},
         )
+        if config.replay.checkpoint and runtime.replay is not None:
+            # After the state's save: the previous replay write's error, if any, raises here.
+            replay_writer.save(runtime.step, runtime.replay.state())
         last_saved = runtime.step
 
     def limit_reached() -> str | None:
@@ -401,8 +403,11 @@ def run(
             # process saves the same final step, whichever of them stopped the run.
             save(final=True)
     finally:
-        begun.checkpointer.close()
-        logger.close()
+        try:
+            replay_writer.close()
+        finally:
+            begun.checkpointer.close()
+            logger.close()
     if lead:
         plot_run(run_dir)
     return RunResult(

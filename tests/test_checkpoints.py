@@ -2,6 +2,7 @@
 state, and a crash's leftovers ignored."""
 
 import json
+import threading
 from typing import NamedTuple
 
 import jax
@@ -12,6 +13,7 @@ import pytest
 from configs import UsageError
 from selfplay.checkpoints import (
     Checkpointer,
+    ReplayWriter,
     checkpoint_step,
     config_differences,
     load_replay,
@@ -235,3 +237,43 @@ def test_saved_replays_are_atomic_the_last_two_kept_and_bad_files_refused(tmp_pa
     (tmp_path / "replay" / "process_1-step_30.npz").write_bytes(b"not a zip file")
     with pytest.raises(UsageError, match="cannot read the saved replay .*process_1-step_30.npz"):
         load_replay(tmp_path, 1, 30)
+
+
+def test_the_replay_writer_returns_before_the_file_is_written_and_raises_a_failed_write(
+    tmp_path, monkeypatch
+):
+    import selfplay.checkpoints as checkpoints
+
+    arrays = {"uid": np.arange(5), "paths": np.asarray(["['obs']"], dtype=str)}
+    release = threading.Event()
+    real_save = checkpoints.save_replay
+
+    def slow_save(run_dir, process, step, saved):
+        assert release.wait(10.0), "the test never released the write"
+        return real_save(run_dir, process, step, saved)
+
+    monkeypatch.setattr(checkpoints, "save_replay", slow_save)
+    writer = ReplayWriter(tmp_path, process=0)
+    writer.save(10, arrays)  # returns while the write waits for the release
+    assert load_replay(tmp_path, 0, 10) is None
+    release.set()
+    writer.save(20, {**arrays, "uid": arrays["uid"] + 20})  # after the first is on disk
+    writer.close()
+    np.testing.assert_array_equal(load_replay(tmp_path, 0, 10)["uid"], np.arange(5))
+    np.testing.assert_array_equal(load_replay(tmp_path, 0, 20)["uid"], np.arange(5) + 20)
+
+    def failing_save(run_dir, process, step, saved):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoints, "save_replay", failing_save)
+    writer.save(30, arrays)
+    with pytest.raises(OSError, match="No space left"):
+        writer.save(40, arrays)  # the previous write's error, before a new one starts
+    writer.save(50, arrays)
+    with pytest.raises(OSError, match="No space left"):
+        writer.close()
+    writer.close()  # nothing under way: returns
+    assert sorted(p.name for p in (tmp_path / "replay").iterdir()) == [
+        "process_0-step_10.npz",
+        "process_0-step_20.npz",
+    ]
