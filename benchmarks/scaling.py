@@ -19,6 +19,14 @@ when both work: shared caches, memory bandwidth, clocks), and `of_ceiling` the 2
 frames/s over theirs (what the job's communication costs). `agreement_ms` is the per-update
 cost of the processes' agreement (`selfplay.processes.Lockstep`) measured alone on the same two
 cores.
+
+A replay's rate limiter lets either side run up to its `error_buffer` ahead of the replay ratio
+(`replay.samples_per_insert`) before it holds it back: for the connect-four preset that is 96
+updates' worth, which a side 5% faster than the other takes minutes to use up. Until then both
+run free and a window's frames/s and updates/s are the two sides' free rates, not the rate a
+long run settles at. Each run's `frames_per_update` says which: `at_ratio` is the value the
+limiter holds in the long run (a process's batch over the ratio, times the processes), and
+`steady` is true when both runs' windows were within 5% of it (a longer `--warmup` gets there).
 """
 
 from __future__ import annotations
@@ -104,11 +112,26 @@ def _rates(run_dir: pathlib.Path, warmup: float) -> dict:
     window = [r for r in learning if r["time"] >= start]
     first, last = window[0], window[-1]
     seconds_measured = last["time"] - first["time"]
+    frames, updates = last["frames"] - first["frames"], last["step"] - first["step"]
     return {
-        "frames_per_s": (last["frames"] - first["frames"]) / seconds_measured,
-        "updates_per_s": (last["step"] - first["step"]) / seconds_measured,
+        "frames_per_s": frames / seconds_measured,
+        "updates_per_s": updates / seconds_measured,
+        "frames_per_update": round(frames / updates, 1) if updates else None,
         "measured_s": round(seconds_measured, 1),
     }
+
+
+def frames_per_update_at_ratio(name: str, extra: list[str]) -> float | None:
+    """Frames per update of one process at Sebulba's replay ratio (None: no ratio is kept;
+    Anakin's iteration holds it by construction)."""
+    from configs import load_config
+
+    preset, overrides, batch = CONFIGS[name]
+    config = load_config(preset, [*COMMON, *overrides, *extra])
+    spi = config.replay.samples_per_insert
+    if config.runtime != "sebulba" or config.mode == "vtrace" or not spi:
+        return None
+    return batch / spi
 
 
 def _run_jobs(name: str, jobs: list[tuple[int, int | None]], seconds, warmup, extra) -> list:
@@ -202,6 +225,18 @@ def main(argv=None) -> None:
             two = _run(name, 2, args.seconds, args.warmup, args.set)
             apart = _run_apart(name, args.seconds, args.warmup, args.set) if args.apart else None
             ratio_frames = two["frames_per_s"] / one["frames_per_s"]
+            at_ratio = frames_per_update_at_ratio(name, args.set)
+            steady = {}
+            if at_ratio is not None:
+                runs = [(one, at_ratio), (two, 2 * at_ratio)]
+                steady = {
+                    "frames_per_update_at_ratio": [at_ratio, 2 * at_ratio],
+                    "steady": all(
+                        run["frames_per_update"] is not None
+                        and abs(run["frames_per_update"] / want - 1) <= 0.05
+                        for run, want in runs
+                    ),
+                }
             line = {
                 "benchmark": "scaling",
                 "config": name,
@@ -212,6 +247,7 @@ def main(argv=None) -> None:
                 "ratio_frames": round(ratio_frames, 3),
                 "ratio_updates": round(two["updates_per_s"] / one["updates_per_s"], 3),
                 "efficiency": round(ratio_frames / 2, 3),
+                **steady,
                 **(
                     {
                         "two_apart": apart,

@@ -41,7 +41,7 @@ class ParameterServer:
     dispatched; serving that at once would make the actors' next search wait behind the update
     on the learner's device, and, across processes, behind the other processes' gradients too
     (the connect-four preset with its actors and learner on separate CPU devices: 7-10% more
-    frames/s in one process; a 2-process job, bound by its learner, unchanged; BENCHMARKS.md).
+    frames/s in one process; a 2-process job unchanged within the noise; BENCHMARKS.md).
     """
 
     def __init__(self, devices: Sequence[jax.Device] | None = None) -> None:
