@@ -82,9 +82,10 @@ class ReplayWriter:
     checkpoint holds the learner up only for the replay's copy (`SequenceReplay.state`, taken
     under its lock), not for the file's write and fsync, which for a replay of gigabytes take
     seconds. `save` first waits for the previous write (so at most one copy is in memory beside
-    the replay), `close` for the last. A failed write raises from the next `save` or from
-    `close`. A process that dies mid-write leaves the previous file whole and no file for the
-    step: its resume starts with an empty replay and says so (`load_replay` finds none).
+    the replay), `wait` for the last (the run's end). A failed write raises from the next
+    `save` or from `wait`. A process that dies mid-write leaves the previous file whole and no
+    file for the step: its resume starts with an empty replay and says so (`load_replay` finds
+    none).
     """
 
     def __init__(self, run_dir: str | os.PathLike, process: int) -> None:
@@ -108,10 +109,6 @@ class ReplayWriter:
         error, self._error = self._error, None
         if error is not None:
             raise error
-
-    def close(self) -> None:
-        """Waits for the last write (the run's end)."""
-        self.wait()
 
     def _write(self, step: int, arrays: Mapping[str, Any]) -> None:
         try:

@@ -404,7 +404,7 @@ def run(
             save(final=True)
     finally:
         try:
-            replay_writer.close()
+            replay_writer.wait()  # the last replay's file is on disk
         finally:
             begun.checkpointer.close()
             logger.close()

@@ -258,7 +258,7 @@ def test_the_replay_writer_returns_before_the_file_is_written_and_raises_a_faile
     assert load_replay(tmp_path, 0, 10) is None
     release.set()
     writer.save(20, {**arrays, "uid": arrays["uid"] + 20})  # after the first is on disk
-    writer.close()
+    writer.wait()
     np.testing.assert_array_equal(load_replay(tmp_path, 0, 10)["uid"], np.arange(5))
     np.testing.assert_array_equal(load_replay(tmp_path, 0, 20)["uid"], np.arange(5) + 20)
 
@@ -271,8 +271,8 @@ def test_the_replay_writer_returns_before_the_file_is_written_and_raises_a_faile
         writer.save(40, arrays)  # the previous write's error, before a new one starts
     writer.save(50, arrays)
     with pytest.raises(OSError, match="No space left"):
-        writer.close()
-    writer.close()  # nothing under way: returns
+        writer.wait()
+    writer.wait()  # nothing under way: returns
     assert sorted(p.name for p in (tmp_path / "replay").iterdir()) == [
         "process_0-step_10.npz",
         "process_0-step_20.npz",
