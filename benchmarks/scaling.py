@@ -27,6 +27,11 @@ run free and a window's frames/s and updates/s are the two sides' free rates, no
 long run settles at. Each run's `frames_per_update` says which: `at_ratio` is the value the
 limiter holds in the long run (a process's batch over the ratio, times the processes), and
 `steady` is true when both runs' windows were within 5% of it (a longer `--warmup` gets there).
+
+`cpu_share` is each job's CPU time (every thread of its processes, from /proc, sampled once a
+second) over the same window per second and per core it is pinned to: 1.0 when its cores were
+busy throughout. Below that, a process sat idle: in the 2-process job, a learner waiting for its
+peer's half of the all-reduce while its own actors are held by the replay's ratio.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -118,6 +124,7 @@ def _rates(run_dir: pathlib.Path, warmup: float) -> dict:
         "updates_per_s": updates / seconds_measured,
         "frames_per_update": round(frames / updates, 1) if updates else None,
         "measured_s": round(seconds_measured, 1),
+        "window": (first["wall_time"], last["wall_time"]),  # unix time, as the CPU samples
     }
 
 
@@ -134,8 +141,60 @@ def frames_per_update_at_ratio(name: str, extra: list[str]) -> float | None:
     return batch / spi
 
 
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) of process `pid` and its descendants so far;
+    0 for processes that are gone."""
+    total, stack = 0.0, [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            fields = pathlib.Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / _TICKS_PER_S  # utime, stime
+            for task in pathlib.Path(f"/proc/{current}/task").iterdir():
+                stack += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+    return total
+
+
+class _CpuSampler:
+    """Samples the CPU seconds of each child's process tree once a second (a thread), so that
+    a window chosen afterwards from the metrics can say what share of its cores a job used:
+    a process waiting for its peer in a collective, with its actors held by the replay's
+    ratio, leaves its core idle."""
+
+    def __init__(self, pids: list[int]):
+        self._pids = pids
+        self.samples: list[tuple[float, list[float]]] = []  # (unix time, CPU s per child)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(1.0):
+            self.samples.append((time.time(), [_tree_cpu_s(pid) for pid in self._pids]))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def share(self, child: int, start: float, end: float, cores: int) -> float | None:
+        """CPU seconds of child `child` over [start, end] (the samples nearest inside) per
+        second and core."""
+        inside = [(t, cpu[child]) for t, cpu in self.samples if start <= t <= end]
+        if len(inside) < 2:
+            return None
+        (t0, c0), (t1, c1) = inside[0], inside[-1]
+        return round((c1 - c0) / (t1 - t0) / cores, 3)
+
+
 def _run_jobs(name: str, jobs: list[tuple[int, int | None]], seconds, warmup, extra) -> list:
-    """Runs the jobs (processes, core) of configuration `name` at once; each job's rates."""
+    """Runs the jobs (processes, core) of configuration `name` at once; each job's rates and
+    `cpu_share`: the CPU time of its processes over the same window per second and core (1.0:
+    every core it is pinned to busy throughout)."""
     with tempfile.TemporaryDirectory(prefix="podracer-scaling-") as tmp:
         run_dirs = [pathlib.Path(tmp) / f"run{i}" for i in range(len(jobs))]
         started = time.monotonic()
@@ -143,12 +202,20 @@ def _run_jobs(name: str, jobs: list[tuple[int, int | None]], seconds, warmup, ex
             _start(name, processes, run_dir, seconds + warmup + 30, extra, core)
             for (processes, core), run_dir in zip(jobs, run_dirs, strict=True)
         ]
+        sampler = _CpuSampler([child.pid for child in children])
         outputs = [child.communicate()[0] for child in children]
+        sampler.stop()
         wall_s = round(time.monotonic() - started, 1)
         for child, output, (processes, _) in zip(children, outputs, jobs, strict=True):
             if child.returncode:
                 raise RuntimeError(f"{name} x{processes} failed:\n{output[-2000:]}")
-        return [{**_rates(run_dir, warmup), "wall_s": wall_s} for run_dir in run_dirs]
+        results = []
+        for i, (run_dir, (processes, _)) in enumerate(zip(run_dirs, jobs, strict=True)):
+            rates = _rates(run_dir, warmup)
+            window = rates.pop("window")
+            cpu_share = sampler.share(i, *window, cores=processes)
+            results.append({**rates, "cpu_share": cpu_share, "wall_s": wall_s})
+        return results
 
 
 def _run(name: str, processes: int, seconds: float, warmup: float, extra: list[str]) -> dict:
@@ -167,6 +234,7 @@ def _run_apart(name: str, seconds: float, warmup: float, extra: list[str]) -> di
         "frames_per_s": sum(r["frames_per_s"] for r in rates),
         "updates_per_s": sum(r["updates_per_s"] for r in rates) / 2,
         "measured_s": min(r["measured_s"] for r in rates),
+        "cpu_share": [r["cpu_share"] for r in rates],
         "wall_s": rates[0]["wall_s"],
     }
 
