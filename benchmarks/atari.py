@@ -18,7 +18,10 @@ including waiting for the device, `queue`) and of the learner (`wait`, `dispatch
 `publish`: selfplay/learner_input.py) from the run's metrics.jsonl, with `learner_wait_share`
 (the learner's `wait` share) and `samples_per_s` apart. The first `--warmup` seconds
 (compilation) are left out. `--prefetch 0 2` trains each mode once per `learner.prefetch` value,
-in that order (0: the learner samples, updates and waits in series).
+in that order (0: the learner samples, updates and waits in series); `--rounds N` repeats the
+training modes, alternating the values within each round. `agent_steps_per_update` beside
+`agent_steps_per_update_at_ratio` says whether a MuZero window measured the rate a long run
+settles at (the replay's rate limiter lets either side run free until its buffer is used up).
 `load_avg` is the machine's 1-minute load average at the end (other jobs share the cores).
 For V-trace the line adds where the CPU goes: the process CPU ms per agent step of the whole run
 (`cpu_ms_per_step`) next to the CPU ms per step of its parts measured alone (`act_cpu_ms_per_step`,
@@ -205,8 +208,16 @@ def train_mode(
         lines = (pathlib.Path(run_dir) / "metrics.jsonl").read_text().splitlines()
     rates = _rates([json.loads(line) for line in lines], warmup)
     actors = config.actors
+    updates_per_s, spi = rates["updates_per_s"], config.replay.samples_per_insert
     return {
         **rates,
+        "agent_steps_per_update": rates["agent_steps_per_s"] / updates_per_s
+        if updates_per_s
+        else None,
+        # What the replay's ratio holds a long run to (MuZero; V-trace's queue keeps no ratio).
+        "agent_steps_per_update_at_ratio": (
+            config.learner.batch_size / spi if spi and config.mode != "vtrace" else None
+        ),
         "cpu_cores_busy": cpu_busy,
         "updates": result.updates,
         "samples_per_s": rates["updates_per_s"] * config.learner.batch_size,
@@ -248,6 +259,12 @@ def main(argv: list[str] | None = None) -> None:
         metavar="N",
         help="train each mode with each learner.prefetch, in order",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat the training modes, alternating the --prefetch values within each round",
+    )
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     presets = {"vtrace": args.vtrace_preset, "muzero": args.muzero_preset}
@@ -268,7 +285,11 @@ def main(argv: list[str] | None = None) -> None:
             for mode in modes
             for prefetch in ([None] if mode == "ceiling" else args.prefetch)
         ]
-    for mode, prefetch in runs:
+    trained = [(mode, prefetch) for mode, prefetch in runs if mode != "ceiling"]
+    runs = [(mode, prefetch, 0) for mode, prefetch in runs] + [
+        (mode, prefetch, round_) for round_ in range(1, args.rounds) for mode, prefetch in trained
+    ]
+    for mode, prefetch, round_ in runs:
         if mode == "ceiling":
             line = {"mode": "ceiling", "game": args.game, "env_cpu_ms_per_step": env_ms, **base}
         else:
@@ -289,6 +310,7 @@ def main(argv: list[str] | None = None) -> None:
                     env_cpu_ms_per_step=env_ms,
                     compute_bound_agent_steps_per_s=cores * 1000 / parts,
                 )
+        line["round"] = round_
         line["ceiling_frames_per_s"] = ceiling_fps
         line["ratio"] = line["frames_per_s"] / ceiling_fps
         line["load_avg"] = _load_avg()

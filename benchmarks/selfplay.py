@@ -22,7 +22,11 @@ plus the learner. `learner_wait_share` is the learner's `wait` (for a batch from
 the input thread) over all its stages' time (selfplay/learner_input.py); `samples_per_s` is
 updates/s times the batch size. `--prefetch 0 2` runs each configuration once per
 `learner.prefetch` value, in that order (0: sample, update and wait in series, as before the
-input pipeline), and each line after the first carries `updates_per_s_ratio_to_first`. On an
+input pipeline), and each line after the first carries `updates_per_s_ratio_to_first` and
+`positions_per_s_ratio_to_first`; `--rounds N` repeats them, alternating the values within each
+round (the ratios compare runs of one round). `frames_per_update` beside
+`frames_per_update_at_ratio` says whether the window measured the rate a long run settles at:
+the replay's rate limiter lets either side run free until its `error_buffer` is used up. On an
 accelerator a pgx env step runs inside the search's jitted call (no host round trip for the
 game state), so its time is in `search` there; `pgx_step_share_of_act_step` measures it apart
 after the run (CPU time of the pgx step alone over that of the fused act+step, same batch).
@@ -251,6 +255,14 @@ def bench_train(name: str, args) -> dict:
         "samples_per_s": round(updates * config.learner.batch_size / seconds, 1)
         if seconds > 0
         else None,
+        "frames_per_update": round(frames / updates, 1) if updates else None,
+        # What the replay's ratio holds a long run to (a window that starts before the limiter's
+        # error_buffer is used up measures the two sides' free rates instead).
+        "frames_per_update_at_ratio": (
+            config.learner.batch_size / config.replay.samples_per_insert
+            if config.replay.samples_per_insert and config.runtime == "sebulba"
+            else None
+        ),
         "prefetch": config.learner.prefetch,
         "stopped_by": result.stopped_by,
     }
@@ -609,6 +621,12 @@ def main(argv=None) -> None:
         help="train mode: run each configuration with each learner.prefetch, in order",
     )
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="train mode: repeat the runs, alternating the --prefetch values within each round",
+    )
+    parser.add_argument(
         "--compile-cache",
         default=os.path.join(tempfile.gettempdir(), "podracer-bench-jax-cache"),
         help="persistent compilation cache ('' for none)",
@@ -620,26 +638,28 @@ def main(argv=None) -> None:
     runs = [(name, None) for name in args.only]
     if args.prefetch and not args.actors_only:
         runs = [(name, prefetch) for name in args.only for prefetch in args.prefetch]
-    first_rate: dict[str, float] = {}
-    for name, prefetch in runs:
+    runs = [(round_, name, prefetch) for round_ in range(args.rounds) for name, prefetch in runs]
+    first_of_round: dict[tuple[int, str], dict] = {}
+    for round_, name, prefetch in runs:
         run_args = args
         if prefetch is not None:
             run_args = argparse.Namespace(**vars(args))
             run_args.set = [*args.set, f"learner.prefetch={prefetch}"]
         result = bench_actors(name, args) if args.actors_only else bench_train(name, run_args)
         if prefetch is not None:
-            rate = result["updates_per_s"] or float("nan")
-            if name in first_rate:
-                result["updates_per_s_ratio_to_first"] = round(rate / first_rate[name], 3)
-            else:
-                first_rate[name] = rate
+            first = first_of_round.setdefault((round_, name), result)
+            if first is not result:
+                for key in ("updates_per_s", "positions_per_s"):
+                    ratio = (result[key] or float("nan")) / (first[key] or float("nan"))
+                    result[f"{key}_ratio_to_first"] = round(ratio, 3)
+        result["round"] = round_
         reference = CONFIGS[name][2]
         result["two_core_estimate"] = round(2 * result["positions_per_cpu_s"], 1)
         if reference:
             result["reference_positions_per_s"] = reference
             result["ratio_to_reference"] = round(result["positions_per_s"] / reference, 3)
             result["two_core_estimate_ratio"] = round(result["two_core_estimate"] / reference, 3)
-        first_of_name = prefetch is None or prefetch == args.prefetch[0]
+        first_of_name = round_ == 0 and (prefetch is None or prefetch == args.prefetch[0])
         alphazero = CONFIGS[name][0].endswith("alphazero")
         if alphazero and _actors_module() is not None and first_of_name:
             result["pgx_step_share_of_act_step"] = round(pgx_step_share(name, args), 4)
