@@ -188,6 +188,7 @@ def train_mode(
     preset: str, overrides: list[str], seconds: float, warmup: float, log_every: float
 ) -> dict:
     """Trains `preset` for `warmup + seconds` in a temporary run directory; its throughput."""
+    from selfplay.replay import steps_per_update_at_ratio
     from selfplay.train import train
 
     config = configs.load_config(
@@ -208,16 +209,13 @@ def train_mode(
         lines = (pathlib.Path(run_dir) / "metrics.jsonl").read_text().splitlines()
     rates = _rates([json.loads(line) for line in lines], warmup)
     actors = config.actors
-    updates_per_s, spi = rates["updates_per_s"], config.replay.samples_per_insert
+    updates_per_s = rates["updates_per_s"]
     return {
         **rates,
         "agent_steps_per_update": rates["agent_steps_per_s"] / updates_per_s
         if updates_per_s
         else None,
-        # What the replay's ratio holds a long run to (MuZero; V-trace's queue keeps no ratio).
-        "agent_steps_per_update_at_ratio": (
-            config.learner.batch_size / spi if spi and config.mode != "vtrace" else None
-        ),
+        "agent_steps_per_update_at_ratio": steps_per_update_at_ratio(config),
         "cpu_cores_busy": cpu_busy,
         "updates": result.updates,
         "samples_per_s": rates["updates_per_s"] * config.learner.batch_size,

@@ -129,16 +129,13 @@ def _rates(run_dir: pathlib.Path, warmup: float) -> dict:
 
 
 def frames_per_update_at_ratio(name: str, extra: list[str]) -> float | None:
-    """Frames per update of one process at Sebulba's replay ratio (None: no ratio is kept;
-    Anakin's iteration holds it by construction)."""
+    """Frames per update of one process at the replay ratio (None: no ratio is kept)."""
     from configs import load_config
+    from selfplay.replay import steps_per_update_at_ratio
 
     preset, overrides, batch = CONFIGS[name]
-    config = load_config(preset, [*COMMON, *overrides, *extra])
-    spi = config.replay.samples_per_insert
-    if config.runtime != "sebulba" or config.mode == "vtrace" or not spi:
-        return None
-    return batch / spi
+    config = load_config(preset, [*COMMON, *overrides, *extra, f"learner.batch_size={batch}"])
+    return steps_per_update_at_ratio(config)
 
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")

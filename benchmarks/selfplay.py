@@ -89,6 +89,7 @@ from selfplay.agent import make_agent  # noqa: E402
 from selfplay.envs import make_env  # noqa: E402
 from selfplay.lifetime import StopSignal, ThreadGroup  # noqa: E402
 from selfplay.params import ParameterServer  # noqa: E402
+from selfplay.replay import steps_per_update_at_ratio  # noqa: E402
 
 # The module, not the `train` function that `selfplay` re-exports under the same name.
 train_module = importlib.import_module("selfplay.train")
@@ -258,11 +259,7 @@ def bench_train(name: str, args) -> dict:
         "frames_per_update": round(frames / updates, 1) if updates else None,
         # What the replay's ratio holds a long run to (a window that starts before the limiter's
         # error_buffer is used up measures the two sides' free rates instead).
-        "frames_per_update_at_ratio": (
-            config.learner.batch_size / config.replay.samples_per_insert
-            if config.replay.samples_per_insert and config.runtime == "sebulba"
-            else None
-        ),
+        "frames_per_update_at_ratio": steps_per_update_at_ratio(config),
         "prefetch": config.learner.prefetch,
         "stopped_by": result.stopped_by,
     }

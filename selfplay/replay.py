@@ -41,6 +41,7 @@ __all__ = [
     "SequenceReplay",
     "Store",
     "make_sequence_replay",
+    "steps_per_update_at_ratio",
 ]
 
 
@@ -702,6 +703,18 @@ class FifoQueue:
         with self._cond:
             items = list(self._items)
         return sum(int(np.prod(np.shape(jax.tree.leaves(item)[0])[:2])) for item in items)
+
+
+def steps_per_update_at_ratio(config: ExperimentConfig) -> float | None:
+    """Agent steps the actors insert per learner update once the rate limiter of
+    `make_sequence_replay` holds its ratio (a long run; the first `error_buffer` of samples or
+    inserts either side runs free): `learner.batch_size / replay.samples_per_insert`. Over
+    several processes it is the job's (the batch is global). None where no ratio is kept: none
+    set, V-trace's queue, Anakin (its iteration acts and learns in fixed proportion)."""
+    spi = config.replay.samples_per_insert
+    if not spi or config.mode == "vtrace" or config.runtime != "sebulba":
+        return None
+    return config.learner.batch_size / spi
 
 
 def make_sequence_replay(

@@ -6,8 +6,8 @@ import jax
 import numpy as np
 import pytest
 
-from configs import UsageError
-from selfplay.replay import FifoQueue, RateLimiter, SequenceReplay
+from configs import UsageError, load_config
+from selfplay.replay import FifoQueue, RateLimiter, SequenceReplay, steps_per_update_at_ratio
 
 
 def _trajectory(steps: int, envs: int, start: int = 0) -> dict:
@@ -144,6 +144,17 @@ def test_rate_limiter_keeps_the_ratio_between_actor_and_learner_threads():
     assert not thread.is_alive()
     assert max(worst) <= 32 + push * spi
     assert limiter.samples == 40 * batch
+
+
+def test_steps_per_update_at_ratio_is_the_batch_over_the_ratio_where_a_ratio_is_kept():
+    sebulba = ["learner.batch_size=96", "replay.samples_per_insert=3"]
+    assert steps_per_update_at_ratio(load_config("tic_tac_toe_muzero", sebulba)) == 32.0
+    for preset, overrides in [
+        ("tic_tac_toe_muzero", [*sebulba, "replay.samples_per_insert=0"]),  # no ratio
+        ("tic_tac_toe_alphazero", [*sebulba, "runtime=anakin"]),  # the iteration's proportion
+        ("cartpole_vtrace", []),  # a FIFO queue
+    ]:
+        assert steps_per_update_at_ratio(load_config(preset, overrides)) is None
 
 
 def test_rate_limiter_blocks_then_unblocks_and_close_wakes_waiters():
