@@ -2,8 +2,9 @@
 of the update, and updates left in flight, so that neither the devices nor the host wait for each
 other while the store has data.
 
-    thread "learner-input"    store.sample -> agent.make_batch -> shard_batch -> ready on the
-                              learner devices -> a queue of `learner.prefetch` batches
+    thread "learner-input"    store.sample -> to this process's first learner device ->
+                              agent.make_batch there -> shard_batch -> ready on the learner
+                              devices -> a queue of `learner.prefetch` batches
     main thread (learn)       takes a batch -> dispatches the update (no wait) -> once more than
                               `prefetch` updates are in flight, waits for the oldest and writes
                               its priorities back to the replay
@@ -65,6 +66,10 @@ class LearnerInput:
         poll_s: float,
     ):
         self.store, self.agent, self.batch_size, self.devices = store, agent, batch_size, devices
+        # Targets are built on this process's first learner device. `make_batch` over host arrays
+        # would run on the default device, which is Sebulba's actor device: each batch then
+        # waited behind the actors' search calls (hundreds of ms on a CPU).
+        self.build_device = next(d for d in devices if d.process_index == jax.process_index())
         self.poll_s = poll_s
         self.timer = StageTimer()
         self._ready: queue.Queue[Prefetched] = queue.Queue(maxsize=max(prefetch, 1))
@@ -77,7 +82,8 @@ class LearnerInput:
         if sample is None:
             return None
         with self.timer.stage("build"):
-            batch, priorities = self.agent.make_batch(sample.batch, sample.weights)
+            window, weights = jax.device_put((sample.batch, sample.weights), self.build_device)
+            batch, priorities = self.agent.make_batch(window, weights)
             batch = muzero.shard_batch(batch, self.devices, self.agent.batch_axis)
             versions = float(np.mean(sample.batch.policy_version))
         with self.timer.stage("transfer"):

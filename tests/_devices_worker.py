@@ -41,10 +41,20 @@ def losses(run_dir: pathlib.Path) -> list[float]:
 def main(out: pathlib.Path) -> None:
     results = {}
     runtimes = []
+    built_on = set()  # the devices the learner's batches were built on
 
     def make_sebulba(config, optimizer):
-        runtimes.append(sebulba.SebulbaRuntime(config, optimizer))
-        return runtimes[-1]
+        runtime = sebulba.SebulbaRuntime(config, optimizer)
+        make_batch = runtime.input.agent.make_batch
+
+        def recording_make_batch(window, weights):
+            batch, priorities = make_batch(window, weights)
+            built_on.update(d.id for d in priorities.devices())
+            return batch, priorities
+
+        runtime.input.agent = runtime.input.agent._replace(make_batch=recording_make_batch)
+        runtimes.append(runtime)
+        return runtime
 
     config = configs.load_config("tic_tac_toe_alphazero", [*TINY, "devices.cpu_devices=2"])
     result = run.run(config, out / "sebulba", make_sebulba, progress=False)
@@ -64,6 +74,7 @@ def main(out: pathlib.Path) -> None:
             [d.id for d in runtime.learner_devices],
         ],
         "donates_state": runtime.donates_state,
+        "batch_built_on": sorted(built_on),
         "fused": "env" not in stages and "search" in stages,
         "actor_stages": sorted(stages),
     }

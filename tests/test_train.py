@@ -258,6 +258,8 @@ def test_the_accelerator_paths_run_on_two_cpu_devices_and_learn(tmp_path):
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     sebulba, anakin = results["sebulba"], results["anakin"]
     assert sebulba["devices"] == [[0], [1]] and sebulba["donates_state"] and sebulba["fused"]
+    # Targets are built on the learner's device, not queued behind the actors' searches.
+    assert sebulba["batch_built_on"] == [1]
     assert anakin["learn_in_jit"]
     for result in (sebulba, anakin):
         assert result["stopped_by"] == "max_updates", result
