@@ -13,7 +13,8 @@ Where the learner's wall time goes (`time/learner/*`): `wait` for a batch (the s
 input thread is behind), `dispatch` of the update, `device` blocked on the oldest update in
 flight (the devices are behind: per update, `dispatch` + `device` is then the update's device
 time), `publish` of parameters to the actors (an asynchronous copy: it does not wait for the
-update that produced them). `learner_wait_share` is `wait`'s share of the learner's wall time.
+update that produced them), and over several processes `agree` (the run loop's agreement of
+each round). `learner_wait_share` is `wait`'s share of the learner's wall time.
 A log line reads the metrics of the newest finished update (`InFlight.finished_metrics`), never
 waiting for those in flight.
 The input thread's own stages are `time/input/{sample,build,transfer}`.

@@ -40,7 +40,7 @@ from selfplay.agent import Agent
 from selfplay.checkpoints import Checkpointer, ReplayWriter, config_differences, load_replay
 from selfplay.envs import EnvSpec
 from selfplay.lifetime import StopSignal, ThreadGroup, handle_signals
-from selfplay.metrics import MetricsLogger, plot_learning_curves
+from selfplay.metrics import MetricsLogger, StageTimer, plot_learning_curves
 from selfplay.processes import (
     Lockstep,
     check_replicas_agree,
@@ -136,6 +136,9 @@ class Runtime(Protocol):
     counts_local: bool
     # This process's replay where the run may save it with its checkpoints (replay.checkpoint).
     replay: SequenceReplay | None
+    # The learner's stage times (`log_values` reports them); over several processes the loop
+    # adds each round's agreement to them as `agree`.
+    timer: StageTimer
 
     def log_values(self) -> dict[str, Any]:
         """The runtime's figures since the last call: losses, episodes, replay, stage times."""
@@ -365,13 +368,15 @@ def run(
                 reason = stop.reason if stop.is_set() else limit_reached()
                 if distributed:
                     # Every collective below happens in a round all processes agreed on.
-                    agreed = lockstep.agree(
-                        reason,
-                        reason is None and runtime.ready(),
-                        watch.due(config.learner.log_every_s),
-                        runtime.frames,
-                        limiter.inserts if limiter is not None else 0,
-                    )
+                    ready = reason is None and runtime.ready()
+                    with runtime.timer.stage("agree"):
+                        agreed = lockstep.agree(
+                            reason,
+                            ready,
+                            watch.due(config.learner.log_every_s),
+                            runtime.frames,
+                            limiter.inserts if limiter is not None else 0,
+                        )
                     if limiter is not None:  # the replay ratio is the job's
                         limiter.share_job(agreed.inserts_by_process, jax.process_index())
                     if isinstance(counts, _JobCounts):

@@ -96,6 +96,12 @@ def _assert_one_job_trained(run: Path, out: str, updates: int, processes: int = 
         stages = [[r[f"time/actors/process_{i}/{s}_share"] for s in ACTOR_STAGES] for r in searched]
         assert all(0.0 <= x <= 1.0 for line in stages for x in line), stages
         assert any(line[0] > 0 for line in stages), stages  # a line while process i's searched
+    # The learner's stage times count the rounds' agreement (what the lockstep costs it), in
+    # every line of this invocation (those after its "compiling" line).
+    records = _records(run)
+    started = max(i for i, r in enumerate(records) if r.get("status") == "compiling")
+    timed = [r for r in records[started:] if any(k.startswith("time/learner/") for k in r)]
+    assert timed and all(r["time/learner/agree_ms_per_call"] > 0 for r in timed), timed[-1]
     assert _steps(run)[-1] == updates
 
 
