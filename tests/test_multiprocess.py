@@ -85,20 +85,20 @@ def _assert_one_job_trained(run: Path, out: str, updates: int, processes: int = 
     for line in finals:
         assert f"stopped (max_updates) at update {updates}," in line, out[-3000:]
     # One metrics file, from process 0, whose frames are both processes' actors'.
-    last = [r for r in _records(run) if "loss" in r][-1]
+    records = _records(run)
+    last = [r for r in records if "loss" in r][-1]
     shares = [last[f"frames/process_{i}"] for i in range(processes)]
     assert all(share > 0 for share in shares), last
     assert last["frames"] == sum(shares)
     # Each process's actors' stage shares: every process's actors searched and stepped.
-    searched = [r for r in _records(run) if "time/actors/process_0/search_share" in r]
-    assert searched, _records(run)[-1]
+    searched = [r for r in records if "time/actors/process_0/search_share" in r]
+    assert searched, records[-1]
     for i in range(processes):
         stages = [[r[f"time/actors/process_{i}/{s}_share"] for s in ACTOR_STAGES] for r in searched]
         assert all(0.0 <= x <= 1.0 for line in stages for x in line), stages
         assert any(line[0] > 0 for line in stages), stages  # a line while process i's searched
     # The learner's stage times count the rounds' agreement (what the lockstep costs it), in
     # every line of this invocation (those after its "compiling" line).
-    records = _records(run)
     started = max(i for i, r in enumerate(records) if r.get("status") == "compiling")
     timed = [r for r in records[started:] if any(k.startswith("time/learner/") for k in r)]
     assert timed and all(r["time/learner/agree_ms_per_call"] > 0 for r in timed), timed[-1]
