@@ -3,8 +3,10 @@ of the update, and updates left in flight, so that neither the devices nor the h
 other while the store has data.
 
     thread "learner-input"    store.sample -> to this process's first learner device ->
-                              agent.make_batch there -> shard_batch -> ready on the learner
-                              devices -> a queue of `learner.prefetch` batches
+                              agent.make_batch there -> shard_batch (dispatched; the next
+                              batch is sampled and dispatched before waiting for this one) ->
+                              ready on the learner devices -> a queue of `learner.prefetch`
+                              batches
     main thread (learn)       takes a batch -> dispatches the update (no wait) -> once more than
                               `prefetch` updates are in flight, waits for the oldest and writes
                               its priorities back to the replay
@@ -21,9 +23,10 @@ The input thread's own stages are `time/input/{sample,build,transfer}`.
 
 Priorities: the priority a batch writes back is computed when the batch is built, from the
 values the actors' search stored and the targets; it reaches the replay when the batch's update
-finishes, up to `2 * prefetch + 1` updates after it was sampled (the queue, the updates in
-flight, the update itself). Until then the replay samples those windows at their old priority;
-windows evicted meanwhile are skipped (`SequenceReplay.update_priorities`).
+finishes, up to `2 * prefetch + 3` updates after it was sampled (the build dispatched before it,
+the queue, the batch the learner holds, its own update and the `prefetch` dispatched after it).
+Until then the replay samples those windows at their old priority; windows evicted meanwhile are
+skipped (`SequenceReplay.update_priorities`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from selfplay.metrics import StageTimer
 from selfplay.replay import Store
 
 __all__ = ["InFlight", "LearnerInput", "Prefetched"]
+
+BUILDS_IN_FLIGHT = 2  # batches the input thread dispatches before waiting for the oldest
 
 
 class Prefetched(NamedTuple):
@@ -76,8 +81,14 @@ class LearnerInput:
         self._ready: queue.Queue[Prefetched] = queue.Queue(maxsize=max(prefetch, 1))
 
     def next_batch(self, timeout: float) -> Prefetched | None:
-        """Samples and builds one batch in the calling thread; None if the store had none in
-        `timeout` seconds."""
+        """Samples and builds one batch in the calling thread, ready on the learner devices; None
+        if the store had none in `timeout` seconds."""
+        item = self.dispatch_batch(timeout)
+        return None if item is None else self.wait_ready(item)
+
+    def dispatch_batch(self, timeout: float) -> Prefetched | None:
+        """Samples one batch and dispatches its build and transfer without waiting for them; None
+        if the store had none in `timeout` seconds."""
         with self.timer.stage("sample"):
             sample = self.store.sample(self.batch_size, timeout=timeout)
         if sample is None:
@@ -87,19 +98,36 @@ class LearnerInput:
             batch, priorities = self.agent.make_batch(window, weights)
             batch = muzero.shard_batch(batch, self.devices, self.agent.batch_axis)
             versions = float(np.mean(sample.batch.policy_version))
-        with self.timer.stage("transfer"):
-            # Here, not in the learner: the update finds its batch on its devices.
-            jax.block_until_ready(batch)
         return Prefetched(batch, sample.indices, priorities, versions)
 
+    def wait_ready(self, item: Prefetched) -> Prefetched:
+        """Waits until a dispatched batch is on the learner devices."""
+        with self.timer.stage("transfer"):
+            # Here, not in the learner: the update finds its batch on its devices.
+            jax.block_until_ready(item.batch)
+        return item
+
     def run(self, stop: StopSignal) -> None:
-        """The input thread: fills the queue until `stop`."""
+        """The input thread: fills the queue until `stop`.
+
+        Up to `BUILDS_IN_FLIGHT` batches are dispatched before the oldest is waited for: the
+        next batch is sampled and its build queued on the device while the previous one's runs,
+        so the thread's pace is not one batch per build's latency (sampling does not wait for the
+        store while a build is pending)."""
+        pending: collections.deque[Prefetched] = collections.deque()
         while not stop.is_set():
-            item = self.next_batch(self.poll_s)
-            while item is not None and not stop.is_set():
+            if len(pending) < BUILDS_IN_FLIGHT:
+                item = self.dispatch_batch(0.0 if pending else self.poll_s)
+                if item is not None:
+                    pending.append(item)
+                    continue
+                if not pending:
+                    continue
+            ready: Prefetched | None = self.wait_ready(pending.popleft())
+            while ready is not None and not stop.is_set():
                 try:
-                    self._ready.put(item, timeout=self.poll_s)
-                    item = None
+                    self._ready.put(ready, timeout=self.poll_s)
+                    ready = None
                 except queue.Full:
                     continue
 

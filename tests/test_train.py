@@ -217,6 +217,25 @@ def test_the_learner_input_pipeline_keeps_updates_in_flight_and_the_replay_consi
         most.append(len(self))
 
     monkeypatch.setattr(learner_input.InFlight, "add", counting_add)
+    # Batches the input thread dispatched and has not waited for yet.
+    builds = {"pending": 0, "most": 0, "dispatched": 0}
+    dispatch = learner_input.LearnerInput.dispatch_batch
+    wait_ready = learner_input.LearnerInput.wait_ready
+
+    def counting_dispatch(self, timeout):
+        item = dispatch(self, timeout)
+        if item is not None:
+            builds["pending"] += 1
+            builds["dispatched"] += 1
+            builds["most"] = max(builds["most"], builds["pending"])
+        return item
+
+    def counting_wait_ready(self, item):
+        builds["pending"] -= 1
+        return wait_ready(self, item)
+
+    monkeypatch.setattr(learner_input.LearnerInput, "dispatch_batch", counting_dispatch)
+    monkeypatch.setattr(learner_input.LearnerInput, "wait_ready", counting_wait_ready)
     runtimes = []
 
     def make_runtime(config, optimizer):
@@ -235,6 +254,8 @@ def test_the_learner_input_pipeline_keeps_updates_in_flight_and_the_replay_consi
     (runtime,) = runtimes
     assert len(most) == 30 and max(most) == 2  # never more than `prefetch` in flight
     assert len(runtime.in_flight) == 0  # the last ones were waited for at the end
+    # The input thread dispatches the next batch's build before waiting for the previous one's.
+    assert builds["most"] == learner_input.BUILDS_IN_FLIGHT > 1 and builds["dispatched"] >= 30
     runtime.store.check_consistency()
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     learning = [r for r in records if "loss" in r]
