@@ -175,7 +175,7 @@ def vtrace_costs(config: configs.ExperimentConfig, repeats: int = 5) -> dict:
     )
 
     def learn():
-        batch, _ = agent.make_batch(trajectory, None)
+        batch, _ = agent.make_batch(trajectory, None, None)
         batch = muzero.shard_batch(batch, devices, agent.batch_axis)
         state[0], metrics = update(state[0], batch)
         jax.block_until_ready(metrics)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from muzero.config import LossConfig, NetworkConfig, OptimizerConfig
+from muzero.config import LossConfig, NetworkConfig, OptimizerConfig, ReanalyseConfig
 from search.config import SearchConfig
 
 __all__ = [
@@ -189,9 +189,26 @@ class LearnerConfig:
     # Sebulba: batches a thread samples, builds and puts on the learner devices ahead of the
     # update (and updates left in flight on the devices); 0: sample, update and wait in series.
     prefetch: int = 2
+    # A target network for the value targets' bootstraps (reanalyse.value=target_network): its
+    # parameters are the learner's, copied after every this many updates; 0: none.
+    target_update_every: int = 0
+    # Or an exponential moving average of the parameters, updated after every update with this
+    # decay (e.g. 0.99); 0: none. At most one of the two.
+    target_ema: float = 0.0
 
     def __post_init__(self):
         _int_at_least(self, "batch_size", 1)
+        _int_at_least(self, "target_update_every", 0)
+        _number_at_least(self, "target_ema", 0.0)
+        if self.target_ema >= 1:
+            _fail("LearnerConfig", "target_ema", "in [0, 1)", self.target_ema)
+        if self.target_ema and self.target_update_every:
+            _fail(
+                "LearnerConfig",
+                "target_ema",
+                "0 when target_update_every is set (one target schedule)",
+                self.target_ema,
+            )
         _int_at_least(self, "prefetch", 0)
         _int_at_least(self, "profile_updates", 0)
         if not isinstance(self.profile_dir, str):
@@ -326,6 +343,7 @@ class ExperimentConfig:
     actors: ActorConfig = dataclasses.field(default_factory=ActorConfig)
     replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
+    reanalyse: ReanalyseConfig = dataclasses.field(default_factory=ReanalyseConfig)
     devices: DevicesConfig = dataclasses.field(default_factory=DevicesConfig)
     evaluation: EvaluationConfig = dataclasses.field(default_factory=EvaluationConfig)
     logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
@@ -355,6 +373,7 @@ class ExperimentConfig:
                 "queue holds a few trajectories in flight, no replay)",
                 True,
             )
+        self._check_sample_efficiency()
         if self.mode == "alphazero" and family != "pgx":
             _fail(
                 "ExperimentConfig",
@@ -362,6 +381,45 @@ class ExperimentConfig:
                 "'muzero' or 'vtrace' for a non-JAX environment (alphazero needs pgx:...)",
                 self.mode,
             )
+
+    def _check_sample_efficiency(self) -> None:
+        """Reanalyse, the target network and EfficientZero's additions: where each applies."""
+        reanalyse, loss, learner = self.reanalyse, self.loss, self.learner
+        target = learner.target_update_every > 0 or learner.target_ema > 0
+        if self.mode == "vtrace":
+            if reanalyse.fraction or reanalyse.value != "stored":
+                _fail(
+                    "ReanalyseConfig",
+                    "fraction",
+                    "0 (with value 'stored') for mode=vtrace: reanalyse recomputes search "
+                    "targets, and V-trace has none",
+                    reanalyse.fraction,
+                )
+            if loss.td_steps_decay_every:
+                _fail(
+                    "LossConfig",
+                    "td_steps_decay_every",
+                    "0 for mode=vtrace (V-trace corrects off-policy data itself)",
+                    loss.td_steps_decay_every,
+                )
+        if self.mode != "muzero":
+            for name in ("consistency_weight", "value_prefix_horizon"):
+                if getattr(loss, name):
+                    _fail(
+                        "LossConfig",
+                        name,
+                        f"0 for mode={self.mode}: it trains MuZero's learned model",
+                        getattr(loss, name),
+                    )
+        if (reanalyse.value == "target_network") != target:
+            field = "target_ema" if learner.target_ema else "target_update_every"
+            expected = (
+                "> 0 (or target_ema > 0) for reanalyse.value=target_network"
+                if not target
+                else "0 (and target_ema 0) unless reanalyse.value=target_network, the target "
+                "network's one use"
+            )
+            _fail("LearnerConfig", field, expected, getattr(learner, field))
 
     def replace(self, **changes) -> ExperimentConfig:
         return dataclasses.replace(self, **changes)

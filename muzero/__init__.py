@@ -18,6 +18,7 @@ _SOURCES = {
     "make_actor_critic_networks": "muzero.networks",
     "make_root_fn": "muzero.networks",
     "make_recurrent_fn": "muzero.networks",
+    "PrefixEmbedding": "muzero.networks",
     "scale_latent": "muzero.networks",
     "ValueTransform": "muzero.transforms",
     "categorical_transform": "muzero.transforms",
@@ -38,6 +39,12 @@ _SOURCES = {
     "bootstrap_truncations": "muzero.targets",
     "value_priorities": "muzero.targets",
     "sequence_priorities": "muzero.targets",
+    "value_prefix_targets": "muzero.targets",
+    "decayed_td_steps": "muzero.targets",
+    "ReanalyseConfig": "muzero.config",
+    "BatchContext": "muzero.reanalyse",
+    "Reanalysed": "muzero.reanalyse",
+    "reanalyse_window": "muzero.reanalyse",
     "BoardSymmetries": "muzero.symmetries",
     "make_symmetries": "muzero.symmetries",
     "dihedral_symmetries": "muzero.symmetries",
@@ -57,6 +64,8 @@ _SOURCES = {
     "vtrace_td_error_and_advantage": "muzero.impala",
     "OptimizerConfig": "muzero.config",
     "TrainState": "muzero.learner",
+    "TargetSchedule": "muzero.learner",
+    "NO_TARGET": "muzero.learner",
     "make_optimizer": "muzero.learner",
     "make_schedule": "muzero.learner",
     "init_train_state": "muzero.learner",
@@ -81,6 +90,7 @@ __all__ = [
     "make_actor_critic_networks",
     "make_root_fn",
     "make_recurrent_fn",
+    "PrefixEmbedding",
     "scale_latent",
     "ValueTransform",
     "categorical_transform",
@@ -101,6 +111,12 @@ __all__ = [
     "bootstrap_truncations",
     "value_priorities",
     "sequence_priorities",
+    "value_prefix_targets",
+    "decayed_td_steps",
+    "ReanalyseConfig",
+    "BatchContext",
+    "Reanalysed",
+    "reanalyse_window",
     "BoardSymmetries",
     "make_symmetries",
     "dihedral_symmetries",
@@ -120,6 +136,8 @@ __all__ = [
     "vtrace_td_error_and_advantage",
     "OptimizerConfig",
     "TrainState",
+    "TargetSchedule",
+    "NO_TARGET",
     "make_optimizer",
     "make_schedule",
     "init_train_state",
@@ -148,7 +166,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from muzero.config import LossConfig, NetworkConfig, OptimizerConfig
+    from muzero.config import LossConfig, NetworkConfig, OptimizerConfig, ReanalyseConfig
     from muzero.distributed import (
         AXIS,
         from_process_local,
@@ -161,6 +179,8 @@ if TYPE_CHECKING:
     )
     from muzero.impala import VTraceOutput, make_vtrace_loss, vtrace, vtrace_td_error_and_advantage
     from muzero.learner import (
+        NO_TARGET,
+        TargetSchedule,
         TrainState,
         init_train_state,
         make_optimizer,
@@ -178,6 +198,7 @@ if TYPE_CHECKING:
         ActorCriticNetworks,
         AlphaZeroNetworks,
         MuZeroNetworks,
+        PrefixEmbedding,
         make_actor_critic_networks,
         make_alphazero_networks,
         make_muzero_networks,
@@ -185,6 +206,7 @@ if TYPE_CHECKING:
         make_root_fn,
         scale_latent,
     )
+    from muzero.reanalyse import BatchContext, Reanalysed, reanalyse_window
     from muzero.symmetries import (
         BoardSymmetries,
         augment_alphazero_batch,
@@ -197,10 +219,12 @@ if TYPE_CHECKING:
     from muzero.targets import (
         alphazero_batch,
         bootstrap_truncations,
+        decayed_td_steps,
         muzero_batch,
         n_step_values,
         ply_discount,
         sequence_priorities,
+        value_prefix_targets,
         value_priorities,
     )
     from muzero.transforms import (

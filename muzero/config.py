@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from muzero.transforms import ValueTransform
 
-__all__ = ["LossConfig", "NetworkConfig", "OptimizerConfig"]
+__all__ = ["LossConfig", "NetworkConfig", "OptimizerConfig", "ReanalyseConfig"]
+
+REANALYSE_VALUES = ("stored", "target_network", "search")
 
 _TORSOS = ("auto", "resnet", "mlp", "impala")
 
@@ -83,7 +85,10 @@ def _is_int(x) -> bool:
 class NetworkConfig:
     """Sizes of the networks. The defaults are small; `atari_muzero()` has the paper's sizes."""
 
-    torso: Literal["auto", "resnet", "mlp", "impala"] = "auto"  # auto: resnet for planes, mlp else.
+    # auto: resnet for planes, mlp for vectors. "mlp" also takes planes, flattened: a model whose
+    # dynamics is a few dense layers makes each simulation of the search several times cheaper
+    # than a conv model's (MinAtar's 10x10 planes: 15x on a CPU, BENCHMARKS.md).
+    torso: Literal["auto", "resnet", "mlp", "impala"] = "auto"
     channels: int = 32  # Channels of the resnet's residual blocks (and of a conv latent).
     representation_blocks: int = 2  # Residual blocks of h (and of AlphaZero's/actor-critic torso).
     dynamics_blocks: int = 2  # Residual blocks of the dynamics g.
@@ -113,6 +118,13 @@ class NetworkConfig:
     # tensor cores of GPUs and TPUs. Parameters, optimizer state, the output heads, the losses
     # and the search's value arithmetic stay float32 either way, so checkpoints do not change.
     compute_dtype: Literal["float32", "bfloat16"] = "float32"
+    # EfficientZero's consistency loss (`LossConfig.consistency_weight`): the projector's hidden
+    # width and output size, and the predictor's hidden width (SimSiam's heads on the latent).
+    projection_hidden: int = 256
+    projection_size: int = 256
+    predictor_hidden: int = 128
+    # The value prefix's LSTM width (`LossConfig.value_prefix_horizon` > 0).
+    value_prefix_hidden: int = 64
 
     def __post_init__(self):
         def check(ok: bool, field: str, expected: str):
@@ -137,7 +149,17 @@ class NetworkConfig:
             "compute_dtype",
             "'float32' or 'bfloat16'",
         )
-        for name in ("channels", "head_channels", "head_hidden", "latent_size", "impala_dense"):
+        for name in (
+            "channels",
+            "head_channels",
+            "head_hidden",
+            "latent_size",
+            "impala_dense",
+            "projection_hidden",
+            "projection_size",
+            "predictor_hidden",
+            "value_prefix_hidden",
+        ):
             check(_is_int(getattr(self, name)) and getattr(self, name) > 0, name, "an integer > 0")
         for name in (
             "representation_blocks",
@@ -217,6 +239,18 @@ class LossConfig:
     clip_rho_threshold: float = 1.0  # V-trace: clip of the importance ratio in the value target.
     clip_pg_rho_threshold: float = 1.0  # V-trace: clip of the importance ratio in the gradient.
     vtrace_lambda: float = 1.0  # V-trace: lambda mixing n-step and 1-step targets.
+    # EfficientZero's self-supervised consistency loss (MuZero): the negative cosine similarity
+    # between the predicted projection of the latent the dynamics reached at each unroll step and
+    # the projection of the real observation's representation there (stop-gradient); 0: off.
+    consistency_weight: float = 0.0
+    # EfficientZero's value prefix (MuZero): 0 learns and searches with per-step rewards; H > 0
+    # replaces the reward head with an LSTM over the unrolled latents that predicts the rewards
+    # summed since its last reset, reset every H steps (in the loss and in the search).
+    value_prefix_horizon: int = 0
+    # EfficientZero's off-policy correction: a window's bootstrap horizon shrinks by one step for
+    # every this many updates between the parameters that acted at its start and the learner's
+    # (the older the data, the less its stored trajectory is trusted); at least 1; 0: off.
+    td_steps_decay_every: int = 0
 
     def __post_init__(self):
         def check(ok: bool, field: str, expected: str):
@@ -251,8 +285,63 @@ class LossConfig:
             "vtrace_lambda",
             "in [0, 1]",
         )
+        check(
+            _is_real(self.consistency_weight) and self.consistency_weight >= 0,
+            "consistency_weight",
+            ">= 0",
+        )
+        for name in ("value_prefix_horizon", "td_steps_decay_every"):
+            check(
+                _is_int(getattr(self, name)) and getattr(self, name) >= 0,
+                name,
+                "an integer >= 0 (0: off)",
+            )
 
     @property
     def window_length(self) -> int:
         """L = K + n + 1: the length of the replay windows `muzero.targets.muzero_batch` takes."""
         return self.unroll_steps + self.td_steps + 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ReanalyseConfig:
+    """Fresh targets for sampled windows (MuZero Reanalyse, EfficientZero): which share of each
+    batch is searched again with the newest parameters, and where value bootstraps come from."""
+
+    # The share of each batch's windows whose policy targets (every unroll step's) come from a
+    # fresh search with the newest parameters over the stored observations (AlphaZero: over
+    # the stored game states); 0 keeps the actors' search policies.
+    fraction: float = 0.0
+    # Where the n-step value targets bootstrap from: "stored" (the actors' search value),
+    # "target_network" (the target network's value of the stored observation, for every window;
+    # needs learner.target_update_every or learner.target_ema) or "search" (the root value of a
+    # fresh search there, for the reanalysed windows; the others keep "stored").
+    value: Literal["stored", "target_network", "search"] = "stored"
+    # Simulations of the fresh search; 0: the run's `search.num_simulations`.
+    num_simulations: int = 0
+
+    def __post_init__(self):
+        def check(ok: bool, field: str, expected: str):
+            if not ok:
+                raise ValueError(
+                    f"ReanalyseConfig.{field} must be {expected}, got {getattr(self, field)!r}"
+                )
+
+        check(_is_real(self.fraction) and 0 <= self.fraction <= 1, "fraction", "in [0, 1]")
+        check(self.value in REANALYSE_VALUES, "value", f"one of {REANALYSE_VALUES}")
+        check(
+            _is_int(self.num_simulations) and self.num_simulations >= 0,
+            "num_simulations",
+            "an integer >= 0 (0: the run's)",
+        )
+        check(
+            self.value != "search" or self.fraction > 0,
+            "value",
+            "'stored' or 'target_network' with fraction 0 (value 'search' bootstraps from the "
+            "reanalysed windows' fresh searches)",
+        )
+
+    @property
+    def searches(self) -> bool:
+        """Whether any target comes from a fresh search."""
+        return self.fraction > 0 or self.value == "search"

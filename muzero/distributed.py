@@ -34,7 +34,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from muzero.learner import Batch, LossFn, UpdateFn, make_update
+from muzero.learner import NO_TARGET, Batch, LossFn, TargetSchedule, UpdateFn, make_update
 
 __all__ = [
     "AXIS",
@@ -186,6 +186,7 @@ def make_replicated_update(
     batch_axis: int = 0,
     donate: bool = True,
     compiler_options: dict[str, str] | None = None,
+    target: TargetSchedule = NO_TARGET,
 ) -> UpdateFn:
     """The jitted data-parallel `update(state, batch)` over `devices` (of one or more hosts).
 
@@ -193,9 +194,10 @@ def make_replicated_update(
     (0 for [B, ...] batches, 1 for time-major [T, B, ...]). Returns the new replicated state and
     the metrics averaged over all devices. With `donate`, the input state's buffers are reused for
     the output: do not use the old state after the call. `compiler_options` go to XLA (`jax.jit`).
+    `target` is the target network's schedule (`muzero.make_update`).
     """
     mesh = make_mesh(devices)
-    update = make_update(loss_fn, optimizer, axis_name=AXIS)
+    update = make_update(loss_fn, optimizer, axis_name=AXIS, target=target)
     sharded = jax.shard_map(
         update,
         mesh=mesh,

@@ -19,6 +19,8 @@ from muzero.config import OptimizerConfig
 
 __all__ = [
     "LossFn",
+    "NO_TARGET",
+    "TargetSchedule",
     "TrainState",
     "UpdateFn",
     "init_train_state",
@@ -41,6 +43,31 @@ class TrainState(NamedTuple):
     opt_state: optax.OptState  # The optimizer's state for `params`.
     step: jax.Array  # [] int32: updates applied so far.
     key: jax.Array  # PRNG key, split once per update; the loss gets a fresh subkey.
+    # A slower copy of `params` that value targets bootstrap from (`TargetSchedule`); None
+    # where the run keeps none (a None field adds nothing to a checkpoint).
+    target_params: Params | None = None
+
+
+class TargetSchedule(NamedTuple):
+    """How a target network follows the parameters: a copy every `every` updates, or an
+    exponential moving average with decay `ema` after every update; neither: no target."""
+
+    every: int = 0  # copy the parameters into the target after every this many updates
+    ema: float = 0.0  # target <- ema * target + (1 - ema) * params, after every update
+
+    @property
+    def enabled(self) -> bool:
+        return self.every > 0 or self.ema > 0
+
+    def follow(self, target: Params, params: Params, step: jax.Array) -> Params:
+        """The target after the update that made `params`, the `step`-th (1-based)."""
+        if self.every > 0:
+            copy = step % self.every == 0
+            return jax.tree.map(lambda t, p: jnp.where(copy, p, t), target, params)
+        return jax.tree.map(lambda t, p: self.ema * t + (1.0 - self.ema) * p, target, params)
+
+
+NO_TARGET = TargetSchedule()  # no target network
 
 
 UpdateFn = Callable[[TrainState, Batch], tuple[TrainState, Metrics]]
@@ -92,14 +119,19 @@ def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
 
 
 def init_train_state(
-    params: Params, optimizer: optax.GradientTransformation, key: jax.Array
+    params: Params,
+    optimizer: optax.GradientTransformation,
+    key: jax.Array,
+    target: TargetSchedule = NO_TARGET,
 ) -> TrainState:
-    """A fresh state at step 0 for `params`."""
+    """A fresh state at step 0 for `params`; its target network (if `target` keeps one)
+    starts as a copy of them."""
     return TrainState(
         params=params,
         opt_state=optimizer.init(params),
         step=jnp.zeros((), jnp.int32),
         key=key,
+        target_params=jax.tree.map(jnp.copy, params) if target.enabled else None,
     )
 
 
@@ -135,7 +167,11 @@ def pmean_as_one(tree: Any, axis_name: str) -> Any:
 
 
 def make_update(
-    loss_fn: LossFn, optimizer: optax.GradientTransformation, *, axis_name: str | None = None
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation,
+    *,
+    axis_name: str | None = None,
+    target: TargetSchedule = NO_TARGET,
 ) -> UpdateFn:
     """The pure learner step for `loss_fn`: one gradient step, and its metrics.
 
@@ -146,6 +182,9 @@ def make_update(
     Metrics: the loss's own terms, `loss`, `grad_norm` (global norm of the averaged gradient,
     before clipping) and `learning_rate` (the rate of this update, when the optimizer keeps one in
     its state as `make_optimizer`'s does).
+
+    With a `target` schedule the state's `target_params` follow the new parameters by it (the
+    state must carry them: `init_train_state(..., target)`).
     """
     value_and_grad = jax.value_and_grad(loss_fn, has_aux=True)
 
@@ -172,7 +211,13 @@ def make_update(
         )
         if learning_rate is not None:
             metrics["learning_rate"] = jnp.asarray(learning_rate)
-        new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1, key=key)
+        step = state.step + 1
+        target_params = state.target_params
+        if target.enabled:
+            if target_params is None:
+                raise ValueError("a target schedule needs a state made with it (init_train_state)")
+            target_params = target.follow(target_params, params, step)
+        new_state = TrainState(params, opt_state, step, key, target_params)
         return new_state, metrics
 
     return update

@@ -55,9 +55,30 @@ def make_muzero_loss(networks: MuZeroNetworks, config: LossConfig) -> LossFn:
     Step 0 has weight 1 and each later step 1/K; the gradient into the latent is scaled by
     `dynamics_gradient_scale` at each step (MuZero appendix). Absorbing steps past an episode's
     end train value and reward to 0 and are masked out of the policy loss.
+
+    EfficientZero's additions, each where the config turns it on:
+    - `value_prefix_horizon` H: the reward head is an LSTM over the unrolled latents whose
+      output at step k is trained to `reward_target[:, k]`, the rewards summed since its reset
+      (before steps 1, H + 1, ...); the networks need `value_prefix`.
+    - `consistency_weight`: at each step k >= 1 inside the episode, the negative cosine
+      similarity between the predicted projection of the dynamics' latent and the projection of
+      the real observation's latent (`batch.unroll_observation[:, k - 1]`, stop-gradient, the
+      same parameters: SimSiam), weighted 1/K like the other later steps; the networks need
+      `project` and `predict_projection`.
     """
     k_steps = config.unroll_steps
+    horizon = config.value_prefix_horizon
+    consistency = config.consistency_weight > 0
     value_tf, reward_tf = networks.value_transform, networks.reward_transform
+    if bool(horizon) != (networks.value_prefix is not None):
+        raise ValueError(
+            f"LossConfig.value_prefix_horizon {horizon} does not fit networks "
+            f"{'with' if networks.value_prefix is not None else 'without'} a value prefix"
+        )
+    if consistency and networks.project is None:
+        raise ValueError(
+            "LossConfig.consistency_weight > 0 needs networks built with projection=True"
+        )
 
     def loss_fn(params, batch: MuZeroBatch, key):
         del key
@@ -70,7 +91,10 @@ def make_muzero_loss(networks: MuZeroNetworks, config: LossConfig) -> LossFn:
         chex.assert_shape(batch.importance_weight, (n,))
 
         latent = networks.represent(params, batch.observation)
-        value_loss = reward_loss = policy_loss = jnp.zeros((n,))
+        if consistency:
+            target_projection = _consistency_targets(params, batch, networks)  # [N, K, P]
+        carry = networks.prefix_carry(n) if networks.prefix_carry is not None else None
+        value_loss = reward_loss = policy_loss = consistency_loss = jnp.zeros((n,))
         reward_logits = None
         for k in range(k_steps + 1):
             policy_logits, value_logits = networks.predict(params, latent)  # [N, A], [N, V]
@@ -83,16 +107,30 @@ def make_muzero_loss(networks: MuZeroNetworks, config: LossConfig) -> LossFn:
             )
             if k > 0:
                 reward_loss += step_scale * reward_tf.loss(reward_logits, batch.reward_target[:, k])
+            if k > 0 and consistency:
+                assert networks.project is not None and networks.predict_projection is not None
+                predicted = networks.predict_projection(params, networks.project(params, latent))
+                similarity = _cosine(predicted, target_projection[:, k - 1])  # [N]
+                consistency_loss += step_scale * batch.policy_mask[:, k] * -similarity
             if k == 0:
                 root_policy_logits, root_value_logits = policy_logits, value_logits
             if k < k_steps:
-                reward_logits, latent = networks.dynamics(params, latent, batch.action[:, k])
+                action = batch.action[:, k]
+                if networks.value_prefix is not None:
+                    assert networks.prefix_carry is not None
+                    if k % horizon == 0:
+                        carry = networks.prefix_carry(n)
+                    latent = networks.transition(params, latent, action)
+                    reward_logits, carry = networks.value_prefix(params, latent, carry)
+                else:
+                    reward_logits, latent = networks.dynamics(params, latent, action)
                 latent = scale_gradient(latent, config.dynamics_gradient_scale)
 
         per_example = (
             config.value_loss_weight * value_loss
             + config.reward_loss_weight * reward_loss
             + config.policy_loss_weight * policy_loss
+            + config.consistency_weight * consistency_loss
         )  # [N]
         weight = batch.importance_weight
         loss = jnp.mean(weight * per_example)
@@ -108,9 +146,36 @@ def make_muzero_loss(networks: MuZeroNetworks, config: LossConfig) -> LossFn:
             "value_abs_error": jnp.mean(jnp.abs(root_value - batch.value_target[:, 0])),
             "importance_weight": jnp.mean(weight),
         }
+        if consistency:
+            metrics["consistency_loss"] = jnp.mean(weight * consistency_loss)
         return loss, metrics
 
     return loss_fn
+
+
+def _consistency_targets(params, batch: MuZeroBatch, networks: MuZeroNetworks) -> chex.Array:
+    """The projections `[N, K, P]` of the real observations' latents at steps 1..K, with no
+    gradient: the targets the dynamics' latents are pulled towards."""
+    assert networks.project is not None
+    observation = batch.unroll_observation
+    if observation is None:
+        raise ValueError(
+            "the consistency loss needs the batch's unroll_observation (muzero_batch with "
+            "unroll_observations=True)"
+        )
+    n, k = observation.shape[:2]
+    chex.assert_shape(batch.action, (n, k))
+    flat = observation.reshape((n * k,) + observation.shape[2:])
+    projection = networks.project(params, networks.represent(params, flat))  # [N * K, P]
+    return jax.lax.stop_gradient(projection.reshape((n, k, -1)))
+
+
+def _cosine(x: chex.Array, y: chex.Array) -> chex.Array:
+    """Cosine similarity over the last axis: `[..., P] -> [...]`."""
+    chex.assert_equal_shape([x, y])
+    x = x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-8)
+    y = y / jnp.maximum(jnp.linalg.norm(y, axis=-1, keepdims=True), 1e-8)
+    return jnp.sum(x * y, axis=-1)
 
 
 def make_muzero_priority_fn(networks: MuZeroNetworks) -> Callable[[Any, MuZeroBatch], chex.Array]:

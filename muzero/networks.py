@@ -34,6 +34,7 @@ __all__ = [
     "make_actor_critic_networks",
     "make_root_fn",
     "make_recurrent_fn",
+    "PrefixEmbedding",
     "scale_latent",
 ]
 
@@ -47,10 +48,23 @@ class MuZeroNetworks(NamedTuple):
       init: `init(key) -> params`.
       represent: `represent(params, obs [B, ...]) -> latent [B, ...]`, scaled to [0, 1].
       dynamics: `dynamics(params, latent [B, ...], action [B]) -> (reward_logits [B, R],
-        next_latent [B, ...])`; the reward is the one received for taking `action`.
+        next_latent [B, ...])`; the reward is the one received for taking `action`. A model
+        with a value prefix has no reward head: it raises there (use `transition` and
+        `value_prefix`).
       predict: `predict(params, latent [B, ...]) -> (policy_logits [B, A], value_logits [B, V])`.
       value_transform: decodes and trains `value_logits` (V = its num_bins).
-      reward_transform: decodes and trains `reward_logits` (R = its num_bins).
+      reward_transform: decodes and trains `reward_logits` and the value prefix's logits (R =
+        its num_bins).
+      transition: `transition(params, latent, action [B]) -> next_latent`: the dynamics' latent
+        alone.
+      value_prefix: EfficientZero's value prefix, or None: `value_prefix(params, next_latent,
+        carry) -> (prefix_logits [B, R], carry)`, an LSTM step over the latents the dynamics
+        reaches; its output is the rewards summed since the carry was last reset
+        (`prefix_carry(batch)`, zeros).
+      prefix_carry: `prefix_carry(batch) -> carry` of zeros (the LSTM's (c, h), [B, H] each),
+        or None.
+      project: the consistency loss's projector, or None: `project(params, latent) -> [B, P]`.
+      predict_projection: its predictor, or None: `predict_projection(params, z [B, P]) -> [B, P]`.
     """
 
     init: Callable[[chex.PRNGKey], Params]
@@ -59,6 +73,11 @@ class MuZeroNetworks(NamedTuple):
     predict: Callable[[Params, chex.Array], tuple[chex.Array, chex.Array]]
     value_transform: ValueTransform
     reward_transform: ValueTransform
+    transition: Callable[[Params, chex.Array, chex.Array], chex.Array]
+    value_prefix: Callable[[Params, chex.Array, Any], tuple[chex.Array, Any]] | None = None
+    prefix_carry: Callable[[int], Any] | None = None
+    project: Callable[[Params, chex.Array], chex.Array] | None = None
+    predict_projection: Callable[[Params, chex.Array], chex.Array] | None = None
 
 
 class AlphaZeroNetworks(NamedTuple):
@@ -99,20 +118,35 @@ def scale_latent(latent: chex.Array) -> chex.Array:
 
 
 def make_muzero_networks(
-    config: NetworkConfig, observation_shape: Sequence[int], num_actions: int
+    config: NetworkConfig,
+    observation_shape: Sequence[int],
+    num_actions: int,
+    *,
+    value_prefix: bool = False,
+    projection: bool = False,
 ) -> MuZeroNetworks:
     """MuZero's representation, dynamics and prediction for observations of one example's shape.
 
     Args:
       config: sizes; `torso` "auto" picks the resnet for [H, W, C] or [H, W] observations and the
-        MLP for [D]; "impala" is not a MuZero torso.
+        MLP for [D]; "mlp" takes planes too (flattened); "impala" is not a MuZero torso.
       observation_shape: the shape of one observation, without the batch axis.
       num_actions: A, the number of actions (policy logits and dynamics' action input).
+      value_prefix: an LSTM value-prefix head instead of the per-step reward head
+        (EfficientZero; `LossConfig.value_prefix_horizon`).
+      projection: the consistency loss's projector and predictor (EfficientZero;
+        `LossConfig.consistency_weight`).
     """
     torso = _choose_torso(config, observation_shape, allow_impala=False)
     value_transform, reward_transform = config.value_transform(), config.reward_transform()
     module = _MuZeroModule(
-        config, torso, num_actions, value_transform.num_bins, reward_transform.num_bins
+        config,
+        torso,
+        num_actions,
+        value_transform.num_bins,
+        reward_transform.num_bins,
+        value_prefix,
+        projection,
     )
     obs_shape = tuple(observation_shape)
 
@@ -124,15 +158,52 @@ def make_muzero_networks(
         _check_obs(obs, obs_shape)
         return module.apply(params, obs, method=_MuZeroModule.represent)
 
-    def dynamics(params, latent, action):
+    def check_action(latent, action):
         chex.assert_rank(action, 1)
         chex.assert_equal_shape_prefix([latent, action], 1)
+
+    def dynamics(params, latent, action):
+        if value_prefix:
+            raise ValueError(
+                "this model predicts a value prefix, not per-step rewards: call transition "
+                "and value_prefix"
+            )
+        check_action(latent, action)
         return module.apply(params, latent, action, method=_MuZeroModule.dynamics)
+
+    def transition(params, latent, action):
+        check_action(latent, action)
+        return module.apply(params, latent, action, method=_MuZeroModule.transition)
 
     def predict(params, latent):
         return module.apply(params, latent, method=_MuZeroModule.predict)
 
-    return MuZeroNetworks(init, represent, dynamics, predict, value_transform, reward_transform)
+    def prefix_step(params, next_latent, carry):
+        return module.apply(params, next_latent, carry, method=_MuZeroModule.prefix)
+
+    def prefix_carry(batch: int):
+        zeros = jnp.zeros((batch, config.value_prefix_hidden), jnp.float32)
+        return (zeros, zeros)
+
+    def project(params, latent):
+        return module.apply(params, latent, method=_MuZeroModule.project)
+
+    def predict_projection(params, z):
+        return module.apply(params, z, method=_MuZeroModule.predict_projection)
+
+    return MuZeroNetworks(
+        init,
+        represent,
+        dynamics,
+        predict,
+        value_transform,
+        reward_transform,
+        transition,
+        value_prefix=prefix_step if value_prefix else None,
+        prefix_carry=prefix_carry if value_prefix else None,
+        project=project if projection else None,
+        predict_projection=predict_projection if projection else None,
+    )
 
 
 def make_alphazero_networks(
@@ -173,46 +244,106 @@ def make_actor_critic_networks(
     return ActorCriticNetworks(init, apply)
 
 
-def make_root_fn(networks: MuZeroNetworks) -> Callable[[Params, chex.Array], mctx.RootFnOutput]:
-    """`root_fn(params, observation [B, ...]) -> mctx.RootFnOutput` for MuZero's search."""
+class PrefixEmbedding(NamedTuple):
+    """A search node's embedding for a model with a value prefix: the latent, and what the
+    prefix's LSTM needs to give the reward of the next step."""
+
+    latent: chex.Array  # [B, ...] the model's latent state
+    carry: Any  # the LSTM's (c, h), [B, H] each, since its last reset
+    depth: chex.Array  # [B] int32 steps from the search's root
+    prefix: chex.Array  # [B] float32 the decoded value prefix that reached this node
+
+
+def make_root_fn(
+    networks: MuZeroNetworks, *, value_prefix_horizon: int = 0
+) -> Callable[[Params, chex.Array], mctx.RootFnOutput]:
+    """`root_fn(params, observation [B, ...]) -> mctx.RootFnOutput` for MuZero's search.
+
+    With a value prefix (`value_prefix_horizon` > 0) the embedding is a `PrefixEmbedding` at
+    depth 0 whose LSTM starts afresh."""
+    _check_prefix(networks, value_prefix_horizon)
 
     def root_fn(params, observation):
         latent = networks.represent(params, observation)
         policy_logits, value_logits = networks.predict(params, latent)
+        embedding = latent
+        if value_prefix_horizon:
+            assert networks.prefix_carry is not None
+            batch = latent.shape[0]
+            embedding = PrefixEmbedding(
+                latent,
+                networks.prefix_carry(batch),
+                jnp.zeros((batch,), jnp.int32),
+                jnp.zeros((batch,), jnp.float32),
+            )
         return mctx.RootFnOutput(
             prior_logits=policy_logits,
             value=networks.value_transform.decode_logits(value_logits),
-            embedding=latent,
+            embedding=embedding,
         )
 
     return root_fn
 
 
 def make_recurrent_fn(
-    networks: MuZeroNetworks, *, discount: float = 1.0, two_player: bool = False
+    networks: MuZeroNetworks,
+    *,
+    discount: float = 1.0,
+    two_player: bool = False,
+    value_prefix_horizon: int = 0,
 ) -> mctx.RecurrentFn:
     """mctx's `recurrent_fn(params, rng_key, action [B], embedding [B, ...])` on the learned model.
 
     The discount is a constant: `discount` in one-player games, `-discount` between the plies of
     an alternating two-player game (a value is for the player to move). The learned model has no
     terminal states: past an episode's end it predicts the absorbing values it was trained on.
+
+    With a value prefix (`value_prefix_horizon` H > 0; EfficientZero) the reward of a step is the
+    difference of consecutive prefixes: the LSTM and the parent's prefix restart from zero at
+    depths 0, H, 2H, ... from the root, as in the loss's unroll.
     """
+    _check_prefix(networks, value_prefix_horizon)
     step_discount = -discount if two_player else discount
 
-    def recurrent_fn(params, rng_key, action, embedding):
-        del rng_key
-        reward_logits, next_embedding = networks.dynamics(params, embedding, action)
-        policy_logits, value_logits = networks.predict(params, next_embedding)
-        reward = networks.reward_transform.decode_logits(reward_logits)
-        output = mctx.RecurrentFnOutput(
+    def output(next_latent, reward, params):
+        policy_logits, value_logits = networks.predict(params, next_latent)
+        return mctx.RecurrentFnOutput(
             reward=reward,
             discount=jnp.full_like(reward, step_discount),
             prior_logits=policy_logits,
             value=networks.value_transform.decode_logits(value_logits),
         )
-        return output, next_embedding
 
-    return recurrent_fn
+    def recurrent_fn(params, rng_key, action, embedding):
+        del rng_key
+        reward_logits, next_embedding = networks.dynamics(params, embedding, action)
+        reward = networks.reward_transform.decode_logits(reward_logits)
+        return output(next_embedding, reward, params), next_embedding
+
+    def prefix_recurrent_fn(params, rng_key, action, embedding: PrefixEmbedding):
+        del rng_key
+        assert networks.value_prefix is not None and networks.prefix_carry is not None
+        reset = embedding.depth % value_prefix_horizon == 0  # [B]
+        fresh = networks.prefix_carry(action.shape[0])
+        carry = jax.tree.map(
+            lambda zero, c: jnp.where(reset[:, None], zero, c), fresh, embedding.carry
+        )
+        parent_prefix = jnp.where(reset, 0.0, embedding.prefix)
+        next_latent = networks.transition(params, embedding.latent, action)
+        prefix_logits, carry = networks.value_prefix(params, next_latent, carry)
+        prefix = networks.reward_transform.decode_logits(prefix_logits)
+        next_embedding = PrefixEmbedding(next_latent, carry, embedding.depth + 1, prefix)
+        return output(next_latent, prefix - parent_prefix, params), next_embedding
+
+    return prefix_recurrent_fn if value_prefix_horizon else recurrent_fn
+
+
+def _check_prefix(networks: MuZeroNetworks, value_prefix_horizon: int) -> None:
+    if bool(value_prefix_horizon) != (networks.value_prefix is not None):
+        raise ValueError(
+            f"value_prefix_horizon {value_prefix_horizon} does not fit a model "
+            f"{'with' if networks.value_prefix is not None else 'without'} a value prefix"
+        )
 
 
 def _choose_torso(
@@ -231,7 +362,7 @@ def _choose_torso(
             "NetworkConfig.torso 'impala' serves actor-critic and AlphaZero "
             "networks, not MuZero's model: use 'resnet' or 'auto'"
         )
-    if (config.torso == "mlp") != (rank == 1):
+    if config.torso != "mlp" and rank == 1:  # the MLP flattens planes; a conv needs them
         raise ValueError(
             f"NetworkConfig.torso {config.torso!r} does not fit observations of "
             f"shape {tuple(observation_shape)}"
@@ -376,6 +507,8 @@ class _MuZeroModule(nn.Module):
     num_actions: int
     value_bins: int
     reward_bins: int
+    value_prefix: bool = False
+    projection: bool = False
 
     def setup(self):
         cfg, dtype = self.config, _compute_dtype(self.config)
@@ -393,13 +526,36 @@ class _MuZeroModule(nn.Module):
             self.prediction_blocks = [
                 _ResBlock(cfg.channels, norm, dtype) for _ in range(cfg.prediction_blocks)
             ]
-        self.reward_head = _Head(self.reward_bins, cfg.head_channels, cfg.head_hidden, dtype)
+        if self.value_prefix:
+            if self.torso != "mlp":  # EfficientZero: a 1x1 conv shrinks the latent first
+                self.prefix_reduce = nn.Conv(cfg.head_channels, (1, 1), dtype=dtype)
+            self.prefix_lstm = nn.OptimizedLSTMCell(
+                cfg.value_prefix_hidden, param_dtype=jnp.float32
+            )
+            self.prefix_norm = nn.LayerNorm(dtype=dtype)
+            self.prefix_head = _Head(self.reward_bins, cfg.head_channels, cfg.head_hidden, dtype)
+        else:
+            self.reward_head = _Head(self.reward_bins, cfg.head_channels, cfg.head_hidden, dtype)
+        if self.projection:  # SimSiam's projector and predictor (EfficientZero)
+            self.projector = _Projection(
+                (cfg.projection_hidden, cfg.projection_size), final_norm=True, dtype=dtype
+            )
+            self.predictor = _Projection(
+                (cfg.predictor_hidden, cfg.projection_size), final_norm=False, dtype=dtype
+            )
         self.policy_head = _Head(self.num_actions, cfg.head_channels, cfg.head_hidden, dtype)
         self.value_head = _Head(self.value_bins, cfg.head_channels, cfg.head_hidden, dtype)
 
     def __call__(self, obs, action):
         latent = self.represent(obs)
-        _, next_latent = self.dynamics(latent, action)
+        next_latent = self.transition(latent, action)
+        if self.value_prefix:
+            zeros = jnp.zeros((obs.shape[0], self.config.value_prefix_hidden), jnp.float32)
+            self.prefix(next_latent, (zeros, zeros))
+        else:
+            self.dynamics(latent, action)
+        if self.projection:
+            self.predict_projection(self.project(next_latent))
         return self.predict(next_latent)
 
     def _scale(self, latent):
@@ -408,21 +564,41 @@ class _MuZeroModule(nn.Module):
     def represent(self, obs):
         return self._scale(self.trunk(obs))
 
-    def dynamics(self, latent, action):
+    def _transition_unscaled(self, latent, action):
         one_hot = jax.nn.one_hot(action, self.num_actions, dtype=latent.dtype)  # [B, A]
         if self.torso == "mlp":
-            x = self.dynamics_out(
+            return self.dynamics_out(
                 self.dynamics_mlp(self.dynamics_in(jnp.concatenate([latent, one_hot], axis=-1)))
             )
-        else:
-            mode = self.config.action_planes
-            if mode == "auto" and self.config.downsample:
-                mode = "constant"  # the latent is a downsampled frame, not a board
-            planes = _action_planes(action, one_hot, latent.shape[:3], mode)
-            x = self.dynamics_in(jnp.concatenate([latent, planes], axis=-1))
-            for block in self.dynamics_blocks:
-                x = block(x)
+        mode = self.config.action_planes
+        if mode == "auto" and self.config.downsample:
+            mode = "constant"  # the latent is a downsampled frame, not a board
+        planes = _action_planes(action, one_hot, latent.shape[:3], mode)
+        x = self.dynamics_in(jnp.concatenate([latent, planes], axis=-1))
+        for block in self.dynamics_blocks:
+            x = block(x)
+        return x
+
+    def transition(self, latent, action):
+        return self._scale(self._transition_unscaled(latent, action))
+
+    def dynamics(self, latent, action):
+        x = self._transition_unscaled(latent, action)
         return self.reward_head(x), self._scale(x)
+
+    def prefix(self, next_latent, carry):
+        x = next_latent
+        if self.torso != "mlp":
+            x = nn.relu(self.prefix_reduce(x))
+        x = x.reshape((x.shape[0], -1)).astype(jnp.float32)
+        carry, out = self.prefix_lstm(carry, x)
+        return self.prefix_head(nn.relu(self.prefix_norm(out))), carry
+
+    def project(self, latent):
+        return self.projector(latent.reshape((latent.shape[0], -1)))
+
+    def predict_projection(self, z):
+        return self.predictor(z)
 
     def predict(self, latent):
         x = latent
@@ -430,6 +606,22 @@ class _MuZeroModule(nn.Module):
             for block in self.prediction_blocks:
                 x = block(x)
         return self.policy_head(x), self.value_head(x)
+
+
+class _Projection(nn.Module):
+    """Dense layers with LayerNorm and ReLU between them (SimSiam's projector and predictor use
+    BatchNorm; LayerNorm keeps the functions stateless). The output is float32."""
+
+    sizes: tuple[int, ...]
+    final_norm: bool
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x):
+        for size in self.sizes[:-1]:
+            x = nn.relu(nn.LayerNorm(dtype=self.dtype)(nn.Dense(size, dtype=self.dtype)(x)))
+        x = nn.Dense(self.sizes[-1], dtype=jnp.float32)(x)
+        return nn.LayerNorm(dtype=jnp.float32)(x) if self.final_norm else x
 
 
 def _action_planes(action, one_hot, batch_height_width, mode: str):

@@ -19,6 +19,8 @@ __all__ = [
     "n_step_values",
     "bootstrap_truncations",
     "value_priorities",
+    "value_prefix_targets",
+    "decayed_td_steps",
     "sequence_priorities",
     "muzero_batch",
     "alphazero_batch",
@@ -35,7 +37,11 @@ def ply_discount(env_discount: chex.Array, discount: float, two_player: bool) ->
 
 
 def n_step_values(
-    reward_t: chex.Array, ply_discount_t: chex.Array, value_t: chex.Array, td_steps: int
+    reward_t: chex.Array,
+    ply_discount_t: chex.Array,
+    value_t: chex.Array,
+    td_steps: int,
+    column_td_steps: chex.Array | None = None,
 ) -> chex.Array:
     """`z_t = sum_{i<n} (prod_{j<i} d_{t+j}) r_{t+i} + (prod_{j<n} d_{t+j}) v_{t+n}`, per step.
 
@@ -46,6 +52,7 @@ def n_step_values(
       td_steps: n >= 1. Near the end of the sequence, where t + n > T - 1, the sum stops at the
         last state T - 1: it adds that state's reward if the episode ends there, and otherwise
         bootstraps from its value (n shrinks to T - 1 - t).
+      column_td_steps: optional [B] int, a shorter n for each column (clipped to [1, td_steps]).
 
     Returns:
       [T, B] value targets.
@@ -59,10 +66,38 @@ def n_step_values(
     # After j rounds z_t is the j-step return, cut at T - 1 where the chain reads `last`.
     # z starts at the values, so an exact n-step target bootstraps from v_{t+n}; rounds past
     # T change nothing.
-    z = value_t
-    for _ in range(min(td_steps, reward_t.shape[0])):
+    rounds = min(td_steps, reward_t.shape[0])
+    if column_td_steps is not None:
+        chex.assert_shape(column_td_steps, reward_t.shape[1:])
+        column_td_steps = jnp.clip(column_td_steps, 1, rounds)[None, :]  # [1, B]
+    z = chosen = value_t
+    for j in range(1, rounds + 1):
         z = jnp.concatenate([reward_t[:-1] + ply_discount_t[:-1] * z[1:], last], axis=0)
-    return z
+        if column_td_steps is not None:
+            chosen = jnp.where(column_td_steps == j, z, chosen)
+    return z if column_td_steps is None else chosen
+
+
+def decayed_td_steps(
+    policy_version: chex.Array, step: chex.Array, td_steps: int, decay_every: int
+) -> chex.Array:
+    """EfficientZero's off-policy correction: the bootstrap horizon of windows whose start was
+    acted by the parameters of update `policy_version` ([N] int), as seen at update `step`:
+    `td_steps - age // decay_every`, at least 1 ([N] int32)."""
+    age = jnp.maximum(jnp.asarray(step, jnp.int32) - policy_version.astype(jnp.int32), 0)
+    return jnp.clip(td_steps - age // decay_every, 1, td_steps).astype(jnp.int32)
+
+
+def value_prefix_targets(reward_k: chex.Array, horizon: int) -> chex.Array:
+    """EfficientZero's value-prefix targets of unroll steps 1..K from the rewards of the
+    transitions into them (`reward_k`, [K+1, N], row 0 unused): the rewards summed since the
+    last reset, which happens before steps 1, H + 1, 2H + 1, ... ([K+1, N], row 0 zero)."""
+    chex.assert_rank(reward_k, 2)
+    rows = [jnp.zeros_like(reward_k[0])]
+    for k in range(1, reward_k.shape[0]):
+        restart = (k - 1) % horizon == 0
+        rows.append(reward_k[k] + (0.0 if restart else rows[-1]))
+    return jnp.stack(rows)
 
 
 def bootstrap_truncations(
@@ -108,19 +143,32 @@ def muzero_batch(
     td_steps: int,
     discount: float,
     two_player: bool,
+    bootstrap_value: chex.Array | None = None,
+    window_td_steps: chex.Array | None = None,
+    value_prefix_horizon: int = 0,
+    unroll_observations: bool = False,
 ) -> MuZeroBatch:
     """The targets of K + 1 unroll steps from windows of length L = K + n + 1.
 
     Args:
       window: a `Trajectory` with leaves [L, N, ...] starting at the sampled state. Only
-        `observation[0]` is read, so the replay may store observations at the start only
-        (observation [1, N, ...]); `behaviour_logits` and `policy_version` are not read.
-        Padding after the end of stored data must follow a step with discount 0.
+        `observation[0]` is read unless `unroll_observations`, so the replay may store
+        observations at the start only (observation [1, N, ...]); `behaviour_logits` and
+        `policy_version` are not read. Padding after the end of stored data must follow a step
+        with discount 0.
       importance_weight: [N] prioritized replay's weights.
       unroll_steps: K, the number of dynamics steps the loss unrolls.
       td_steps: n of the n-step value targets.
       discount: the learning discount (1 for board games).
       two_player: negate the discount between plies (alternating two-player games).
+      bootstrap_value: [L, N] the values the n-step targets bootstrap from (a target network's,
+        a fresh search's); None: the stored `search_value`.
+      window_td_steps: [N] int, each window's own n (at most `td_steps`; the off-policy
+        correction, `decayed_td_steps`); None: `td_steps` for all.
+      value_prefix_horizon: H > 0 makes `reward_target` the value prefix of each step
+        (`value_prefix_targets`).
+      unroll_observations: keep `observation[1 .. K]` as the batch's `unroll_observation` (the
+        consistency loss's targets).
 
     Returns:
       A `MuZeroBatch` with the batch on axis 0.
@@ -143,11 +191,14 @@ def muzero_batch(
     alive = jnp.concatenate([jnp.ones_like(ended[:1]), jnp.cumprod(1.0 - ended[:-1], axis=0)])
 
     d = ply_discount(env_discount, discount, two_player)
-    search_value = window.search_value.astype(jnp.float32)
+    if bootstrap_value is None:
+        bootstrap_value = window.search_value
+    chex.assert_equal_shape([bootstrap_value, window.search_value])
+    bootstrap_value = bootstrap_value.astype(jnp.float32)
     rewards = bootstrap_truncations(
-        window.reward.astype(jnp.float32), search_value, window.truncated
+        window.reward.astype(jnp.float32), bootstrap_value, window.truncated
     )
-    z = n_step_values(rewards, d, search_value, n)
+    z = n_step_values(rewards, d, bootstrap_value, n, window_td_steps)
     value_target = z[: k + 1] * alive[: k + 1]  # [K+1, N]
     # The transition into step j (j >= 1) starts at state j - 1: a real one only if that is alive.
     reward_target = jnp.concatenate(
@@ -157,6 +208,8 @@ def muzero_batch(
         ],
         axis=0,
     )  # [K+1, N]
+    if value_prefix_horizon:
+        reward_target = value_prefix_targets(reward_target, value_prefix_horizon)
     uniform = jnp.full_like(window.search_policy[: k + 1], 1.0 / num_actions, dtype=jnp.float32)
     policy_target = jnp.where(
         alive[: k + 1, :, None] > 0, window.search_policy[: k + 1].astype(jnp.float32), uniform
@@ -164,6 +217,15 @@ def muzero_batch(
 
     def batch_major(x):
         return jnp.swapaxes(x, 0, 1)
+
+    unroll_observation = None
+    if unroll_observations:
+        if window.observation.shape[0] < k + 1:
+            raise ValueError(
+                f"the consistency targets need the windows' first {k + 1} observations, got "
+                f"{window.observation.shape[0]}"
+            )
+        unroll_observation = batch_major(window.observation[1 : k + 1])  # [N, K, ...]
 
     return MuZeroBatch(
         observation=jax.tree.map(lambda o: o[0], window.observation),
@@ -173,6 +235,7 @@ def muzero_batch(
         policy_target=batch_major(policy_target),
         policy_mask=batch_major(alive[: k + 1]),
         importance_weight=jnp.asarray(importance_weight, jnp.float32),
+        unroll_observation=unroll_observation,
     )
 
 
@@ -183,6 +246,8 @@ def alphazero_batch(
     td_steps: int,
     discount: float,
     two_player: bool,
+    bootstrap_value: chex.Array | None = None,
+    window_td_steps: chex.Array | None = None,
 ) -> AlphaZeroBatch:
     """The first state of each window with its n-step value target (AlphaZero's training example).
 
@@ -195,6 +260,7 @@ def alphazero_batch(
         outcome for the player to move.
       discount: the learning discount (1 for board games).
       two_player: negate the discount between plies (alternating two-player games).
+      bootstrap_value, window_td_steps: as for `muzero_batch`.
     """
     chex.assert_rank([window.reward, window.discount, window.search_value], 2)
     if window.reward.shape[0] != td_steps + 1:
@@ -202,11 +268,14 @@ def alphazero_batch(
             f"windows must have length td_steps + 1 = {td_steps + 1}, got {window.reward.shape[0]}"
         )
     d = ply_discount(window.discount.astype(jnp.float32), discount, two_player)
-    search_value = window.search_value.astype(jnp.float32)
+    if bootstrap_value is None:
+        bootstrap_value = window.search_value
+    chex.assert_equal_shape([bootstrap_value, window.search_value])
+    bootstrap_value = bootstrap_value.astype(jnp.float32)
     rewards = bootstrap_truncations(
-        window.reward.astype(jnp.float32), search_value, window.truncated
+        window.reward.astype(jnp.float32), bootstrap_value, window.truncated
     )
-    z = n_step_values(rewards, d, search_value, td_steps)  # [L, N]
+    z = n_step_values(rewards, d, bootstrap_value, td_steps, window_td_steps)  # [L, N]
     return AlphaZeroBatch(
         observation=jax.tree.map(lambda o: o[0].astype(jnp.float32), window.observation),
         policy_target=window.search_policy[0].astype(jnp.float32),

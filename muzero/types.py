@@ -5,7 +5,7 @@ leaf of a batch has the batch on one axis: axis 0 for `MuZeroBatch` and `AlphaZe
 for the time-major `VTraceBatch`, so a replicated update can split any of them over devices.
 """
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import chex
 
@@ -35,6 +35,9 @@ class Trajectory(NamedTuple):
     # [T, B] float32; 1 where a time limit, not the game, ended the episode after step t (its
     # discount is 0 too: the next step is a new episode). None: no time limits.
     truncated: chex.Array | None = None
+    # The game's state before acting at t, a pytree with leaves [T, B, ...] (pgx): what
+    # AlphaZero's reanalyse searches from with the exact rules. None: not kept.
+    state: Any = None
 
 
 class MuZeroBatch(NamedTuple):
@@ -47,10 +50,15 @@ class MuZeroBatch(NamedTuple):
     observation: chex.Array  # [N, ...] observation at the window's start.
     action: chex.Array  # [N, K] int32; actions taken at steps 0..K-1.
     value_target: chex.Array  # [N, K+1] float32; n-step value target of step k (0 if absorbing).
-    reward_target: chex.Array  # [N, K+1] float32; reward of the transition into step k ([:, 0]: 0).
+    # [N, K+1] float32; reward of the transition into step k ([:, 0]: 0); with a value prefix,
+    # the rewards summed since the prefix's last reset (muzero.targets.value_prefix_targets).
+    reward_target: chex.Array
     policy_target: chex.Array  # [N, K+1, A] float32; search policy at k (uniform if absorbing).
     policy_mask: chex.Array  # [N, K+1] float32; 1 where step k lies inside the episode.
     importance_weight: chex.Array  # [N] float32; prioritized replay's correction, max 1.
+    # [N, K, ...] the real observations at steps 1..K (the consistency loss's targets); None
+    # where the loss does not use them.
+    unroll_observation: chex.Array | None = None
 
 
 class AlphaZeroBatch(NamedTuple):

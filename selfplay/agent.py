@@ -10,6 +10,7 @@ runtimes (`selfplay.sebulba`, `selfplay.anakin`) never branch on the mode themse
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 from collections.abc import Callable
@@ -46,8 +47,11 @@ class Agent(NamedTuple):
     # act(params, key, observation [B, ...], legal_mask [B, A], greedy [B], env_state) -> ActOutput
     act: Callable[..., ActOutput]
     loss_fn: muzero.learner.LossFn  # (params, batch, key) -> (loss, metrics)
-    # make_batch(sample leaves [L, N, ...], importance_weight [N]) -> (batch, priorities [N])
-    make_batch: Callable[[muzero.Trajectory, chex.Array], tuple[Any, chex.Array]]
+    # make_batch(sample leaves [L, N, ...], importance_weight [N], context) -> (batch,
+    # priorities [N]); `context` (muzero.BatchContext: the newest and target parameters, a key,
+    # the learner's step) is read only where reanalyse or its off-policy correction is on
+    # (`reads_context`), and may be None otherwise
+    make_batch: Callable[[muzero.Trajectory, chex.Array, Any], tuple[Any, chex.Array]]
     window_length: int  # L: steps per replay window (V-trace: steps per trajectory, T + 1)
     batch_axis: int  # the batch's axis for the replicated update
     uses_env_state: bool  # act needs the pgx state (AlphaZero's exact model)
@@ -61,6 +65,11 @@ class Agent(NamedTuple):
     # XLA compile options of `act` and of the learner's update, as (name, value) pairs (hashable:
     # jitted functions are cached per agent); empty: XLA's defaults
     compiler_options: tuple[tuple[str, str], ...] = ()
+    # How the target network follows the parameters (`muzero.TargetSchedule`; none by default):
+    # the runtimes build the train state and the update with it
+    target: muzero.TargetSchedule = muzero.NO_TARGET
+    # Whether `make_batch` reads its context (reanalyse, the off-policy correction)
+    reads_context: bool = False
 
 
 def make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
@@ -177,13 +186,20 @@ def _select(key, out: search.SearchOutput, config: ExperimentConfig, legal_mask,
 
 
 def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> Agent:
-    networks = muzero.make_muzero_networks(config.network, spec.observation_shape, spec.num_actions)
-    root_fn = muzero.make_root_fn(networks)
+    loss, horizon = config.loss, config.loss.value_prefix_horizon
+    networks = muzero.make_muzero_networks(
+        config.network,
+        spec.observation_shape,
+        spec.num_actions,
+        value_prefix=horizon > 0,
+        projection=loss.consistency_weight > 0,
+    )
+    root_fn = muzero.make_root_fn(networks, value_prefix_horizon=horizon)
     recurrent_fn = muzero.make_recurrent_fn(
-        networks, discount=config.loss.discount, two_player=two_player
+        networks, discount=loss.discount, two_player=two_player, value_prefix_horizon=horizon
     )
     loss_fn = _augmented(
-        muzero.make_muzero_loss(networks, config.loss), config, spec, muzero.augment_muzero_batch
+        muzero.make_muzero_loss(networks, loss), config, spec, muzero.augment_muzero_batch
     )
 
     def act(params, key, observation, legal_mask, greedy, env_state=None):
@@ -196,14 +212,32 @@ def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> 
         action = _select(select_key, out, config, legal_mask, greedy)
         return ActOutput(action, out.action_weights, out.root_value, root.prior_logits)
 
-    def make_batch(window, importance_weight):
+    reanalyse_search = _reanalyse_search_config(config)
+
+    def search_fn(params, key, observation, legal_mask):
+        root = root_fn(params, observation.astype(jnp.float32))
+        out = search.run(
+            params, key, root, recurrent_fn, reanalyse_search, invalid_actions=~legal_mask
+        )
+        return out.action_weights, out.root_value
+
+    def value_fn(params, observation):
+        latent = networks.represent(params, observation.astype(jnp.float32))
+        return networks.value_transform.decode_logits(networks.predict(params, latent)[1])
+
+    def make_batch(window, importance_weight, context):
+        fresh = _reanalysed(config, window, context, search_fn, value_fn, window.observation)
         batch = muzero.muzero_batch(
-            window,
+            fresh.window,
             importance_weight,
-            unroll_steps=config.loss.unroll_steps,
-            td_steps=config.loss.td_steps,
-            discount=config.loss.discount,
+            unroll_steps=loss.unroll_steps,
+            td_steps=loss.td_steps,
+            discount=loss.discount,
             two_player=two_player,
+            bootstrap_value=fresh.bootstrap_value,
+            window_td_steps=fresh.window_td_steps,
+            value_prefix_horizon=horizon,
+            unroll_observations=loss.consistency_weight > 0,
         )
         priorities = muzero.value_priorities(window.search_value[0], batch.value_target[:, 0])
         return batch, priorities
@@ -214,8 +248,41 @@ def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> 
         act,
         loss_fn,
         make_batch,
-        window_length=config.loss.window_length,
+        window_length=loss.window_length,
         uses_env_state=False,
+    )
+
+
+def _reanalyse_search_config(config: ExperimentConfig) -> search.SearchConfig:
+    """The fresh searches' config: the run's, at `reanalyse.num_simulations` if set."""
+    simulations = config.reanalyse.num_simulations or config.search.num_simulations
+    return dataclasses.replace(config.search, num_simulations=simulations)
+
+
+def _reanalysed(
+    config: ExperimentConfig, window, context, search_fn, value_fn, search_positions
+) -> muzero.Reanalysed:
+    """The window with the fresh targets the config asks for (as it was, with none)."""
+    if not _reads_context(config):
+        return muzero.Reanalysed(window, None, None)
+    return muzero.reanalyse_window(
+        window,
+        context,
+        search_fn,
+        value_fn,
+        config.reanalyse,
+        search_positions=search_positions,
+        value_positions=window.observation,
+        unroll_steps=config.loss.unroll_steps if config.mode == "muzero" else 0,
+        td_steps=config.loss.td_steps,
+        td_steps_decay_every=config.loss.td_steps_decay_every,
+    )
+
+
+def _reads_context(config: ExperimentConfig) -> bool:
+    reanalyse = config.reanalyse
+    return bool(
+        reanalyse.fraction or reanalyse.value != "stored" or config.loss.td_steps_decay_every
     )
 
 
@@ -256,14 +323,35 @@ def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) 
         action = _select(select_key, out, config, legal_mask, greedy)
         return ActOutput(action, out.action_weights, out.root_value, prior_logits)
 
-    def make_batch(window, importance_weight):
+    reanalyse_search = _reanalyse_search_config(config)
+
+    def search_fn(params, key, state, legal_mask):
+        prior_logits, value = prediction_fn(params, state)
+        root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=state)
+        out = search.run(
+            params, key, root, recurrent_fn, reanalyse_search, invalid_actions=~legal_mask
+        )
+        return out.action_weights, out.root_value
+
+    def value_fn(params, observation):
+        _, value_logits = networks.predict(params, observation.astype(jnp.float32))
+        return networks.value_transform.decode_logits(value_logits)
+
+    def make_batch(window, importance_weight, context):
         # The first state of each window, with its n-step (to the game's end) value target.
+        # Its fresh search runs from the stored game state with the exact rules; the target
+        # network evaluates the stored observations.
+        if config.reanalyse.searches and window.state is None:
+            raise ValueError("AlphaZero's reanalyse needs the windows' game states")
+        fresh = _reanalysed(config, window, context, search_fn, value_fn, window.state)
         batch = muzero.alphazero_batch(
-            window,
+            fresh.window,
             importance_weight,
             td_steps=config.loss.td_steps,
             discount=config.loss.discount,
             two_player=two_player,
+            bootstrap_value=fresh.bootstrap_value,
+            window_td_steps=fresh.window_td_steps,
         )
         return batch, muzero.value_priorities(window.search_value[0], batch.value_target)
 
@@ -290,6 +378,7 @@ def _search_agent(
 ) -> Agent:
     """A search agent (MuZero, AlphaZero): actors push segments of `actors.unroll_length` steps
     to a prioritised replay, the learner samples windows of `window_length` from it."""
+    learner = config.learner
     return Agent(
         init=init,
         act=act,
@@ -302,6 +391,8 @@ def _search_agent(
         segment_overlap=0,
         uses_replay=True,
         make_store=functools.partial(make_sequence_replay, config, window_length),
+        target=muzero.TargetSchedule(learner.target_update_every, learner.target_ema),
+        reads_context=_reads_context(config),
     )
 
 
@@ -319,8 +410,8 @@ def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
         action = jnp.where(greedy, jnp.argmax(logits, axis=-1).astype(jnp.int32), sampled)
         return ActOutput(action, jax.nn.softmax(logits), value, logits)
 
-    def make_batch(trajectory, importance_weight):
-        del importance_weight
+    def make_batch(trajectory, importance_weight, context):
+        del importance_weight, context
         return muzero.VTraceBatch.from_trajectory(trajectory), None
 
     # Trajectories of T + 1 steps that overlap by one: the last step bootstraps the previous.

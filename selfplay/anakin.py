@@ -9,20 +9,22 @@ learner), per device:
     1. play     T = actors.unroll_length steps in all B environments: the agent's act (search,
                 or V-trace's policy) and the environment's pure step with auto-reset, in a
                 `lax.scan`; nothing leaves the device
-    2. data     search agents (MuZero, AlphaZero): each step starts one window of L =
-                agent.window_length steps (n-step values, the unroll's targets: the agent's
-                `make_batch`); the last L - 1 steps wait for the next iteration's, so every step
-                starts exactly one full window. The T * B examples overwrite the oldest in a ring
-                of the device's share of `replay.capacity` (sampled uniformly: no priorities).
-                V-trace: the B trajectories of T + 1 steps (the previous iteration's last step
-                first, which the last one bootstraps from), learned from once, in order.
+    2. data     search agents (MuZero, AlphaZero): the T steps overwrite the oldest in a ring of
+                S steps per environment (the device's share of `replay.capacity`), kept as the
+                actors recorded them; every step with L = agent.window_length - 1 steps after it
+                in the ring starts one window. V-trace: the B trajectories of T + 1 steps (the
+                previous iteration's last step first, which the last one bootstraps from),
+                learned from once, in order.
     3. learn    U updates, gradients averaged over the mesh (`pmean`): search agents take
                 samples_per_insert * (T * B * devices) / batch_size minibatches of batch_size /
-                devices drawn from the ring, once the rings hold `replay.min_size` examples;
+                devices windows drawn uniformly from the ring, once it holds `replay.min_size`
+                windows, and build their targets then (the agent's `make_batch`: n-step values,
+                the unroll's targets, and reanalyse's fresh searches with the newest parameters);
                 V-trace takes its trajectories in (B * devices) / batch_size slices of batch_size /
                 devices (the later ones a little off-policy, which V-trace corrects).
 
-The first iterations only fill the tail (ceil((L - 1) / T) for windows, one for V-trace).
+The first iterations only fill the ring up to one window (ceil(L / T) - 1 iterations), one for
+V-trace's overlap.
 `AnakinRuntime` runs one iteration per step of the run loop (`selfplay.run`), which checks the
 stop conditions, logs and saves checkpoints between iterations (on a CPU it also calls the updates
 one by one: `learn_in_jit`); a checkpoint holds the train state, as a Sebulba run's does, so
@@ -63,7 +65,6 @@ __all__ = [
     "make_anakin_program",
     "plan_anakin",
     "sharded",
-    "windows",
 ]
 
 
@@ -72,8 +73,10 @@ class AnakinCarry(NamedTuple):
 
     env: Any  # its B environments' state (PgxEnvState, GymnaxEnvState)
     timestep: TimeStep  # [B] the environments' current TimeStep: what the agent acts on next
-    tail: muzero.Trajectory  # [tail, B] the previous iteration's last steps (windows to complete)
-    ring: Any  # the agent's batch: what this device's updates draw from (see AnakinPlan.ring)
+    tail: muzero.Trajectory  # [tail, B] V-trace: the previous iteration's last step; else empty
+    # Search agents: the ring of recorded steps, a `Trajectory` with leaves [S, B, ...] (step t
+    # of the run at row t mod S). V-trace: this iteration's batch.
+    ring: Any
     key: jax.Array  # this device's PRNG key for the next iteration's acting
     sample_key: jax.Array  # this device's key for this iteration's minibatches
 
@@ -85,18 +88,36 @@ class AnakinPlan(NamedTuple):
     games: int  # B, environments per device
     moves: int  # T, steps per environment per iteration
     window: int  # L, steps per training example (a window; V-trace: a trajectory, T + 1)
-    tail: int  # steps carried into the next iteration: L - 1, or V-trace's overlap (1)
-    examples: int  # N, examples per device per iteration: T * B windows, or B trajectories
-    ring: int  # C, examples a device holds for its updates (a multiple of N; V-trace: N)
+    tail: int  # steps carried into the next iteration: V-trace's overlap (1); else 0
+    examples: int  # N, new examples per device per iteration: T * B windows, or B trajectories
+    ring: int  # S, steps each environment's ring holds (a multiple of T; V-trace: unused, T)
     minibatch: int  # examples per device per update (batch_size / D)
     updates: int  # U, updates per iteration
-    fill_iterations: int  # iterations 0 .. this - 1 only fill the tail: ceil(tail / T)
+    fill_iterations: int  # iterations 0 .. this - 1 only fill the ring up to one window
     min_iterations: int  # learning starts at this iteration (0-based)
+    replay: bool = True  # search agents: windows from the ring; V-trace: trajectories, once
 
     def written(self, index):
-        """Examples in each device's ring after iteration `index` (0-based; int or array)."""
-        filled = jnp.maximum(index - self.fill_iterations + 1, 0) * self.examples
-        return jnp.minimum(filled, self.ring)
+        """Examples each device's updates can draw from after iteration `index` (0-based; int or
+        array): windows whose L steps are all in the ring, over its B games (V-trace: the
+        iteration's B trajectories, once the first iteration filled the tail)."""
+        if not self.replay:
+            return jnp.where(index >= self.fill_iterations, self.examples, 0)
+        steps = jnp.minimum((index + 1) * self.moves, self.ring)
+        return jnp.maximum(steps - self.window + 1, 0) * self.games
+
+    def sample_windows(self, key: jax.Array, index: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """`minibatch` windows drawn uniformly from the ring after iteration `index`: their
+        rows `[L, minibatch]` (ring rows of each window's L steps) and games `[minibatch]`."""
+        written = (index + 1) * self.moves  # steps recorded per game
+        starts = jnp.minimum(written, self.ring) - self.window + 1  # complete windows per game
+        start_key, game_key = jax.random.split(key)
+        # The newest window starts L steps before the newest step; older ones further back.
+        back = jax.random.randint(start_key, (self.minibatch,), 0, jnp.maximum(starts, 1))
+        first = written - self.window - back  # [minibatch] the run's step each window starts at
+        rows = (first[None, :] + jnp.arange(self.window)[:, None]) % self.ring  # [L, minibatch]
+        games = jax.random.randint(game_key, (self.minibatch,), 0, self.games)
+        return rows, games
 
 
 def plan_anakin(config: ExperimentConfig, agent: Agent, devices: int) -> AnakinPlan:
@@ -126,14 +147,18 @@ def plan_anakin(config: ExperimentConfig, agent: Agent, devices: int) -> AnakinP
             games // minibatch,
             fill,
             fill,
+            replay=False,
         )
     examples = games * moves
-    ring = config.replay.capacity // devices // examples * examples
-    if ring == 0:
+    window = agent.window_length
+    # Each game's ring holds whole iterations, and at least one window beside the newest steps.
+    ring = config.replay.capacity // devices // games // moves * moves
+    if ring < window + moves:
+        least = (-(-(window + moves) // moves) * moves) * games * devices
         raise UsageError(
-            f"replay.capacity {config.replay.capacity} must hold one iteration's "
-            f"examples on each of {devices} device(s): >= {examples * devices} "
-            f"(actors.envs_per_thread x actors.unroll_length x devices)"
+            f"replay.capacity {config.replay.capacity} must hold a window of {window} steps "
+            f"and an iteration's {moves} for each of the {games} games of {devices} "
+            f"device(s): >= {least}"
         )
     spi = config.replay.samples_per_insert
     if spi <= 0:
@@ -142,52 +167,23 @@ def plan_anakin(config: ExperimentConfig, agent: Agent, devices: int) -> AnakinP
             "the updates per iteration (samples_per_insert x new examples / "
             "batch_size)"
         )
-    if config.replay.min_size > ring * devices:
+    most = (ring - window + 1) * games * devices
+    if config.replay.min_size > most:
         raise UsageError(
             f"replay.min_size {config.replay.min_size} is more than the replay "
-            f"holds ({ring * devices} examples): lower it or raise replay.capacity"
+            f"holds ({most} windows): lower it or raise replay.capacity"
         )
     updates = max(1, round(spi * examples * devices / batch))
     # A window reads L - 1 steps after its first: the first iterations' steps only fill the
-    # tail that the later ones' windows complete.
-    tail = agent.window_length - 1
-    fill = -(-tail // moves)
-    min_iterations = fill - 1 + max(1, -(-config.replay.min_size // (examples * devices)))
-    return AnakinPlan(
-        devices,
-        games,
-        moves,
-        agent.window_length,
-        tail,
-        examples,
-        ring,
-        minibatch,
-        updates,
-        fill,
-        min_iterations,
+    # ring up to the first whole window.
+    fill = -(-window // moves) - 1
+    plan = AnakinPlan(
+        devices, games, moves, window, 0, examples, ring, minibatch, updates, fill, fill
     )
-
-
-def windows(tail: muzero.Trajectory, new: muzero.Trajectory) -> muzero.Trajectory:
-    """The T windows of L steps that start at each step of `tail` [L-1, B] + `new` [T, B]'s
-    first T steps, as a `Trajectory` with leaves [L, T * B, ...] (start-major: row s * B + b
-    starts at step s of game b). Only the first observation of each window is kept
-    (observation [1, T * B, ...]): the agents' `make_batch` reads no other."""
-    steps = tail.action.shape[0] + 1  # L
-    moves, games = new.action.shape  # T, B
-    chex.assert_tree_shape_prefix(tail, (steps - 1, games))
-    buffer = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), tail, new)  # [T + L - 1, B]
-
-    def stack(x, length):  # [T + L - 1, B, ...] -> [length, T * B, ...]
-        rows = jnp.stack([x[i : i + moves] for i in range(length)])  # [length, T, B, ...]
-        return rows.reshape((length, moves * games) + x.shape[2:])
-
-    fields = {
-        name: stack(getattr(buffer, name), steps)
-        for name in buffer._fields
-        if name != "observation" and getattr(buffer, name) is not None
-    }
-    return muzero.Trajectory(observation=stack(buffer.observation, 1), **fields)
+    min_iterations = fill
+    while int(plan.written(min_iterations)) * devices < config.replay.min_size:
+        min_iterations += 1
+    return plan._replace(min_iterations=min_iterations)
 
 
 def make_anakin_iteration(
@@ -210,6 +206,8 @@ def make_anakin_iteration(
     """
     games, moves = plan.games, plan.moves
     greedy_after = config.actors.greedy_after_moves
+    # AlphaZero's reanalyse searches again from the recorded game states.
+    keep_states = agent.uses_env_state and config.reanalyse.searches
 
     def rollout(params, version, env_state, timestep, key):
         def move(carry, _):
@@ -222,9 +220,14 @@ def make_anakin_iteration(
             )  # [B]
             exact = env_state.game if agent.uses_env_state else None  # AlphaZero's pgx rules
             out = agent.act(params, act_key, observation, legal, greedy, exact)
+            record_state = env_state.game if keep_states else None
             env_state, next_timestep = functions.step(env_state, out.action)
             record = muzero.Trajectory(
-                observation=observation,
+                # Boolean planes (MinAtar's, pgx's) stay bool: 4x less memory in the ring than
+                # float32; the networks cast them.
+                observation=(
+                    timestep.observation if timestep.observation.dtype == jnp.bool_ else observation
+                ),
                 action=out.action.astype(jnp.int32),
                 reward=next_timestep.reward.astype(jnp.float32),
                 discount=jnp.where(next_timestep.done, 0.0, 1.0),
@@ -235,6 +238,7 @@ def make_anakin_iteration(
                 behaviour_logits=out.behaviour_logits.astype(jnp.float32),
                 policy_version=jnp.full(games, version, jnp.int32),
                 truncated=next_timestep.truncated.astype(jnp.float32),
+                state=record_state,
             )
             ended = next_timestep.episode_end.astype(jnp.float32)  # [B]
             # [3]: episodes ended, the sum of their returns, the sum of their lengths
@@ -252,13 +256,10 @@ def make_anakin_iteration(
         )
         return env_state, timestep, key, trajectory, episodes.sum(axis=0)  # [T, B] steps; [3]
 
-    def examples(tail, trajectory):
-        """The iteration's training examples from the carried tail and its [T, B] steps."""
-        if agent.uses_replay:
-            batch, _ = agent.make_batch(windows(tail, trajectory), jnp.ones(plan.examples))
-        else:  # B trajectories of T + 1 steps, batch on axis 1
-            whole = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), tail, trajectory)
-            batch, _ = agent.make_batch(whole, None)
+    def trajectories(tail, trajectory):
+        """V-trace's batch: the B trajectories of T + 1 steps (the carried step first)."""
+        whole = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), tail, trajectory)
+        batch, _ = agent.make_batch(whole, None, None)
         return batch
 
     def init_carry(params, key):
@@ -268,10 +269,10 @@ def make_anakin_iteration(
             lambda s, t: rollout(params, 0, s, t, key)[3], env_state, timestep
         )  # [T, B]
         tail = jax.tree.map(lambda x: jnp.zeros((plan.tail,) + x.shape[1:], x.dtype), example)
-        batch = jax.eval_shape(examples, tail, example)
         if agent.uses_replay:
-            ring = jax.tree.map(lambda x: jnp.zeros((plan.ring,) + x.shape[1:], x.dtype), batch)
+            ring = jax.tree.map(lambda x: jnp.zeros((plan.ring,) + x.shape[1:], x.dtype), example)
         else:
+            batch = jax.eval_shape(trajectories, tail, example)
             ring = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), batch)
         return AnakinCarry(env_state, timestep, tail, ring, key, key)
 
@@ -279,11 +280,15 @@ def make_anakin_iteration(
         state: muzero.TrainState, index: jax.Array, update_index: jax.Array, carry: AnakinCarry
     ):
         """Update `update_index` of iteration `index`, on a minibatch of the device's data."""
-        if agent.uses_replay:  # uniform rows of the ring's written part
-            size = plan.written(index)
-            key = jax.random.fold_in(carry.sample_key, update_index)
-            rows = jax.random.randint(key, (plan.minibatch,), 0, size)
-            minibatch = jax.tree.map(lambda x: x[rows], carry.ring)
+        key = jax.random.fold_in(carry.sample_key, update_index)
+        if agent.uses_replay:  # uniform windows of the ring, their targets built now
+            sample_key, context_key = jax.random.split(key)
+            rows, games = plan.sample_windows(sample_key, index)
+            window = jax.tree.map(lambda x: x[rows, games[None, :]], carry.ring)  # [L, N, ...]
+            context = muzero.BatchContext(
+                state.params, state.target_params, context_key, state.step
+            )
+            minibatch, _ = agent.make_batch(window, jnp.ones(plan.minibatch), context)
         else:  # the update_index-th slice of the iteration's trajectories
             start = update_index * plan.minibatch
             minibatch = jax.tree.map(
@@ -300,27 +305,22 @@ def make_anakin_iteration(
         env_state, timestep, key, trajectory, episodes = rollout(
             state.params, state.step, carry.env, carry.timestep, key
         )
-        batch = examples(carry.tail, trajectory)
         if agent.uses_replay:
-            # Once the tail holds real steps, iteration i writes its N examples at slot
-            # (i - fill_iterations) * N of the ring (mod C): the oldest go first.
-            slot = ((index - plan.fill_iterations) * plan.examples) % plan.ring
-            ring = jax.lax.cond(
-                index >= plan.fill_iterations,
-                lambda ring: jax.tree.map(
-                    lambda r, b: jax.lax.dynamic_update_slice_in_dim(r, b, slot, axis=0),
-                    ring,
-                    batch,
-                ),
-                lambda ring: ring,
+            # Iteration i's T steps go to rows i * T .. i * T + T - 1 of the ring (mod S, a
+            # multiple of T): the oldest go first.
+            slot = (index * plan.moves) % plan.ring
+            ring = jax.tree.map(
+                lambda r, b: jax.lax.dynamic_update_slice_in_dim(r, b, slot, axis=0),
                 carry.ring,
+                trajectory,
             )
+            tail = carry.tail
         else:  # this iteration's trajectories; unused until the tail holds a real step
-            ring = batch
-        tail = jax.tree.map(
-            lambda x: x[-plan.tail :],
-            jax.tree.map(lambda a, b: jnp.concatenate([a, b]), carry.tail, trajectory),
-        )
+            ring = trajectories(carry.tail, trajectory)
+            tail = jax.tree.map(
+                lambda x: x[-plan.tail :],
+                jax.tree.map(lambda a, b: jnp.concatenate([a, b]), carry.tail, trajectory),
+            )
         carry = AnakinCarry(env_state, timestep, tail, ring, key, sample_key)
         episodes = jax.lax.psum(episodes, muzero.AXIS)
         metrics = {
@@ -429,7 +429,9 @@ def make_anakin_program(config: ExperimentConfig, optimizer, devices) -> AnakinP
     agent = make_agent(config, spec)
     plan = plan_anakin(config, agent, len(devices))
     functions = jax_env_functions(config.env.name, plan.games, **config.env.options)
-    update = muzero.make_update(agent.loss_fn, optimizer, axis_name=muzero.AXIS)
+    update = muzero.make_update(
+        agent.loss_fn, optimizer, axis_name=muzero.AXIS, target=agent.target
+    )
     init_carry, iteration, learn_step = make_anakin_iteration(
         config, agent, plan, functions, update
     )

@@ -95,7 +95,7 @@ class LearnerInput:
             return None
         with self.timer.stage("build"):
             window, weights = jax.device_put((sample.batch, sample.weights), self.build_device)
-            batch, priorities = self.agent.make_batch(window, weights)
+            batch, priorities = self.agent.make_batch(window, weights, None)
             batch = muzero.shard_batch(batch, self.devices, self.agent.batch_axis)
             versions = float(np.mean(sample.batch.policy_version))
         return Prefetched(batch, sample.indices, priorities, versions)

@@ -247,7 +247,9 @@ def start_run(config: ExperimentConfig, agent: Agent, optimizer, run_dir: pathli
     """The train state for `optimizer` (from the newest checkpoint in `run_dir` if there is
     one) and the checkpointer that keeps saving there."""
     init_key, state_key, key = jax.random.split(jax.random.PRNGKey(config.seed), 3)
-    state = muzero.init_train_state(jax.jit(agent.init)(init_key), optimizer, state_key)
+    state = muzero.init_train_state(
+        jax.jit(agent.init)(init_key), optimizer, state_key, agent.target
+    )
     checkpointer = Checkpointer(
         run_dir / "checkpoints", config.learner.keep_checkpoints, must_match=MUST_MATCH
     )

@@ -77,6 +77,11 @@ class SebulbaRuntime(ReplicatedState):
         self.actor_devices, self.learner_devices = split_devices(config)
         self.spec = env_spec(config.env.name, seed=config.seed, **config.env.options)
         self.agent = make_agent(config, self.spec)
+        if self.agent.reads_context:
+            raise UsageError(
+                "reanalyse and learner.target_update_every run on runtime=anakin for now; "
+                "Sebulba's reanalyse stage is not in yet"
+            )
         self.num_actor_threads = len(self.actor_devices) * config.actors.threads_per_device
         self.store = self.agent.make_store(self.num_actor_threads)
         # Donating the state's buffers would free the params the actors hold when both share a
@@ -89,6 +94,7 @@ class SebulbaRuntime(ReplicatedState):
             batch_axis=self.agent.batch_axis,
             donate=self.donates_state,
             compiler_options=dict(self.agent.compiler_options),
+            target=self.agent.target,
         )
         self.server = ParameterServer(self.actor_devices)
         self.stats = ActorStats()

@@ -47,8 +47,8 @@ def main(out: pathlib.Path) -> None:
         runtime = sebulba.SebulbaRuntime(config, optimizer)
         make_batch = runtime.input.agent.make_batch
 
-        def recording_make_batch(window, weights):
-            batch, priorities = make_batch(window, weights)
+        def recording_make_batch(window, weights, context):
+            batch, priorities = make_batch(window, weights, context)
             built_on.update(d.id for d in priorities.devices())
             return batch, priorities
 
@@ -85,6 +85,7 @@ def main(out: pathlib.Path) -> None:
             *TINY,
             "runtime=anakin",
             "replay.samples_per_insert=1",
+            "replay.min_size=200",  # the first losses from 4 games' windows, not 1
             "learner.max_updates=64",
             "learner.log_every_s=0.01",
         ],

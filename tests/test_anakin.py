@@ -40,44 +40,37 @@ def _tiny(preset="tic_tac_toe_alphazero", *extra):
     return configs.load_config(preset, [*TINY, *extra])
 
 
-def _stream(length, games):
-    """A [length, B] trajectory whose every field says which step and game it is."""
-    step = jnp.arange(length)[:, None] * 100 + jnp.arange(games)[None, :]  # [T, B]
-    return muzero.Trajectory(
-        observation=step[..., None].astype(jnp.float32),
-        action=step,
-        reward=step * 1.0,
-        discount=jnp.ones((length, games)),
-        search_policy=step[..., None] * jnp.ones(3),
-        search_value=step * 1.0,
-        legal_mask=jnp.ones((length, games, 3), bool),
-        to_play=step,
-        behaviour_logits=step[..., None] * jnp.ones(3),
-        policy_version=step,
+def test_sampled_windows_are_whole_consecutive_steps_of_one_game_in_the_ring():
+    # A ring of S = 8 steps per game, iterations of T = 4 steps, windows of L = 3 steps: every
+    # window is L consecutive recorded steps of one game, never one that is overwritten or
+    # not yet written, and every complete window can be drawn.
+    plan = anakin.AnakinPlan(
+        devices=1,
+        games=2,
+        moves=4,
+        window=3,
+        tail=0,
+        examples=8,
+        ring=8,
+        minibatch=512,
+        updates=1,
+        fill_iterations=0,
+        min_iterations=0,
     )
-
-
-def test_windows_start_at_every_step_once_across_iterations():
-    steps, moves, games = 3, 4, 2  # L, T, B
-    stream = _stream(steps - 1 + 3 * moves, games)  # the tail's steps, then three iterations
-    cut = lambda x, a, b: jax.tree.map(lambda y: y[a:b], x)  # noqa: E731
-    tail = cut(stream, 0, steps - 1)
-    starts = []
-    for i in range(3):
-        new = cut(stream, steps - 1 + i * moves, steps - 1 + (i + 1) * moves)
-        window = anakin.windows(tail, new)
-        assert window.action.shape == (steps, moves * games)
-        assert window.observation.shape == (1, moves * games, 1)  # only the first observation
-        for row in range(moves * games):
-            first = int(window.action[0, row])
-            # Each window is L consecutive steps of one game.
-            np.testing.assert_array_equal(window.action[:, row], first + 100 * np.arange(steps))
-            assert window.observation[0, row, 0] == first
-            starts.append(first)
-        tail = jax.tree.map(lambda a, b: jnp.concatenate([a, b])[-(steps - 1) :], tail, new)
-    # Every step that has L - 1 steps after it starts exactly one window.
-    expected = [t * 100 + b for t in range(3 * moves) for b in range(games)]
-    assert sorted(starts) == expected
+    for index in range(4):
+        written = (index + 1) * plan.moves  # steps recorded per game
+        oldest = max(0, written - plan.ring)  # the run's oldest step still in the ring
+        assert int(plan.written(index)) == (written - oldest - plan.window + 1) * plan.games
+        rows, games = plan.sample_windows(jax.random.key(index), jnp.int32(index))
+        assert rows.shape == (plan.window, plan.minibatch) and games.shape == (plan.minibatch,)
+        # The run's step at each row: the newest S steps map to their rows mod S.
+        step = np.asarray(rows) + (written - 1 - np.asarray(rows)) // plan.ring * plan.ring
+        step = np.where(step > written - 1, step - plan.ring, step)
+        np.testing.assert_array_equal(np.diff(step, axis=0), 1)  # consecutive steps
+        assert step.min() >= oldest and step.max() <= written - 1
+        starts = set(step[0].tolist())
+        assert starts == set(range(oldest, written - plan.window + 1))  # every window drawn
+        assert set(np.asarray(games).tolist()) == {0, 1}
 
 
 def test_plan_sizes_updates_and_refuses_what_cannot_work():
@@ -85,15 +78,17 @@ def test_plan_sizes_updates_and_refuses_what_cannot_work():
     agent = make_agent(config, env_spec(config.env.name))
     plan = anakin.plan_anakin(config, agent, devices=2)
     assert (plan.games, plan.moves, plan.examples) == (4, 4, 16)
-    assert plan.ring == 256 // 2 // 16 * 16 and plan.minibatch == 4
+    # 256 steps over 2 devices of 4 games: rings of 32 steps, whole iterations of 4.
+    assert plan.ring == 32 and plan.minibatch == 4
     assert plan.updates == round(1 * 16 * 2 / 8)
-    # Windows of L = 10 moves: 3 iterations of 4 moves fill the tail; then one fills the rings.
-    assert plan.window == 10 and plan.fill_iterations == 3 and plan.min_iterations == 3
-    assert [int(plan.written(i)) for i in range(2, 5)] == [0, 16, 32]
+    # Windows of L = 10 moves: 3 iterations of 4 moves hold 3 windows a game (12 of a device,
+    # 24 of both: replay.min_size is 16), the first learning iteration.
+    assert plan.window == 10 and plan.fill_iterations == 2 and plan.min_iterations == 2
+    assert [int(plan.written(i)) for i in range(1, 9)] == [0, 12, 28, 44, 60, 76, 92, 92]
     with pytest.raises(UsageError, match="batch_size 8 must divide evenly over 3"):
         anakin.plan_anakin(config, agent, devices=3)
-    small = _tiny("tic_tac_toe_alphazero", "replay.capacity=20", "replay.min_size=8")
-    with pytest.raises(UsageError, match="replay.capacity 20 must hold"):
+    small = _tiny("tic_tac_toe_alphazero", "replay.capacity=40", "replay.min_size=8")
+    with pytest.raises(UsageError, match="replay.capacity 40 must hold"):
         anakin.plan_anakin(small, agent, devices=2)
     free = _tiny("tic_tac_toe_alphazero", "replay.samples_per_insert=0")
     with pytest.raises(UsageError, match="samples_per_insert must be > 0"):
@@ -198,19 +193,18 @@ def test_updates_inside_the_jit_equal_updates_called_one_by_one():
     params = jax.jit(program.agent.init)(jax.random.key(0))
     state = muzero.replicate(muzero.init_train_state(params, optimizer, jax.random.key(1)), mesh)
     carry = anakin.initial_carries(program.init_carry, params, mesh, jax.random.key(2))
-    for index in range(plan.min_iterations):  # fill the tail and the ring, no updates yet
+    for index in range(plan.min_iterations):  # fill the ring, no updates yet
         state, carry, metrics = jax.jit(iterate, static_argnums=3)(
             state, np.int32(index), carry, False
         )
     index = np.int32(plan.min_iterations)
     inside, _, inside_metrics = jax.jit(iterate, static_argnums=3)(state, index, carry, True)
     outside, after, _ = jax.jit(iterate, static_argnums=3)(state, index, carry, False)
-    # The ring holds the written examples, each a real position: a search policy summing to 1.
-    written = int(plan.written(index))
-    assert written == plan.examples
-    policy_sums = np.asarray(after.ring.policy_target[0]).sum(axis=-1)  # [C]
-    np.testing.assert_allclose(policy_sums[:written], 1.0, rtol=1e-5)
-    assert not policy_sums[written:].any()
+    # The ring holds the recorded steps, each a real position: a search policy summing to 1.
+    recorded = (int(index) + 1) * plan.moves
+    policy_sums = np.asarray(after.ring.search_policy[0]).sum(axis=-1)  # [S, B]
+    np.testing.assert_allclose(policy_sums[:recorded], 1.0, rtol=1e-5)
+    assert not policy_sums[recorded:].any()
     for u in range(plan.updates):
         outside, outside_metrics = jax.jit(learn)(outside, index, np.int32(u), after)
     assert int(inside.step) == int(outside.step) == int(state.step) + plan.updates

@@ -180,7 +180,7 @@ def _compiled_act_and_update(choice: str) -> tuple[str, str]:
         behaviour_logits=np.zeros((t, b, a), np.float32),
         policy_version=np.zeros((t, b), np.int32),
     )
-    batch, _ = agent.make_batch(trajectory, None)
+    batch, _ = agent.make_batch(trajectory, None, None)
     batch = muzero.shard_batch(batch, devices, agent.batch_axis)
     return act, update.lower(state, batch).compile().as_text()
 

@@ -254,3 +254,70 @@ def test_alphazero_loss_fits_a_fixed_batch(value_support, compute_dtype):
 def test_bad_loss_config_names_the_field(overrides, field):
     with pytest.raises(ValueError, match=f"LossConfig.{field}"):
         LossConfig(**overrides)
+
+
+def test_consistency_loss_falls_on_a_fixed_batch():
+    # EfficientZero's consistency term alone: the dynamics' predicted projections move towards
+    # the projections of the real next observations (a cosine of 1 is the loss's -1 floor).
+    config = LossConfig(
+        unroll_steps=2,
+        td_steps=2,
+        consistency_weight=1.0,
+        value_loss_weight=0.0,
+        reward_loss_weight=0.0,
+        policy_loss_weight=0.0,
+    )
+    network = NetworkConfig(projection_hidden=16, projection_size=8, predictor_hidden=8, **MLP)
+    nets = make_muzero_networks(network, (D,), A, projection=True)
+    batch = muzero_batch(
+        random_window(config, seed=3),
+        jnp.ones((N,)),
+        unroll_steps=2,
+        td_steps=2,
+        discount=0.9,
+        two_player=False,
+        unroll_observations=True,
+    )
+    assert batch.unroll_observation.shape == (N, 2, D)
+    loss_fn = make_muzero_loss(nets, config)
+    params = jax.jit(nets.init)(KEY)
+    _, metrics = jax.jit(loss_fn)(params, batch, KEY)
+    assert -1.0 <= float(metrics["consistency_loss"]) <= 1.0
+    start, end = fit(loss_fn, params, batch, 150)
+    # Per example at most -(1 + 1/2) (both steps inside the episode: -1 each, weighted 1/K).
+    assert end < start - 0.2 and end < -0.5, (start, end)
+    with pytest.raises(ValueError, match="projection=True"):
+        make_muzero_loss(make_muzero_networks(network, (D,), A), config)
+    without = batch._replace(unroll_observation=None)
+    with pytest.raises(ValueError, match="unroll_observation"):
+        loss_fn(params, without, KEY)
+
+
+def test_value_prefix_loss_fits_the_summed_rewards_of_a_fixed_batch():
+    # The LSTM head fits the value-prefix targets (rewards summed since its reset every 2 steps)
+    # of a 4-step unroll; with scalar heads the optimum of the reward term is 0.
+    config = LossConfig(
+        unroll_steps=4,
+        td_steps=2,
+        discount=0.9,
+        value_prefix_horizon=2,
+        value_loss_weight=0.0,
+        policy_loss_weight=0.0,
+    )
+    network = NetworkConfig(value_support=0, reward_support=0, value_prefix_hidden=16, **MLP)
+    nets = make_muzero_networks(network, (D,), A, value_prefix=True)
+    window = random_window(config, seed=4)
+    batch = muzero_batch(
+        window,
+        jnp.ones((N,)),
+        unroll_steps=4,
+        td_steps=2,
+        discount=0.9,
+        two_player=False,
+        value_prefix_horizon=2,
+    )
+    loss_fn = make_muzero_loss(nets, config)
+    start, end = fit(loss_fn, jax.jit(nets.init)(KEY), batch, 300)
+    assert end < 0.05 * start, (start, end)
+    with pytest.raises(ValueError, match="value_prefix_horizon"):
+        make_muzero_loss(make_muzero_networks(network, (D,), A), config)

@@ -30,6 +30,7 @@ TINY = NetworkConfig(
     value_support=5,
     reward_support=3,
 )
+MLP_TINY = dataclasses.replace(TINY, torso="mlp")
 ATARI_TINY = NetworkConfig(
     channels=8,
     representation_blocks=0,
@@ -56,6 +57,7 @@ def observations(shape, dtype=jnp.float32, seed=0):
         (TINY, (3, 3), jnp.float32, (3, 3, 8)),  # planes without a channel axis
         (ATARI_TINY, (84, 84, 4), jnp.uint8, (6, 6, 8)),  # stacked Atari frames, downsampled
         (TINY, (5,), jnp.float32, (16,)),  # a vector: the MLP torso
+        (MLP_TINY, (10, 10, 4), jnp.float32, (16,)),  # planes, flattened into the MLP torso
     ],
 )
 def test_muzero_shapes_and_latent_range(config, obs_shape, dtype, latent_shape):
@@ -193,7 +195,7 @@ def test_observation_shape_mismatch_is_a_clear_error():
     with pytest.raises(ValueError, match="expected observations of shape"):
         nets.represent(params, jnp.zeros((B, 7, 6, 3)))
     with pytest.raises(ValueError, match="torso"):
-        make_muzero_networks(NetworkConfig(torso="mlp"), (6, 7, 3), A)
+        make_muzero_networks(NetworkConfig(torso="resnet"), (5,), A)
     with pytest.raises(ValueError, match="impala"):
         make_muzero_networks(NetworkConfig(torso="impala"), (84, 84, 4), A)
 
@@ -284,3 +286,47 @@ def test_a_bfloat16_network_has_the_same_parameters_and_searches_like_the_float3
     value_error = np.abs(out16.root_value - out32.root_value)  # [B]
     assert value_error.mean() < 0.03 and value_error.max() < 0.15, value_error
     assert np.abs(out16.action_weights - out32.action_weights).sum(-1).mean() < 0.2
+
+
+def test_value_prefix_search_rewards_are_prefix_differences_reset_every_horizon():
+    # EfficientZero's value prefix in the search: a step's reward is its prefix minus its
+    # parent's, and at depths 0, H, 2H the LSTM and the parent's prefix start from zero.
+    nets = make_muzero_networks(TINY, (5,), A, value_prefix=True)
+    horizon = 2
+    root_fn = make_root_fn(nets, value_prefix_horizon=horizon)
+    recurrent_fn = make_recurrent_fn(nets, discount=0.9, value_prefix_horizon=horizon)
+    key = jax.random.key(1, impl="rbg")
+    actions = [jnp.array([0, 1, 2]), jnp.array([1, 1, 0]), jnp.array([2, 0, 1])]
+
+    @jax.jit
+    def run(obs):
+        params = nets.init(KEY)
+        embedding = root_fn(params, obs).embedding
+        rewards, prefixes = [], []
+        for action in actions:
+            output, embedding = recurrent_fn(params, key, action, embedding)
+            rewards.append(output.reward)
+            prefixes.append(embedding.prefix)
+        # By hand: depth 0 -> 1 from a fresh carry, 1 -> 2 carried, 2 -> 3 fresh again.
+        latent = nets.represent(params, obs)
+        carry = nets.prefix_carry(B)
+        by_hand = []
+        for depth, action in enumerate(actions):
+            if depth % horizon == 0:
+                carry = nets.prefix_carry(B)
+            latent = nets.transition(params, latent, action)
+            logits, carry = nets.value_prefix(params, latent, carry)
+            by_hand.append(nets.reward_transform.decode_logits(logits))
+        return rewards, prefixes, by_hand, embedding.depth
+
+    rewards, prefixes, by_hand, depth = run(observations((5,)))
+    np.testing.assert_array_equal(depth, [3, 3, 3])
+    for got, expected in zip(prefixes, by_hand, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(rewards[0], by_hand[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(rewards[1], by_hand[1] - by_hand[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(rewards[2], by_hand[2], rtol=1e-5, atol=1e-6)  # after the reset
+    with pytest.raises(ValueError, match="transition"):
+        nets.dynamics(None, jnp.zeros((B, 16)), jnp.zeros((B,), jnp.int32))
+    with pytest.raises(ValueError, match="value_prefix_horizon"):
+        make_recurrent_fn(nets, value_prefix_horizon=0)

@@ -255,7 +255,7 @@ def test_augmented_loss_trains(preset):
         behaviour_logits=np.zeros((length, n, 9), np.float32),
         policy_version=np.zeros((length, n), np.int32),
     )
-    batch, _ = agent.make_batch(window, np.ones(n, np.float32))
+    batch, _ = agent.make_batch(window, np.ones(n, np.float32), None)
     # Jitted: op by op, each of the many small ops would compile on its own.
     (loss, _), grads = jax.jit(jax.value_and_grad(agent.loss_fn, has_aux=True))(
         params, batch, jax.random.PRNGKey(1)

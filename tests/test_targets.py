@@ -9,10 +9,12 @@ from muzero import (
     Trajectory,
     alphazero_batch,
     bootstrap_truncations,
+    decayed_td_steps,
     muzero_batch,
     n_step_values,
     ply_discount,
     sequence_priorities,
+    value_prefix_targets,
 )
 
 A = 3
@@ -188,3 +190,64 @@ def test_alphazero_targets_are_outcomes_for_the_player_to_move():
     assert batch.observation.shape == (3, 1)
     with pytest.raises(ValueError, match="td_steps \\+ 1 = 3"):
         alphazero_batch(window, jnp.ones((3,)), td_steps=2, discount=1.0, two_player=True)
+
+
+def test_value_prefix_targets_sum_rewards_since_each_reset():
+    # Rewards of the transitions into steps 1..5, a reset every 2 steps (before steps 1, 3, 5).
+    rewards = column([0, 1, 2, 3, 4, 5])  # row 0: no transition into step 0
+    prefix = value_prefix_targets(rewards, horizon=2)
+    np.testing.assert_allclose(prefix[:, 0], [0, 1, 3, 3, 7, 5])
+    # A horizon of the whole unroll: a running sum.
+    np.testing.assert_allclose(value_prefix_targets(rewards, horizon=5)[:, 0], [0, 1, 3, 6, 10, 15])
+
+
+def test_window_value_prefix_targets_stop_at_the_episode_end():
+    # K = 3, n = 1: the transitions into steps 1 and 2 are real, the episode ends after step 1.
+    window = trajectory([1, 2, 3, 4, 5], [1, 0, 1, 1, 1], [0] * 5)
+    batch = muzero_batch(
+        window,
+        jnp.ones(1),
+        unroll_steps=3,
+        td_steps=1,
+        discount=1.0,
+        two_player=False,
+        value_prefix_horizon=5,
+    )
+    np.testing.assert_allclose(batch.reward_target[0], [0, 1, 3, 3])
+
+
+def test_a_shorter_horizon_per_window_bootstraps_sooner():
+    # EfficientZero's off-policy correction: each column's n-step values equal the same
+    # column computed alone at its own n.
+    rng = np.random.default_rng(0)
+    reward, value = rng.normal(size=(7, 3)), rng.normal(size=(7, 3))
+    discount = jnp.asarray(np.where(rng.uniform(size=(7, 3)) < 0.2, 0.0, 0.9), jnp.float32)
+    n = jnp.asarray([1, 3, 5])
+    z = n_step_values(jnp.asarray(reward), discount, jnp.asarray(value), 5, n)
+    for b in range(3):
+        alone = n_step_values(
+            jnp.asarray(reward[:, b : b + 1]),
+            discount[:, b : b + 1],
+            jnp.asarray(value[:, b : b + 1]),
+            int(n[b]),
+        )
+        np.testing.assert_allclose(z[:, b], alone[:, 0], rtol=1e-6)
+    # The horizon shrinks by one step for every `decay_every` updates of age, to at least 1.
+    versions = jnp.asarray([100, 90, 60, 0])
+    np.testing.assert_array_equal(decayed_td_steps(versions, 100, 5, 10), [5, 4, 1, 1])
+
+
+def test_bootstrap_values_replace_the_stored_search_values():
+    # A target network's (or a fresh search's) values: the n-step targets bootstrap from them.
+    window = trajectory([1, 1, 1, 1, 1], [1] * 5, [0] * 5)
+    fresh = column([10, 20, 30, 40, 50])
+    batch = muzero_batch(
+        window,
+        jnp.ones(1),
+        unroll_steps=2,
+        td_steps=2,
+        discount=0.5,
+        two_player=False,
+        bootstrap_value=fresh,
+    )
+    np.testing.assert_allclose(batch.value_target[0], [1 + 0.5 + 0.25 * 30, 1.5 + 10, 1.5 + 12.5])

@@ -69,4 +69,5 @@ def test_anakins_rollout_records_the_time_limit_as_a_truncation():
         state, carry, _ = jax.jit(program.iterate, static_argnums=3)(
             state, np.int32(index), carry, False
         )
-    _check(jax.tree.map(lambda x: x[0], carry.tail))  # [L - 1, B]
+    recorded = 2 * program.plan.moves  # the ring's rows 0 .. 2T - 1: the two iterations' steps
+    _check(jax.tree.map(lambda x: x[0, :recorded], carry.ring))  # [2T, B]
