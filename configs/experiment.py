@@ -291,11 +291,20 @@ class EvaluationConfig:
     games: int = 10
     # Simulations of the agent's search when evaluated; 0: the run's own.
     num_simulations: int = 0
+    # Also evaluate the parameters of the first update at or past each of these frame counts
+    # (the environment frames of the run): return curves by frames that every agent shares
+    # (benchmarks/sample_efficiency.py). Marks the run stops at are evaluated before it ends.
+    at_frames: tuple[int, ...] = ()
 
     def __post_init__(self):
         _number_at_least(self, "every_s", 0.0)
         _int_at_least(self, "games", 1)
         _int_at_least(self, "num_simulations", 0)
+        marks = self.at_frames
+        if not isinstance(marks, tuple) or not all(
+            isinstance(m, int) and not isinstance(m, bool) and m > 0 for m in marks
+        ):
+            _fail("EvaluationConfig", "at_frames", "a list of frame counts > 0", marks)
         if not isinstance(self.opponents, tuple) or not all(
             isinstance(o, str) and o for o in self.opponents
         ):

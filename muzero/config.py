@@ -319,6 +319,11 @@ class ReanalyseConfig:
     value: Literal["stored", "target_network", "search"] = "stored"
     # Simulations of the fresh search; 0: the run's `search.num_simulations`.
     num_simulations: int = 0
+    # Sebulba: where the fresh searches run: "learner" (the input thread builds each batch on
+    # the learner's first device) or "actors" (it builds them on the first actor device, beside
+    # the actors' searches, and sends them to the learner devices). Anakin searches on every
+    # device of its mesh.
+    device: Literal["learner", "actors"] = "learner"
 
     def __post_init__(self):
         def check(ok: bool, field: str, expected: str):
@@ -329,6 +334,7 @@ class ReanalyseConfig:
 
         check(_is_real(self.fraction) and 0 <= self.fraction <= 1, "fraction", "in [0, 1]")
         check(self.value in REANALYSE_VALUES, "value", f"one of {REANALYSE_VALUES}")
+        check(self.device in ("learner", "actors"), "device", "'learner' or 'actors'")
         check(
             _is_int(self.num_simulations) and self.num_simulations >= 0,
             "num_simulations",

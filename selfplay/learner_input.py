@@ -34,6 +34,7 @@ from __future__ import annotations
 import collections
 import queue
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -70,12 +71,21 @@ class LearnerInput:
         devices: list[jax.Device],
         prefetch: int,
         poll_s: float,
+        *,
+        build_device: jax.Device | None = None,
+        context: Callable[[], muzero.BatchContext] | None = None,
     ):
+        """`context` gives each batch what reanalyse reads (the newest parameters on
+        `build_device`, a fresh key, the learner's step); None where the agent reads none."""
         self.store, self.agent, self.batch_size, self.devices = store, agent, batch_size, devices
-        # Targets are built on this process's first learner device. `make_batch` over host arrays
-        # would run on the default device, which is Sebulba's actor device: each batch then
-        # waited behind the actors' search calls (hundreds of ms on a CPU).
-        self.build_device = next(d for d in devices if d.process_index == jax.process_index())
+        # Targets are built on this process's first learner device unless reanalyse's searches
+        # go elsewhere. `make_batch` over host arrays would run on the default device, which is
+        # Sebulba's actor device: each batch then waited behind the actors' search calls
+        # (hundreds of ms on a CPU).
+        self.build_device = build_device or next(
+            d for d in devices if d.process_index == jax.process_index()
+        )
+        self.context = context
         self.poll_s = poll_s
         self.timer = StageTimer()
         self._ready: queue.Queue[Prefetched] = queue.Queue(maxsize=max(prefetch, 1))
@@ -95,7 +105,8 @@ class LearnerInput:
             return None
         with self.timer.stage("build"):
             window, weights = jax.device_put((sample.batch, sample.weights), self.build_device)
-            batch, priorities = self.agent.make_batch(window, weights, None)
+            context = self.context() if self.context is not None else None
+            batch, priorities = self.agent.make_batch(window, weights, context)
             batch = muzero.shard_batch(batch, self.devices, self.agent.batch_axis)
             versions = float(np.mean(sample.batch.policy_version))
         return Prefetched(batch, sample.indices, priorities, versions)

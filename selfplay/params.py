@@ -45,8 +45,9 @@ class ParameterServer:
     """
 
     def __init__(self, devices: Sequence[jax.Device] | None = None) -> None:
-        """`devices`: actor devices to copy each published version to once, so that actors do
-        not transfer parameters at every step; None keeps the pytree as published."""
+        """`devices`: the devices to copy each published version to once (the actors', and
+        where reanalyse searches), so that readers do not transfer parameters at every step;
+        None keeps the pytree as published."""
         self._devices = list(devices) if devices is not None else None
         self._cond = threading.Condition()
         self._served: _Published | None = None  # what `latest` gives
@@ -55,7 +56,13 @@ class ParameterServer:
     def publish(self, params: Any, version: int) -> None:
         """Makes `params` the newest version; versions must not go backwards."""
         # device_put dispatches asynchronously: the copies overlap with the learner's next update.
-        per_device = {d: jax.device_put(params, d) for d in self._devices} if self._devices else {}
+        # Never an alias: a device the learner shares would otherwise hand out the learner's
+        # own buffers, which its next update may donate.
+        per_device = (
+            {d: jax.device_put(params, d, may_alias=False) for d in self._devices}
+            if self._devices
+            else {}
+        )
         with self._cond:
             newest = self._newest()
             if newest is not None and version < newest.snapshot.version:

@@ -19,6 +19,7 @@ for both.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import importlib.util
 import json
@@ -293,7 +294,8 @@ def run(
     try:  # bad input is refused (one line) before anything is written
         runtime = make_runtime(config, optimizer)
         evaluator = None
-        if lead and make_evaluator is not None and config.evaluation.every_s > 0:
+        evaluates = config.evaluation.every_s > 0 or config.evaluation.at_frames
+        if lead and make_evaluator is not None and evaluates:
             evaluator = make_evaluator(config, runtime.spec)
         if config.logging.wandb and importlib.util.find_spec("wandb") is None:
             raise UsageError(
@@ -361,7 +363,9 @@ def run(
     profile = _Profile(config, run_dir, first_step)
     # Before the first step: the run may compile for a while, and says so.
     logger.log(runtime.step, {"status": "compiling", "frames": 0})
-    evaluation = _EvaluationThread(evaluator, runtime, logger, stop)
+    evaluation = _EvaluationThread(
+        evaluator, runtime, logger, stop, lambda: counts.frames, config.evaluation.at_frames
+    )
     limiter = runtime.replay.rate_limiter if runtime.replay is not None else None
     stopped_by: str | None = None
     try:
@@ -409,6 +413,7 @@ def run(
             # Before the threads are joined (which re-raises a failed thread's exception): every
             # process saves the same final step, whichever of them stopped the run.
             save(final=True)
+        evaluation.finish()  # the frame marks the run reached and did not evaluate yet
     finally:
         try:
             replay_writer.wait()  # the last replay's file is on disk
@@ -586,13 +591,25 @@ class _EvaluationThread:
     """Runs an `Evaluator` beside the loop. Once `every_s` seconds have passed and the evaluator
     is idle, the loop hands it the newest parameters (a host copy, taken between steps in the
     main thread, so the runtime never shares its buffers with another thread); the evaluator's
-    thread plays them and logs the figures at the step they were taken."""
+    thread plays them and logs the figures at the step they were taken, with the run's frames
+    then (`eval/frames`). The first parameters at or past each of `at_frames` are queued for an
+    evaluation of their own whether the evaluator is busy or not; those the run's end cut short
+    or left waiting are evaluated by `finish`, after the run's threads stopped."""
 
     def __init__(
-        self, evaluator: Evaluator | None, runtime: Runtime, logger: MetricsLogger, stop: StopSignal
+        self,
+        evaluator: Evaluator | None,
+        runtime: Runtime,
+        logger: MetricsLogger,
+        stop: StopSignal,
+        frames: Callable[[], int],
+        at_frames: tuple[int, ...] = (),
     ):
         self.evaluator, self.runtime, self.logger, self.stop = evaluator, runtime, logger, stop
+        self.frames = frames
         self._slot: queue.Queue = queue.Queue(maxsize=1)
+        self._marks = sorted(at_frames)  # frame marks not reached yet
+        self._due: collections.deque = collections.deque()  # (step, params, frames) at marks
         self._last = time.monotonic()  # the first evaluation comes every_s after the start
         self._busy = False  # set by the loop when it hands over parameters, cleared when done
 
@@ -606,22 +623,46 @@ class _EvaluationThread:
             yield
 
     def offer(self) -> None:
-        """Hands over the newest parameters if an evaluation is due and none is running."""
-        if self.evaluator is None or self._busy:
+        """Queues the parameters at a frame mark just passed; hands over the newest parameters
+        if a periodic evaluation is due and none is running."""
+        if self.evaluator is None:
+            return
+        frames = self.frames()
+        if self._marks and frames >= self._marks[0]:
+            while self._marks and frames >= self._marks[0]:
+                self._marks.pop(0)
+            self._due.append((self.runtime.step, self.runtime.params(), frames))
+        if self._busy or not self.evaluator.every_s:
             return
         if time.monotonic() - self._last < self.evaluator.every_s:
             return
         self._last, self._busy = time.monotonic(), True
-        self._slot.put((self.runtime.step, self.runtime.params()))
+        self._slot.put((self.runtime.step, self.runtime.params(), frames))
+
+    def finish(self) -> None:
+        """Evaluates the frame marks still queued (in the calling thread, once the run's threads
+        have stopped)."""
+        while self.evaluator is not None and self._due:
+            self._evaluate(*self._due.popleft(), StopSignal())
+
+    def _evaluate(self, step: int, params: Any, frames: int, stop: StopSignal) -> bool:
+        assert self.evaluator is not None
+        values = self.evaluator.evaluate(params, step, stop)
+        if not values or stop.is_set():
+            return False
+        self.logger.log(step, {**values, "eval/frames": frames})
+        return True
 
     def _loop(self) -> None:
-        assert self.evaluator is not None
         while not self.stop.is_set():
+            if self._due:  # the marks first: each is evaluated, never dropped
+                item = self._due.popleft()
+                if not self._evaluate(*item, self.stop):
+                    self._due.appendleft(item)  # cut short by the run's end: `finish` redoes it
+                continue
             try:
-                step, params = self._slot.get(timeout=0.5)
+                item = self._slot.get(timeout=0.5)
             except queue.Empty:
                 continue
-            values = self.evaluator.evaluate(params, step, self.stop)
-            if values and not self.stop.is_set():
-                self.logger.log(step, values)
+            self._evaluate(*item, self.stop)
             self._busy = False

@@ -77,10 +77,10 @@ class SebulbaRuntime(ReplicatedState):
         self.actor_devices, self.learner_devices = split_devices(config)
         self.spec = env_spec(config.env.name, seed=config.seed, **config.env.options)
         self.agent = make_agent(config, self.spec)
-        if self.agent.reads_context:
+        if config.mode == "alphazero" and config.reanalyse.searches:
             raise UsageError(
-                "reanalyse and learner.target_update_every run on runtime=anakin for now; "
-                "Sebulba's reanalyse stage is not in yet"
+                "reanalyse with mode=alphazero searches again from the recorded game states, "
+                "which runtime=anakin keeps and Sebulba's replay does not: use runtime=anakin"
             )
         self.num_actor_threads = len(self.actor_devices) * config.actors.threads_per_device
         self.store = self.agent.make_store(self.num_actor_threads)
@@ -100,6 +100,18 @@ class SebulbaRuntime(ReplicatedState):
         self.stats = ActorStats()
         self.timer = StageTimer()
         self.prefetch = config.learner.prefetch
+        # Reanalyse: the input thread builds each batch on the device its fresh searches run on,
+        # with copies of the newest (and the target) parameters published there.
+        self.build_device = None
+        self.context_server = None
+        if self.agent.reads_context:
+            local = [d for d in self.learner_devices if d.process_index == jax.process_index()]
+            self.build_device = (
+                self.actor_devices[0] if config.reanalyse.device == "actors" else local[0]
+            )
+            self.context_server = ParameterServer([self.build_device])
+        self._context_key: jax.Array | None = None
+        self._contexts = 0
         self.input = LearnerInput(
             self.store,
             self.agent,
@@ -108,6 +120,8 @@ class SebulbaRuntime(ReplicatedState):
             self.learner_devices,
             self.prefetch,
             POLL_S,
+            build_device=self.build_device,
+            context=self._context if self.agent.reads_context else None,
         )
         self.in_flight = InFlight(self.store, limit=self.prefetch)
         self._step = 0
@@ -128,6 +142,11 @@ class SebulbaRuntime(ReplicatedState):
         self._step = int(state.step)
         self._key = jax.random.fold_in(key, jax.process_index())  # each process its own actors
         self.server.publish(state.params, version=self._step)
+        if self.context_server is not None:
+            self._context_key = jax.device_put(
+                jax.random.fold_in(self._key, 1 << 20), self.build_device
+            )
+            self.context_server.publish((state.params, state.target_params), version=self._step)
         self._state = muzero.replicate(state, self.learner_devices)
 
     @contextlib.contextmanager
@@ -186,8 +205,23 @@ class SebulbaRuntime(ReplicatedState):
         self._policy_lag.append(self._step - 1 - item.mean_policy_version)
         if self._step % self.config.learner.publish_every == 0:
             with self.timer.stage("publish"):
-                self.server.publish(muzero.unreplicate(self._state).params, version=self._step)
+                state = muzero.unreplicate(self._state)
+                self.server.publish(state.params, version=self._step)
+                if self.context_server is not None:
+                    self.context_server.publish(
+                        (state.params, state.target_params), version=self._step
+                    )
         return True
+
+    def _context(self) -> muzero.BatchContext:
+        """What the next batch's reanalyse reads, on the build device (the input thread)."""
+        assert self.context_server is not None and self._context_key is not None
+        snapshot = self.context_server.latest(self.build_device)
+        assert snapshot is not None  # published at start
+        params, target_params = snapshot.params
+        self._contexts += 1
+        key = jax.random.fold_in(self._context_key, self._contexts)
+        return muzero.BatchContext(params, target_params, key, np.int32(snapshot.version))
 
     def log_values(self) -> dict[str, Any]:
         returns, lengths = self.stats.drain_episodes()

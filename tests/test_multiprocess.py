@@ -133,20 +133,41 @@ def test_two_processes_train_alphazero_and_resume_under_one_and_under_two(tmp_pa
     _assert_one_job_trained(run, out, 10)
 
 
+# MuZero with reanalyse (half of each batch searched again with the newest parameters, a target
+# network for the values) and the consistency loss: every process's input thread reanalyses its
+# share of the batch.
+REANALYSE = [
+    "reanalyse.fraction=0.5",
+    "reanalyse.value=target_network",
+    "learner.target_update_every=2",
+    "loss.consistency_weight=2",
+    "network.projection_hidden=8",
+    "network.projection_size=8",
+    "network.predictor_hidden=8",
+]
+
+
 @pytest.mark.parametrize(
     "overrides",
     [
-        ["--config", "tic_tac_toe_muzero", *QUICK],
+        ["--config", "tic_tac_toe_muzero", *QUICK, *REANALYSE],
         ["--config", "cartpole_vtrace", *VTRACE],
     ],
-    ids=["muzero-openspiel", "vtrace-cartpole"],
+    ids=["muzero-reanalyse-openspiel", "vtrace-cartpole"],
 )
-def test_two_processes_train_muzero_and_vtrace(overrides, tmp_path):
+def test_two_processes_train_muzero_with_reanalyse_and_vtrace(overrides, tmp_path):
     run = tmp_path / "run"
     code, out = _train("--local-processes", "2", "--run-dir", str(run), "--quiet", *overrides,
                        "learner.max_updates=4")  # fmt: skip
     assert code == 0, out[-3000:]
     _assert_one_job_trained(run, out, 4)
+    if "reanalyse.fraction=0.5" in overrides:
+        learned = [r for r in _records(run) if "loss" in r]
+        assert all(np.isfinite(r["consistency_loss"]) for r in learned), learned[-1]
+        # The target network is in the checkpoint, beside the parameters, of the same shapes.
+        target = restore_params(str(run), field="target_params")
+        params = restore_params(str(run))
+        assert jax.tree.map(np.shape, target) == jax.tree.map(np.shape, params)
 
 
 def test_anakin_spans_two_processes_of_two_devices_each(tmp_path):
