@@ -190,11 +190,26 @@ class ReplicatedState:
         return self._state.params
 
 
+# XLA aborts the process when one CPU device waits 40 s (its default) for another at an
+# all-reduce. Devices that share two busy cores can fall that far behind each other without
+# being stuck: a MinAtar run beside other jobs (load 6-8) was killed so, and another waited 20-40 s
+# and went on.
+COLLECTIVE_TIMEOUT_FLAG = "--xla_cpu_collective_call_terminate_timeout_seconds"
+COLLECTIVE_TIMEOUT_S = 600
+
+
 def split_cpu(count: int) -> None:
     """Asks JAX for `count` CPU devices (0: leave JAX's default). JAX reads it when it starts its
-    backends; after that only a warning says it had no effect, if the count differs."""
+    backends; after that only a warning says it had no effect, if the count differs. With
+    several devices, XLA's limit on a wait at a collective rises to COLLECTIVE_TIMEOUT_S (unless
+    XLA_FLAGS sets it)."""
     if not count:
         return
+    flags = os.environ.get("XLA_FLAGS", "")
+    if count > 1 and COLLECTIVE_TIMEOUT_FLAG not in flags:
+        os.environ["XLA_FLAGS"] = (
+            f"{flags} {COLLECTIVE_TIMEOUT_FLAG}={COLLECTIVE_TIMEOUT_S}".strip()
+        )
     try:
         jax.config.update("jax_num_cpu_devices", count)
     except RuntimeError:

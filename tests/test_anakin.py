@@ -2,9 +2,11 @@
 
 import dataclasses
 import json
+import os
 import signal
 import subprocess
 import sys
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -269,3 +271,23 @@ def test_sigint_stops_an_anakin_run_with_a_final_checkpoint(tmp_path):
     assert "stopped (received SIGINT)" in stdout
     after = {int(p.name) for p in (run / "checkpoints").glob("*") if p.name.isdigit()}
     assert max(after) >= max(before)  # the final checkpoint at the stopped step
+
+
+def test_several_cpu_devices_wait_longer_at_a_collective_before_xla_aborts(monkeypatch):
+    # Two devices on two busy cores can fall 40 s behind each other (XLA's default abort) and
+    # go on; split_cpu raises the limit unless the user's XLA_FLAGS set it.
+    from selfplay import run
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")
+    with warnings.catch_warnings():  # JAX already runs in this process: no effect on it
+        warnings.simplefilter("ignore")
+        run.split_cpu(2)
+    flags = os.environ["XLA_FLAGS"]
+    assert flags.startswith("--xla_backend_optimization_level=0 ")
+    assert f"{run.COLLECTIVE_TIMEOUT_FLAG}={run.COLLECTIVE_TIMEOUT_S}" in flags
+    mine = f"{run.COLLECTIVE_TIMEOUT_FLAG}=5"
+    monkeypatch.setenv("XLA_FLAGS", mine)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run.split_cpu(2)
+    assert os.environ["XLA_FLAGS"] == mine
