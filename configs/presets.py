@@ -428,7 +428,10 @@ def minatar_muzero() -> ExperimentConfig:
             log_every_s=10.0,
         ),
         evaluation=EvaluationConfig(every_s=300.0, games=16),
-        devices=DevicesConfig(cpu_devices=2),
+        # One CPU device, not two: XLA's all-reduce between two CPU devices deadlocked twice
+        # with this dense model on a busy 2-core machine (its large matmuls run in Eigen's
+        # thread pool, which the device waiting at the all-reduce holds; BENCHMARKS.md).
+        devices=DevicesConfig(cpu_devices=1),
     )
 
 

@@ -192,8 +192,8 @@ class ReplicatedState:
 
 # XLA aborts the process when one CPU device waits 40 s (its default) for another at an
 # all-reduce. Devices that share two busy cores can fall that far behind each other without
-# being stuck: a MinAtar run beside other jobs (load 6-8) was killed so, and another waited 20-40 s
-# and went on.
+# being stuck (a MinAtar run beside other jobs, load 6-8, waited 20-40 s and went on); a true
+# deadlock still ends, after this limit, with XLA's message.
 COLLECTIVE_TIMEOUT_FLAG = "--xla_cpu_collective_call_terminate_timeout_seconds"
 COLLECTIVE_TIMEOUT_S = 600
 
