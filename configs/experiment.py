@@ -420,13 +420,17 @@ class ExperimentConfig:
                         f"0 for mode={self.mode}: it trains MuZero's learned model",
                         getattr(loss, name),
                     )
-        if (reanalyse.value == "target_network") != target:
+        uses_target = reanalyse.value == "target_network" or (
+            reanalyse.network == "target" and reanalyse.searches
+        )
+        if uses_target != target:
             field = "target_ema" if learner.target_ema else "target_update_every"
             expected = (
-                "> 0 (or target_ema > 0) for reanalyse.value=target_network"
+                "> 0 (or target_ema > 0) for reanalyse.value=target_network or "
+                "reanalyse.network=target"
                 if not target
-                else "0 (and target_ema 0) unless reanalyse.value=target_network, the target "
-                "network's one use"
+                else "0 (and target_ema 0) unless reanalyse.value=target_network or "
+                "reanalyse.network=target uses the target network"
             )
             _fail("LearnerConfig", field, expected, getattr(learner, field))
 

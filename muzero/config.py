@@ -319,6 +319,12 @@ class ReanalyseConfig:
     value: Literal["stored", "target_network", "search"] = "stored"
     # Simulations of the fresh search; 0: the run's `search.num_simulations`.
     num_simulations: int = 0
+    # The parameters the fresh searches run with: "newest" (MuZero Reanalyse) or "target" (the
+    # target network, as EfficientZero reanalyses: a policy target that moves only when the
+    # target does; needs learner.target_update_every or learner.target_ema). With Gumbel MuZero's
+    # improved policy searched again after every update with the newest parameters, each update
+    # sharpens the policy towards its own search, and it collapsed on MinAtar (BENCHMARKS.md).
+    network: Literal["newest", "target"] = "newest"
     # Sebulba: where the fresh searches run: "learner" (the input thread builds each batch on
     # the learner's first device) or "actors" (it builds them on the first actor device, beside
     # the actors' searches, and sends them to the learner devices). Anakin searches on every
@@ -335,6 +341,7 @@ class ReanalyseConfig:
         check(_is_real(self.fraction) and 0 <= self.fraction <= 1, "fraction", "in [0, 1]")
         check(self.value in REANALYSE_VALUES, "value", f"one of {REANALYSE_VALUES}")
         check(self.device in ("learner", "actors"), "device", "'learner' or 'actors'")
+        check(self.network in ("newest", "target"), "network", "'newest' or 'target'")
         check(
             _is_int(self.num_simulations) and self.num_simulations >= 0,
             "num_simulations",

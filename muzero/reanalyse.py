@@ -79,7 +79,8 @@ def reanalyse_window(
       context: the newest and the target parameters, a key and the learner's step.
       search_fn, value_fn: how to search and evaluate a batch of positions.
       config: which share to search (`fraction`: the first round(fraction * N) windows, which
-        the replay sampled at random) and where values bootstrap from (`value`).
+        the replay sampled at random), with which parameters (`network`: the context's newest
+        or its target's) and where values bootstrap from (`value`).
       search_positions: what `search_fn` reads of each step, leaves [L, N, ...] (MuZero:
         `window.observation`; AlphaZero: the stored game states); None where nothing is searched.
       value_positions: what `value_fn` reads of each step, leaves [L, N, ...] (the
@@ -108,11 +109,16 @@ def reanalyse_window(
         return Reanalysed(window, bootstrap_value, window_td_steps)
 
     chex.assert_tree_shape_prefix(search_positions, (length, batch))
+    search_params = context.params
+    if config.network == "target":
+        if context.target_params is None:
+            raise ValueError("reanalyse network 'target' needs a target network")
+        search_params = context.target_params
     policy_key, value_key = jax.random.split(context.key)
     steps = unroll_steps + 1
     chosen = lambda x: x[:steps, :searched]  # noqa: E731 - [K+1, M, ...]
     policy, _ = search_fn(
-        context.params,
+        search_params,
         policy_key,
         _flat(jax.tree.map(chosen, search_positions)),
         _flat(chosen(window.legal_mask)),
@@ -130,7 +136,7 @@ def reanalyse_window(
         columns = jnp.broadcast_to(jnp.arange(searched)[None, :], rows.shape)
         at_rows = lambda x: x[rows, columns]  # noqa: E731 - [K+1, M, ...]
         _, values = search_fn(
-            context.params,
+            search_params,
             value_key,
             _flat(jax.tree.map(at_rows, search_positions)),
             _flat(at_rows(window.legal_mask)),

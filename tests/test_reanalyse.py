@@ -112,6 +112,33 @@ def test_reanalysed_targets_equal_a_search_run_by_hand():
     assert not np.allclose(batch.value_target[:m], expected.value_target[:m] * 0 + 1e9)
 
 
+def test_reanalyse_can_search_with_the_target_network():
+    # EfficientZero's choice: the fresh searches run with the target network's parameters.
+    config, spec, agent = _minatar(
+        "reanalyse.fraction=1", "reanalyse.network=target", "learner.target_update_every=10"
+    )
+    k = config.loss.unroll_steps
+    window = _window(spec, config.loss.window_length, seed=5)
+    params = jax.jit(agent.init)(jax.random.key(0))
+    target = jax.jit(agent.init)(jax.random.key(1))
+    batch, _ = agent.make_batch(window, jnp.ones(N), _context(params, target))
+    nets = _networks(config, spec)
+    root_fn = muzero.make_root_fn(nets)
+    recurrent_fn = muzero.make_recurrent_fn(nets, discount=config.loss.discount)
+    flat = window.observation[: k + 1].reshape((-1,) + spec.observation_shape)
+    out = jax.jit(search.run, static_argnums=(3, 4))(
+        target,
+        jax.random.split(KEY)[0],
+        root_fn(target, flat.astype(jnp.float32)),
+        recurrent_fn,
+        config.search,
+    )
+    expected = jnp.swapaxes(out.action_weights.reshape(k + 1, N, -1), 0, 1)
+    np.testing.assert_allclose(batch.policy_target, expected, atol=1e-5)
+    with pytest.raises(ValueError, match="target network"):
+        agent.make_batch(window, jnp.ones(N), _context(params, None))
+
+
 def test_without_reanalyse_the_targets_are_todays_bit_for_bit():
     # fraction 0, stored values, no off-policy correction: the context is not read and the batch
     # is the one muzero_batch built before reanalyse existed.
