@@ -12,9 +12,9 @@ learner), per device:
     2. data     search agents (MuZero, AlphaZero): the T steps overwrite the oldest in a ring of
                 S steps per environment (the device's share of `replay.capacity`), kept as the
                 actors recorded them; every step with L - 1 steps after it in the ring starts
-                one window (L = agent.window_length). V-trace: the B trajectories of T + 1 steps (the
-                previous iteration's last step first, which the last one bootstraps from),
-                learned from once, in order.
+                one window (L = agent.window_length). V-trace: the B trajectories of T + 1
+                steps (the previous iteration's last step first, which the last one bootstraps
+                from), learned from once, in order.
     3. learn    U updates, gradients averaged over the mesh (`pmean`): search agents take
                 samples_per_insert * (T * B * devices) / batch_size minibatches of batch_size /
                 devices windows drawn uniformly from the ring, once it holds `replay.min_size`
