@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
 import traceback
+from typing import NoReturn
 
 import configs
 from configs import UsageError
@@ -70,6 +72,12 @@ def make_parser() -> argparse.ArgumentParser:
         help="seconds to wait for the job's processes to connect (default 300)",
     )
     job.add_argument(
+        "--collectives-interface",
+        metavar="NAME",
+        help="the network interface (e.g. eth1) whose address the CPU collectives (gloo) use "
+        "(default: the address of the route to the coordinator)",
+    )
+    job.add_argument(
         "--local-processes",
         type=int,
         metavar="N",
@@ -109,22 +117,32 @@ def run(args) -> int:
         extras.require("openspiel", "evaluation during training (or set evaluation.every_s=0)")
         from arena import RunEvaluator as make_evaluator
     # Heavy imports only once the input is known to be good.
-    from selfplay.processes import PeerLost, initialize, peer_message, watch_peers
+    from selfplay.processes import (
+        CollectivesUnreachable,
+        PeerLost,
+        initialize,
+        peer_lost,
+        watch_peers,
+    )
     from selfplay.run import LIMITS, split_cpu
     from selfplay.train import train
 
     split_cpu(config.devices.cpu_devices)  # before anything starts JAX's backend
     if joins:
-        initialize(*explicit, timeout_s=args.connect_timeout)
+        initialize(
+            *explicit,
+            timeout_s=args.connect_timeout,
+            collectives_interface=args.collectives_interface,
+        )
     _enable_compilation_cache()
     warn_if_sized_for_an_accelerator(config)
     runtime = ", anakin" if config.runtime == "anakin" else ""
-    who = ""
+    who, watch = "", None
     if joins:
         import jax
 
         who = f" [process {jax.process_index()} of {jax.process_count()}]"
-        watch_peers(lambda lost: _leave(f"podracer train{who}: run stopped: {lost}"))
+        watch = watch_peers(lambda lost: _leave(f"podracer train{who}: run stopped: {lost}"))
     print(
         f"podracer train{who}: {config.name} ({config.mode} on {config.env.name}{runtime}) "
         f"-> {run_dir}",
@@ -136,7 +154,11 @@ def run(args) -> int:
         raise
     except Exception as error:  # a failed thread or learner: its message, then a non-zero exit
         if isinstance(error, PeerLost) or (joins and _from_a_lost_peer(error)):
-            lost = error if isinstance(error, PeerLost) else peer_message(error)
+            lost = error if isinstance(error, PeerLost) else peer_lost(error)
+            if isinstance(lost, CollectivesUnreachable):  # the job cannot start: a usage error
+                if watch is not None:
+                    watch.close(stop_job=str(lost))  # the others stop with this line
+                _leave(f"podracer train{who}: error: {lost}", code=2)
             _leave(f"podracer train{who}: run stopped: {lost}")
         traceback.print_exc()
         print(
@@ -166,13 +188,17 @@ def run(args) -> int:
     return 130 if "received SIG" in result.stopped_by else 1  # a signal; a failure (elsewhere)
 
 
-def _leave(line: str) -> None:
-    """Ends a process of a job whose peer is lost: `line`, then exit 1 at once. JAX's own
+def _leave(line: str, code: int = 1) -> NoReturn:
+    """Ends a process of a job whose peer is lost: `line`, then exit `code` at once. JAX's own
     shutdown would wait on the lost process, then abort; the saved checkpoints are whole (each
     is written apart and renamed into place)."""
+    _leaving.acquire()  # one line: a second thread that finds a lost peer waits for the exit
     print(line, file=sys.stderr, flush=True)
     sys.stdout.flush()
-    os._exit(1)
+    os._exit(code)
+
+
+_leaving = threading.Lock()
 
 
 def _from_a_lost_peer(error: BaseException) -> bool:

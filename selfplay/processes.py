@@ -16,9 +16,11 @@ and the per-update agreement that keeps the processes in lockstep.
 A collective that one process never reaches hangs the others, so every collective of a run (the
 update, a log line's sums, a checkpoint) happens in a round all processes agreed on. A process
 that dies outright is seen at once by `PeerWatch` (its connection to process 0 closes without a
-goodbye), by the next collective (gloo: the peer's connection is reset), or, for a host lost
-without closing its connections, by the missing heartbeats (`HEARTBEAT_S`): the others end,
-never hang. The launcher of several local processes is `selfplay.launch`.
+goodbye) or by the next collective (gloo: the peer's connection is reset); a host lost without
+closing its connections, or cut off by its link, by the watch's missing heartbeats
+(`WATCH_SILENCE_S`): the others end, never hang. The CPU collectives listen on an address the
+other hosts reach (`place_collectives`). The launcher of several local processes is
+`selfplay.launch`.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from __future__ import annotations
 import atexit
 import hashlib
 import importlib.util
+import ipaddress
 import json
 import os
+import re
 import select
 import socket
 import threading
@@ -43,8 +47,12 @@ from selfplay.checkpoints import flatten_dict
 
 __all__ = [
     "HEARTBEAT_S",
+    "WATCH_BEAT_S",
+    "WATCH_SILENCE_S",
+    "CollectivesPlace",
     "Agreement",
     "Lockstep",
+    "CollectivesUnreachable",
     "PeerLost",
     "PeerWatch",
     "check_replicas_agree",
@@ -52,13 +60,19 @@ __all__ = [
     "share_usage_error",
     "fingerprint",
     "initialize",
+    "place_collectives",
     "is_distributed",
-    "peer_message",
+    "peer_lost",
     "watch_peers",
 ]
 
-# A process that stops sending heartbeats this long is declared dead, and the job ends.
+# JAX declares a process that sends its coordinator no heartbeat this long dead, and aborts the job.
 HEARTBEAT_S = 30
+# Each process's `PeerWatch` hears from the processes it watches every WATCH_BEAT_S; one silent
+# for WATCH_SILENCE_S is lost (a host gone, a link cut): long enough for a link's brief flap or
+# a loaded host's pause, and well before JAX's own heartbeats abort the processes.
+WATCH_BEAT_S = 1.0
+WATCH_SILENCE_S = 10.0
 REASON_BYTES = 480  # a stop reason's room in the gather that shares it
 
 
@@ -66,27 +80,44 @@ class PeerLost(RuntimeError):
     """Another process of the job died or stopped answering in a collective."""
 
 
+class CollectivesUnreachable(PeerLost):
+    """The collectives (gloo) could not connect this process to another: an address that does
+    not reach it (a usage error: the job cannot start)."""
+
+
 class PeerWatch:
     """Ends this process at once, with one line (`on_lost`), when another process of the job
-    dies outright (killed, crashed, out of memory), wherever this one waits: in the per-update
-    agreement, in a checkpoint's barrier, in a collective. JAX itself only notices a dead
-    process after `HEARTBEAT_S` without heartbeats, and then aborts every other process with a
-    C++ stack trace.
+    dies outright (killed, crashed, out of memory) or is cut off (its host lost, a link down),
+    wherever this one waits: in the per-update agreement, in a checkpoint's barrier, in a
+    collective. JAX itself only notices a lost process after `HEARTBEAT_S` without
+    heartbeats, and then aborts every other process with a C++ stack trace.
 
     Process 0 listens on a free port of its host (`listen`), every other process connects to it
-    (`connect`): a star of plain TCP connections that carry nothing while the job runs. A process
-    leaving through Python's exit (the run's end, a usage error, an error it reports) says
-    goodbye first (`close`, at exit); a connection that closes without one is a process that
-    died. Process 0 tells the others which one before it goes; a process whose connection to
-    process 0 closes without a goodbye knows process 0 died. A host lost without closing its
-    connections (power, network) is left to the heartbeats.
+    (`connect`): a star of plain TCP connections that carry a heartbeat line each way every
+    `beat_s`. A process leaving through Python's exit (the run's end, a usage error, an error
+    it reports) says goodbye first (`close`, at exit); a connection that closes without one is
+    a process that died, and one silent for `silence_s` is a process cut off (a link down, a
+    host gone without closing its connections). Process 0 tells the others which one before
+    it goes; a process that loses process 0 knows it by itself.
     """
 
-    GOODBYE = b"bye\n"
+    # The lines (each ends with a newline): a heartbeat; leaving on purpose; leaving, and the
+    # job cannot go on without this process, for the reason that follows.
+    BEAT, GOODBYE, STOP = b"beat", b"bye", b"stop"
 
-    def __init__(self, index: int, count: int, on_lost: Callable[[str], None]):
+    def __init__(
+        self,
+        index: int,
+        count: int,
+        on_lost: Callable[[str], None],
+        silence_s: float = WATCH_SILENCE_S,
+        beat_s: float = WATCH_BEAT_S,
+    ):
         self.index, self.count, self.on_lost = index, count, on_lost
+        self.silence_s, self.beat_s = silence_s, beat_s
         self._peers: dict[socket.socket, int] = {}  # connection -> the process at its other end
+        self._heard: dict[socket.socket, float] = {}  # connection -> when it last said anything
+        self._partial: dict[socket.socket, bytes] = {}  # a line's start, until its newline
         self._listener: socket.socket | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -106,48 +137,89 @@ class PeerWatch:
         connection = socket.create_connection((host, port), timeout=timeout_s)
         connection.sendall(f"{self.index}\n".encode())
         connection.settimeout(None)
-        self._peers[connection] = 0
+        self._add(connection, 0)
         self._start()
 
-    def close(self) -> None:
-        """Says goodbye on every connection: this process leaves on purpose."""
+    def close(self, stop_job: str | None = None) -> None:
+        """Says goodbye on every connection: this process leaves on purpose. With `stop_job`,
+        the job cannot go on without it: every other process stops with that line."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            for connection in list(self._peers):
-                try:
-                    connection.sendall(self.GOODBYE)
-                except OSError:
-                    pass  # that peer is gone already
+            line = self.GOODBYE if stop_job is None else self.STOP + b" " + stop_job.encode()
+            self._send_all(line.replace(b"\n", b" "))
+
+    def _add(self, connection: socket.socket, peer: int) -> None:
+        self._peers[connection] = peer
+        self._heard[connection] = time.monotonic()
+
+    def _drop(self, connection: socket.socket) -> None:
+        del self._peers[connection], self._heard[connection]
+        self._partial.pop(connection, None)
+        connection.close()
+
+    def _send_all(self, line: bytes, but: int | None = None) -> None:
+        for connection, peer in list(self._peers.items()):
+            if peer == but:
+                continue
+            try:  # never blocks: a full buffer (a link down) just misses a beat
+                connection.send(line + b"\n", socket.MSG_DONTWAIT)
+            except OSError:
+                pass  # that peer is gone already: its end of the connection says so
 
     def _start(self) -> None:
         threading.Thread(target=self._watch, name="peer-watch", daemon=True).start()
 
     def _watch(self) -> None:
+        last_beat = last_turn = time.monotonic()
         while True:
             ends = list(self._peers) + ([self._listener] if self._listener is not None else [])
             if not ends:
                 return
-            readable, _, _ = select.select(ends, [], [])
+            readable, _, _ = select.select(ends, [], [], self.beat_s)
+            now = time.monotonic()
+            if now - last_turn > 3 * self.beat_s:
+                # This thread itself was held (a starved or stopped process): the peers'
+                # silence is counted from now, not from before the pause.
+                self._heard = dict.fromkeys(self._heard, now)
+            last_turn = now
+            if now - last_beat >= self.beat_s:
+                with self._lock:
+                    if not self._closed:
+                        self._send_all(self.BEAT)
+                last_beat = now
             for end in readable:
                 if end is self._listener:
                     self._accept()
-                    continue
-                try:
-                    data = end.recv(256)
-                except OSError:
-                    data = b""
-                peer = self._peers[end]
-                if data.startswith(self.GOODBYE):
-                    del self._peers[end]
-                    end.close()
-                elif data.startswith(b"lost "):  # process 0 saw another process die
-                    self._lost(int(data.split()[1]), tell_others=False)
+                elif not self._read(end, now):
                     return
-                elif not data:
-                    self._lost(peer, tell_others=self.index == 0)
+            for connection, heard in list(self._heard.items()):
+                if now - heard > self.silence_s:
+                    peer = self._peers[connection]
+                    self._lost(peer, f"nothing heard from it for {self.silence_s:g} s")
                     return
+
+    def _read(self, connection: socket.socket, now: float) -> bool:
+        """Takes what `connection` sent; False once a peer is lost (this watch ends)."""
+        peer = self._peers[connection]
+        try:
+            data = connection.recv(4096)
+        except OSError:
+            data = b""
+        if not data:
+            self._lost(peer, "its connection closed without a goodbye")
+            return False
+        self._heard[connection] = now
+        *lines, self._partial[connection] = (self._partial.get(connection, b"") + data).split(b"\n")
+        for line in lines:
+            if line == self.GOODBYE:
+                self._drop(connection)
+                return True
+            if line.startswith(self.STOP + b" "):
+                self._stop(line[len(self.STOP) + 1 :].decode(errors="replace"), peer)
+                return False
+        return True
 
     def _accept(self) -> None:
         assert self._listener is not None
@@ -159,26 +231,25 @@ class PeerWatch:
             connection.close()
             return
         connection.settimeout(None)
-        self._peers[connection] = index
+        self._add(connection, index)
         if len(self._peers) == self.count - 1:  # everyone is here
             self._listener.close()
             self._listener = None
 
-    def _lost(self, peer: int, tell_others: bool) -> None:
+    def _lost(self, peer: int, why: str) -> None:
+        self._stop(
+            f"another process of the job died or stopped answering (process {peer}: {why})", peer
+        )
+
+    def _stop(self, message: str, peer: int) -> None:
+        """The job cannot go on (`peer` is lost, or stopped it): `on_lost(message)`, once
+        process 0 has passed `message` on to the others (they hear only from process 0)."""
         with self._lock:
             if self._closed:
                 return  # this process is leaving anyway
-            if tell_others:
-                for connection, index in self._peers.items():
-                    if index != peer:
-                        try:
-                            connection.sendall(f"lost {peer}\n".encode())
-                        except OSError:
-                            pass
-        self.on_lost(
-            "another process of the job died or stopped answering "
-            f"(process {peer}: its connection closed without a goodbye)"
-        )
+            if self.index == 0:
+                self._send_all(self.STOP + b" " + message.encode(), but=peer)
+        self.on_lost(message)
 
 
 def watch_peers(on_lost: Callable[[str], None], timeout_s: float = 60.0) -> PeerWatch | None:
@@ -268,6 +339,7 @@ def initialize(
     process_id: int | None = None,
     *,
     timeout_s: int = 300,
+    collectives_interface: str | None = None,
 ) -> None:
     """Joins the `jax.distributed` job: the explicit coordinator, process count and id, or what
     JAX detects (SLURM's srun, Open MPI's and MPICH's mpirun, a TPU pod slice; MPI jobs other
@@ -276,7 +348,10 @@ def initialize(
     naming it.
 
     JAX gives each process one GPU under SLURM and Open MPI unless told otherwise; where one
-    process runs per host, it takes all of the host's GPUs."""
+    process runs per host, it takes all of the host's GPUs.
+
+    The CPU collectives (gloo) listen on the address that reaches the coordinator, or on
+    `collectives_interface`'s (`place_collectives`)."""
     explicit = (coordinator, num_processes, process_id)
     if any(x is not None for x in explicit) and any(x is None for x in explicit):
         raise UsageError("--coordinator, --num-processes and --process-id go together")
@@ -284,8 +359,13 @@ def initialize(
         raise UsageError(f"--num-processes must be at least 1, got {num_processes}")
     if process_id is not None and not 0 <= process_id < (num_processes or 0):
         raise UsageError(f"--process-id {process_id} is not in 0..{(num_processes or 1) - 1}")
-    if coordinator is not None and process_id != 0:
-        # JAX aborts the process (no exception) when the coordinator never answers: ask first.
+    if collectives_interface is not None:
+        _interface_address(collectives_interface)  # refused before joining the job
+    # JAX aborts the process (no exception, a stack trace) when the coordinator never answers:
+    # ask first.
+    if coordinator is not None and process_id == 0:
+        _check_coordinator_is_here(coordinator)
+    elif coordinator is not None:
         _wait_for_coordinator(coordinator, timeout_s)
     kwargs: dict[str, Any] = {}
     if coordinator is None:
@@ -317,17 +397,24 @@ def initialize(
             f"could not join the job at {where} within {timeout_s} s "
             f"(is process 0 running and reachable?): {first}"
         ) from None
+    place_collectives(collectives_interface, timeout_s)
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--coordinator must be HOST:PORT, got {address!r}")
+    return host.strip("[]"), int(port)
 
 
 def _wait_for_coordinator(address: str, timeout_s: float) -> None:
     """Returns once `address` (HOST:PORT) accepts a connection; UsageError after `timeout_s`."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise UsageError(f"--coordinator must be HOST:PORT, got {address!r}")
+    host, port = _split_address(address)
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+            left = max(0.1, min(1.0, deadline - time.monotonic()))
+            with socket.create_connection((host, port), timeout=left):
                 return
         except OSError as error:
             if time.monotonic() >= deadline:
@@ -335,7 +422,127 @@ def _wait_for_coordinator(address: str, timeout_s: float) -> None:
                     f"could not join the job at {address} within {timeout_s:g} s "
                     f"(is process 0 running and reachable?): {error.strerror or error}"
                 ) from None
-            time.sleep(0.5)
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
+def _check_coordinator_is_here(address: str) -> None:
+    """Process 0 runs the coordinator: UsageError unless `address`'s host is this host's."""
+    host, _ = _split_address(address)
+    try:
+        resolved = socket.getaddrinfo(host, None, type=socket.SOCK_DGRAM)
+    except OSError as error:
+        raise UsageError(f"--coordinator {address}: {host} is unknown ({error.strerror})") from None
+    for family, _, _, _, where in resolved:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            try:
+                probe.bind((where[0], 0))  # only an address of this host can be bound
+                return
+            except OSError:
+                continue
+    raise UsageError(
+        f"--coordinator {address}: process 0 runs the coordinator, and {host} is not an "
+        "address of this host (give every process process 0's host and a free port there)"
+    )
+
+
+class CollectivesPlace(NamedTuple):
+    """Where this process's CPU collectives (gloo) listen, and why there."""
+
+    address: str  # the address every other process connects to
+    why: str  # how it was chosen, for the line that names it when a peer cannot connect
+
+
+_place: CollectivesPlace | None = None  # this process's, once `place_collectives` has run
+
+
+def place_collectives(interface: str | None, timeout_s: float) -> CollectivesPlace:
+    """Opens this process's CPU collectives (gloo) on the address the other processes reach it
+    at, before JAX's CPU backend starts: `interface`'s IPv4 address where one is named, else
+    the address of this host's route to the coordinator. JAX (0.10) lets gloo pick by itself,
+    from this host's name: where the hosts file maps it to loopback (as on many clusters),
+    every process offers 127.0.0.1 and none can reach another. Loopback is kept only where
+    every process's route to the coordinator is loopback (all on one host); the coordinator's
+    own host, whose route to itself may be loopback, takes its route to another process."""
+    global _place
+    from jax._src import distributed, xla_bridge  # no public way to give gloo its address
+    from jax._src.lib import _jax
+
+    state = distributed.global_state
+    client = state.client
+    if interface is not None:
+        place = CollectivesPlace(_interface_address(interface), f"interface {interface}'s")
+    else:
+        host = state.coordinator_address.rpartition(":")[0].strip("[]")
+        place = CollectivesPlace(_address_toward(host), "its route to the coordinator's")
+    key = "podracer/collectives/address"
+    client.key_value_set(f"{key}/{state.process_id}", place.address)
+    try:
+        offered = [
+            client.blocking_key_value_get(f"{key}/{i}", int(timeout_s * 1000))
+            for i in range(state.num_processes)
+        ]
+    except Exception as error:  # noqa: BLE001 - the client raises several types
+        raise UsageError(
+            f"the job's processes did not share their addresses within {timeout_s:g} s: "
+            f"{_first_line(error)}"
+        ) from None
+    remote = next((a for a in offered if not _is_loopback(a)), None)
+    if interface is None and _is_loopback(place.address) and remote is not None:
+        place = CollectivesPlace(_address_toward(remote), "its route to another host's")
+    try:
+        collectives = _jax.make_gloo_tcp_collectives(
+            distributed_client=client, hostname=place.address
+        )
+    except Exception as error:  # noqa: BLE001 - gloo raises whatever its socket calls do
+        raise UsageError(
+            f"could not open the collectives (gloo) on {place.address}: {_first_line(error)}"
+        ) from None
+    default = xla_bridge._backend_factories["cpu"]
+    xla_bridge.register_backend_factory(
+        "cpu",
+        lambda: xla_bridge.make_cpu_client(collectives=collectives),
+        priority=default.priority,
+        fail_quietly=default.fail_quietly,
+    )
+    _place = place
+    return place
+
+
+def _interface_address(name: str) -> str:
+    """The IPv4 address of this host's network interface `name` (UsageError naming the host's
+    interfaces where it has none such)."""
+    import fcntl
+    import struct
+
+    siocgifaddr = 0x8915  # Linux's ioctl for an interface's address (gloo runs on Linux only)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            answer = fcntl.ioctl(probe.fileno(), siocgifaddr, struct.pack("256s", name.encode()))
+        return socket.inet_ntoa(answer[20:24])
+    except (OSError, ValueError) as error:
+        names = ", ".join(n for _, n in socket.if_nameindex())
+        why = error.strerror if isinstance(error, OSError) else error
+        raise UsageError(
+            f"--collectives-interface {name}: no IPv4 address on an interface of that name "
+            f"here ({why}); this host's interfaces: {names}"
+        ) from None
+
+
+def _address_toward(host: str) -> str:
+    """This host's address on its route to `host` (a UDP socket's connect: nothing is sent)."""
+    family, _, _, _, where = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.connect(where)
+        return probe.getsockname()[0]
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+def _is_loopback(address: str) -> bool:
+    return ipaddress.ip_address(address.split("%")[0]).is_loopback
 
 
 def _gather(values: np.ndarray) -> np.ndarray:
@@ -346,15 +553,36 @@ def _gather(values: np.ndarray) -> np.ndarray:
     try:
         return np.asarray(multihost_utils.process_allgather(values))
     except Exception as error:  # noqa: BLE001 - gloo and the runtime raise several types
-        raise PeerLost(peer_message(error)) from error
+        raise peer_lost(error) from error
 
 
-def peer_message(error: BaseException) -> str:
-    """One line saying that a peer was lost, from the error a collective raised."""
-    text = str(error).strip().splitlines()
-    return (
+def peer_lost(error: BaseException) -> PeerLost:
+    """What an error a collective or the coordination service raised means: a `PeerLost`, or a
+    `CollectivesUnreachable` naming the address gloo tried, each with its one line."""
+    unreachable = _unreachable_message(str(error))
+    if unreachable is not None:
+        return CollectivesUnreachable(unreachable)
+    return PeerLost(
         "another process of the job died or stopped answering "
-        f"({type(error).__name__}: {text[0] if text else ''})"
+        f"({type(error).__name__}: {_first_line(error) if str(error).strip() else ''})"
+    )
+
+
+def _unreachable_message(text: str) -> str | None:
+    """The line for gloo's failure to connect this process to another (None for other errors):
+    the address it tried, and the one this process offers."""
+    if "Gloo context initialization failed" not in text:
+        return None
+    first = text.strip().splitlines()[0]
+    remote = re.search(r"remote=(\S+?)(\$\d+)?(,|$)", first)
+    where = f" at {remote.group(1)}" if remote else ""
+    cause = re.sub(r", remote=.*$", "", first.rpartition("] ")[2]) or first
+    offered = f"; it offers {_place.address} ({_place.why} address)" if _place else ""
+    return (
+        f"the collectives (gloo) of process {jax.process_index()} could not connect to another "
+        f"process{where} ({cause})"
+        f"{offered}: every process must reach every other at the address it offers "
+        "(--collectives-interface names the interface to use)"
     )
 
 
@@ -500,7 +728,7 @@ class Lockstep:
                 client.key_value_delete(f"{self._prefix}/{self._round - 2}/all")
             return [json.loads(r) for r in rows]
         except Exception as error:  # noqa: BLE001 - the client raises several types
-            raise PeerLost(peer_message(error)) from error
+            raise peer_lost(error) from error
 
     def rows(self, values: np.ndarray) -> np.ndarray:
         """[processes, N] float64: every process's `values` ([N] numbers), in process order.

@@ -325,11 +325,16 @@ def test_srun_tasks_train_one_job(tmp_path):
     _assert_one_job_trained(run, "".join(outs), 4)
 
 
-def _watched_job(count: int) -> tuple[list[processes.PeerWatch], list[list[str]]]:
+def _watched_job(
+    count: int, silence_s: float = processes.WATCH_SILENCE_S
+) -> tuple[list[processes.PeerWatch], list[list[str]]]:
     """`count` PeerWatches joined on 127.0.0.1, as `watch_peers` joins a job's processes; what
     each one's `on_lost` was told."""
     told: list[list[str]] = [[] for _ in range(count)]
-    watches = [processes.PeerWatch(i, count, told[i].append) for i in range(count)]
+    watches = [
+        processes.PeerWatch(i, count, told[i].append, silence_s=silence_s, beat_s=silence_s / 5)
+        for i in range(count)
+    ]
     port = watches[0].listen()
     for watch in watches[1:]:
         watch.connect("127.0.0.1", port)
@@ -376,6 +381,40 @@ def test_the_peer_watch_tells_every_process_which_one_died_and_not_who_left():
     _kill(watches[0])
     time.sleep(0.2)
     assert told == [[], []]
+
+
+def test_the_peer_watch_finds_a_silent_process_and_passes_a_stop_on_to_every_process():
+    silence = 1.0
+    # A peer that connects, then says nothing (its host cut off, its connections left open).
+    told: list[str] = []
+    watch = processes.PeerWatch(0, 2, told.append, silence_s=silence, beat_s=0.1)
+    silent = socket.create_connection(("127.0.0.1", watch.listen()))
+    silent.sendall(b"1\n")
+    assert _eventually(lambda: told)
+    assert told == [
+        "another process of the job died or stopped answering "
+        "(process 1: nothing heard from it for 1 s)"
+    ]
+    # Process 0 gone silent, seen from another process.
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        told = []
+        watch = processes.PeerWatch(1, 2, told.append, silence_s=silence, beat_s=0.1)
+        watch.connect("127.0.0.1", server.getsockname()[1])
+        quiet, _ = server.accept()
+        assert _eventually(lambda: told)
+        assert told == [
+            "another process of the job died or stopped answering "
+            "(process 0: nothing heard from it for 1 s)"
+        ]
+        quiet.close()
+    # Processes that hear each other's beats never go silent.
+    watches, told_each = _watched_job(3, silence_s=silence)
+    time.sleep(4 * silence)
+    assert told_each == [[], [], []]
+    # A process that cannot go on stops the job with its line: every other process gets it.
+    watches[2].close(stop_job="process 2 cannot reach process 1")
+    assert _eventually(lambda: all(told_each[:2]))
+    assert told_each == [["process 2 cannot reach process 1"]] * 2 + [[]]
 
 
 def test_a_killed_process_of_a_distributed_job_ends_the_other_within_the_bound(tmp_path):
