@@ -436,17 +436,25 @@ def minatar_muzero() -> ExperimentConfig:
 
 
 def minatar_efficientzero() -> ExperimentConfig:
-    """`minatar_muzero` with what makes EfficientZero learn more from each frame: every batch's
-    policy targets searched again with the newest parameters (reanalyse), value targets
+    """`minatar_muzero` with what makes EfficientZero learn more from each frame: value targets
     bootstrapped from a target network copied every 200 updates, the consistency loss (weight
-    2), the value prefix (an LSTM reset every 5 steps) and the off-policy correction."""
+    2), the value prefix (an LSTM reset every 5 steps), the off-policy correction, and a quarter
+    of each batch's policy targets searched again (8 simulations) with the target network.
+
+    Not EfficientZero's 99% reanalysed with the newest parameters: on MinAtar Breakout, Gumbel
+    MuZero's improved policy searched again with the newest parameters after every update
+    collapsed the policy (entropy 0.005 within 8k frames), and every target searched again with
+    the target network learned less by 100k frames than no reanalyse at a fifth of the frames/s
+    (BENCHMARKS.md)."""
     config = minatar_muzero()
     return config.replace(
         name="minatar_efficientzero",
         loss=dataclasses.replace(
             config.loss, consistency_weight=2.0, value_prefix_horizon=5, td_steps_decay_every=5_000
         ),
-        reanalyse=ReanalyseConfig(fraction=1.0, value="target_network"),
+        reanalyse=ReanalyseConfig(
+            fraction=0.25, value="target_network", num_simulations=8, network="target"
+        ),
         learner=dataclasses.replace(config.learner, target_update_every=200),
     )
 
