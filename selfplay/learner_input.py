@@ -43,7 +43,7 @@ import muzero
 from selfplay.agent import Agent
 from selfplay.lifetime import StopSignal
 from selfplay.metrics import StageTimer
-from selfplay.replay import Store
+from selfplay.replay import HOST_ALIGNMENT, Store, aligned_empty
 
 __all__ = ["InFlight", "LearnerInput", "Prefetched"]
 
@@ -94,7 +94,8 @@ class LearnerInput:
         if sample is None:
             return None
         with self.timer.stage("build"):
-            window, weights = jax.device_put((sample.batch, sample.weights), self.build_device)
+            host = _aliasable((sample.batch, sample.weights))
+            window, weights = jax.device_put(host, self.build_device)
             batch, priorities = self.agent.make_batch(window, weights, None)
             batch = muzero.shard_batch(batch, self.devices, self.agent.batch_axis)
             versions = float(np.mean(sample.batch.policy_version))
@@ -137,6 +138,28 @@ class LearnerInput:
             return self._ready.get(timeout=timeout)
         except queue.Empty:
             return None
+
+
+def _aliasable(tree: Any) -> Any:
+    """`tree` with each numpy leaf as an array a CPU device takes without copying it: aligned
+    (`selfplay.replay.HOST_ALIGNMENT`), C-contiguous and already of the dtype JAX gives it. The
+    stores' samples are so; other leaves (the weights, a dtype JAX narrows) are copied here, not
+    left to a copy that would wait for a thread of XLA's CPU client behind the running searches
+    and updates. The device array then shares the sample's memory, which nothing writes to after
+    it is drawn. Other devices copy either way."""
+
+    def aliasable(x: Any) -> Any:
+        if not isinstance(x, np.ndarray):
+            return x
+        dtype = jax.dtypes.canonicalize_dtype(x.dtype)
+        aligned = x.ctypes.data % HOST_ALIGNMENT == 0 and x.flags.c_contiguous
+        if aligned and x.dtype == dtype:
+            return x
+        out = aligned_empty(x.shape, dtype)
+        np.copyto(out, x, casting="unsafe")
+        return out
+
+    return jax.tree.map(aliasable, tree)
 
 
 class InFlight:
