@@ -120,8 +120,8 @@ class LearnerInput:
 
     def run(self, stop: StopSignal) -> None:
         """The input thread: fills the queue with samples until `stop`. It never waits for a
-        device: the copy it dispatches is done (on a CPU, needed at all) by the time the device
-        runs the build behind it."""
+        device: the build that reads a sample waits there for its copy (on a CPU there is none,
+        the device aliases the sample)."""
         while not stop.is_set():
             item = self.sample(self.poll_s)
             while item is not None and not stop.is_set():
