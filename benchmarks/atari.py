@@ -14,12 +14,13 @@ Modes:
 Each line carries `mode`, `frames_per_s` (frames = agent steps x frame skip),
 `ceiling_frames_per_s` and `ratio`, the agent steps and updates per second, the process's CPU
 cores kept busy, and the share of each stage of the actors (`env`, `search`: inference or search
-including waiting for the device, `queue`) and of the learner (`wait`, `dispatch`, `device`,
-`publish`: selfplay/learner_input.py) from the run's metrics.jsonl, with `learner_wait_share`
-(the learner's `wait` share) and `samples_per_s` apart. The first `--warmup` seconds
-(compilation) are left out. `--prefetch 0 2` trains each mode once per `learner.prefetch` value,
-in that order (0: the learner samples, updates and waits in series); `--rounds N` repeats the
-training modes, alternating the values within each round. `agent_steps_per_update` beside
+including waiting for the device, `queue`) and of the learner (`wait`, `build`, `dispatch`,
+`device`, `publish`: selfplay/learner_input.py) from the run's metrics.jsonl, with
+`learner_wait_share` (the learner's `wait` share) and `samples_per_s` apart. The first
+`--warmup` seconds (compilation) are left out. `--prefetch 0 2` trains each mode once per
+`learner.prefetch` value, in that order (0: the learner samples, updates and waits in series);
+`--rounds N` repeats the training modes, alternating the values within each round.
+`agent_steps_per_update` beside
 `agent_steps_per_update_at_ratio` says whether a MuZero window measured the rate a long run
 settles at (the replay's rate limiter lets either side run free until its buffer is used up).
 `load_avg` is the machine's 1-minute load average at the end (other jobs share the cores).

@@ -16,10 +16,11 @@ stopped. Positions/s is the frames
 between the first line at or after `--warmup` s and the last line, over the time between them.
 A position (frame) is one actor step of one environment. The shares of time come from the same
 lines' `time/actors/{env,search,queue}_s` (summed over actor threads) and
-`time/learner/{wait,dispatch,device,publish}_s`: `env_share`, `search_share` and `update_share`
-(the learner's `dispatch` + `device`) are each a share of all the time measured in the actors
-plus the learner. `learner_wait_share` is the learner's `wait` (for a batch from the store and
-the input thread) over all its stages' time (selfplay/learner_input.py); `samples_per_s` is
+`time/learner/{wait,build,dispatch,device,publish}_s`: `env_share`, `search_share` and
+`update_share` (the learner's `build` + `dispatch` + `device`: building batches and updating on
+its devices) are each a share of all the time measured in the actors plus the learner.
+`learner_wait_share` is the learner's `wait` (for a sample from the store and the input thread)
+over all its stages' time (selfplay/learner_input.py); `samples_per_s` is
 updates/s times the batch size. `--prefetch 0 2` runs each configuration once per
 `learner.prefetch` value, in that order (0: sample, update and wait in series, as before the
 input pipeline), and each line after the first carries `updates_per_s_ratio_to_first` and
@@ -270,7 +271,7 @@ def bench_train(name: str, args) -> dict:
     out.update(_shares(totals))
     # The three the requirement names, as shares of all the time measured.
     whole = sum(totals.values())
-    update = totals.get("learner_dispatch", 0.0) + totals.get("learner_device", 0.0)
+    update = sum(totals.get(f"learner_{stage}", 0.0) for stage in ("build", "dispatch", "device"))
     for stage, seconds_in in (
         ("env", totals.get("actors_env", 0.0)),
         ("search", totals.get("actors_search", 0.0)),

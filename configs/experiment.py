@@ -186,8 +186,9 @@ class LearnerConfig:
     profile_updates: int = 0
     # Where the trace goes; empty: <run dir>/profile.
     profile_dir: str = ""
-    # Sebulba: batches a thread samples, builds and puts on the learner devices ahead of the
-    # update (and updates left in flight on the devices); 0: sample, update and wait in series.
+    # Sebulba: batches a thread samples and puts on the learner's device ahead of the update
+    # (built there by the learner just before it), and updates left in flight on the devices;
+    # 0: sample, update and wait in series.
     prefetch: int = 2
     # A target network for the value targets' bootstraps (reanalyse.value=target_network): its
     # parameters are the learner's, copied after every this many updates; 0: none.

@@ -325,9 +325,9 @@ class ReanalyseConfig:
     # improved policy searched again after every update with the newest parameters, each update
     # sharpens the policy towards its own search, and it collapsed on MinAtar (BENCHMARKS.md).
     network: Literal["newest", "target"] = "newest"
-    # Sebulba: where the fresh searches run: "learner" (the input thread builds each batch on
-    # the learner's first device) or "actors" (it builds them on the first actor device, beside
-    # the actors' searches, and sends them to the learner devices). Anakin searches on every
+    # Sebulba: where the fresh searches run: "learner" (each batch is built on the learner's
+    # first device) or "actors" (on the first actor device, beside the actors' searches, and
+    # sent to the learner devices). Anakin searches on every
     # device of its mesh.
     device: Literal["learner", "actors"] = "learner"
 

@@ -36,13 +36,33 @@ from configs import ExperimentConfig, UsageError
 
 __all__ = [
     "FifoQueue",
+    "HOST_ALIGNMENT",
     "RateLimiter",
     "ReplaySample",
     "SequenceReplay",
     "Store",
+    "aligned_empty",
     "make_sequence_replay",
     "steps_per_update_at_ratio",
 ]
+
+
+# A CPU device (XLA's CPU client) takes a host array whose data starts on this boundary as it is:
+# the device array aliases the host memory. Any other array is copied by a task on the client's
+# thread pool, whose threads (one per core) also run the devices' computations, each for its
+# whole length: on a busy CPU the copy waits behind the actors' searches and the learner's
+# updates (a batch of 1.2 MB: 0.6 s behind one computation on each of 2 devices, 1.3 ms alone;
+# BENCHMARKS.md). So both stores hand out samples in memory so aligned.
+HOST_ALIGNMENT = 64
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on a `HOST_ALIGNMENT`-byte boundary."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + HOST_ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % HOST_ALIGNMENT
+    return raw[start : start + nbytes].view(dtype).reshape(shape)
 
 
 class ReplaySample(NamedTuple):
@@ -418,7 +438,7 @@ class SequenceReplay:
             probs = self._priorities.get(slots) / total  # [N]
             offsets = np.arange(self.sequence_length)  # [L]
             window = (slots[None, :] + offsets[:, None]) % self.capacity  # [L, N]
-            leaves = [store[window] for store in self._storage]  # [L, N, ...]
+            leaves = [_gather(store, window) for store in self._storage]  # [L, N, ...]
             indices = self._uid[slots].copy()
             num_starts = self._num_starts
         weights = (num_starts * probs) ** -beta
@@ -461,6 +481,20 @@ class SequenceReplay:
                 f"(e.g. nodes {bad[:5].tolist()}); {wrong.size} slots priced where no window "
                 f"starts, or not priced where one does (e.g. {wrong[:5].tolist()})"
             )
+
+
+def _gather(store: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """`store[slots]` in aligned memory (`aligned_empty`); every slot is in range."""
+    out = aligned_empty(slots.shape + store.shape[1:], store.dtype)
+    return np.take(store, slots, axis=0, out=out, mode="clip")
+
+
+def _concatenate(arrays: Sequence[np.ndarray], axis: int) -> np.ndarray:
+    """`np.concatenate(arrays, axis)` in aligned memory (`aligned_empty`)."""
+    shape = list(arrays[0].shape)
+    shape[axis] = sum(x.shape[axis] for x in arrays)
+    out = aligned_empty(tuple(shape), np.result_type(*arrays))
+    return np.concatenate(arrays, axis=axis, out=out)
 
 
 class RateLimiter:
@@ -668,7 +702,7 @@ class FifoQueue:
                 return None
             self._taken.append(item)
         items, self._taken = self._taken, []
-        batch = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *items)
+        batch = jax.tree.map(lambda *xs: _concatenate(xs, axis=1), *items)
         return ReplaySample(batch, None, None)
 
     def update_priorities(self, indices: np.ndarray | None, priorities: Any) -> None:

@@ -5,11 +5,11 @@ Data flow (one process per host):
     actors   (selfplay.actors) threads on the actor devices push [T, B] trajectories to a store
     store    the agent's: prioritized windows (MuZero/AlphaZero: SequenceReplay + RateLimiter)
              or a bounded FIFO of trajectories (V-trace: FifoQueue)
-    input    (selfplay.learner_input) a thread samples the store, builds the batch and targets
-             and puts them on the learner devices, `learner.prefetch` batches ahead
-    learner  (main thread, `SebulbaRuntime.learn`) replicated update over the learner devices,
-             dispatched without waiting -> priorities written back as each update finishes ->
-             publish params
+    input    (selfplay.learner_input) a thread samples the store and puts the samples on the
+             learner's device, `learner.prefetch` samples ahead
+    learner  (main thread, `SebulbaRuntime.learn`) the batch and targets built on that device,
+             then the replicated update over the learner devices, both dispatched without
+             waiting -> priorities written back as each update finishes -> publish params
 
 `selfplay.run.run` drives it: the stop limits, logging and checkpoints are the run loop's. One
 `StopSignal` ends every loop: SIGINT/SIGTERM, the limits, or an exception in any thread (the
@@ -30,7 +30,7 @@ from configs import ExperimentConfig, UsageError
 from selfplay.actors import POLL_S, ActorStats, check_actor_envs, start_actors
 from selfplay.agent import make_agent
 from selfplay.envs import env_spec
-from selfplay.learner_input import InFlight, LearnerInput, Prefetched
+from selfplay.learner_input import InFlight, LearnerInput, Sampled
 from selfplay.lifetime import StopSignal, ThreadGroup
 from selfplay.metrics import StageTimer
 from selfplay.params import ParameterServer
@@ -100,8 +100,7 @@ class SebulbaRuntime(ReplicatedState):
         self.stats = ActorStats()
         self.timer = StageTimer()
         self.prefetch = config.learner.prefetch
-        # Reanalyse: the input thread builds each batch on the device its fresh searches run on,
-        # with copies of the newest (and the target) parameters published there.
+        # Reanalyse: each batch is built on the device its fresh searches run on, with copies of the newest (and the target) parameters published there.
         self.build_device = None
         self.context_server = None
         if self.agent.reads_context:
@@ -129,7 +128,7 @@ class SebulbaRuntime(ReplicatedState):
         self._key: jax.Array | None = None
         self._metrics: dict[str, Any] = {}  # the newest update's, on the device
         self._policy_lag: list[float] = []
-        self._next: Prefetched | None = None  # a batch taken by `ready`, for the next `learn`
+        self._next: Sampled | None = None  # a sample taken by `ready`, for the next `learn`
 
     counts_local = True  # frames and episodes are this process's actors'
 
@@ -182,22 +181,25 @@ class SebulbaRuntime(ReplicatedState):
         return self.stats.frames
 
     def ready(self) -> bool:
-        """Takes the next batch (waiting up to a poll interval) unless one is held."""
+        """Takes the next sample (waiting up to a poll interval) unless one is held."""
         if self._next is None:
             with self.timer.stage("wait"):
                 if self.prefetch:
                     self._next = self.input.get(timeout=POLL_S)
                 else:
-                    self._next = self.input.next_batch(timeout=POLL_S)
+                    self._next = self.input.sample(timeout=POLL_S)
         return self._next is not None
 
     def learn(self) -> bool:
-        """Dispatches one update on the next batch; waits for the device only to keep at most
-        `learner.prefetch` updates in flight (with prefetch 0: samples, updates and waits)."""
+        """Dispatches the next sample's batch build and an update on it; waits for the device
+        only to keep at most `learner.prefetch` updates in flight (with prefetch 0: samples,
+        updates and waits)."""
         if not self.ready():
             return False
-        item, self._next = self._next, None
-        assert item is not None
+        sampled, self._next = self._next, None
+        assert sampled is not None
+        with self.timer.stage("build"):
+            item = self.input.build(sampled)
         with self.timer.stage("dispatch"):
             self._state, self._metrics = self.update(self._state, item.batch)
         self._step += 1
@@ -214,7 +216,7 @@ class SebulbaRuntime(ReplicatedState):
         return True
 
     def _context(self) -> muzero.BatchContext:
-        """What the next batch's reanalyse reads, on the build device (the input thread)."""
+        """What the next batch's reanalyse reads, on the build device."""
         assert self.context_server is not None and self._context_key is not None
         snapshot = self.context_server.latest(self.build_device)
         assert snapshot is not None  # published at start

@@ -322,3 +322,24 @@ def test_restoring_into_another_shape_or_structure_is_refused():
     other["extra"] = other.pop("nested")
     with pytest.raises(UsageError, match="the saved replay holds trajectories with leaves"):
         SequenceReplay(capacity=40, sequence_length=3).restore(state, jax.tree.structure(other))
+
+
+def test_a_sampled_batch_reaches_a_cpu_device_without_a_copy():
+    # XLA's CPU client aliases aligned host memory; a copy would be a task on its thread pool,
+    # behind the searches and updates running there.
+    from selfplay.learner_input import _aliasable
+
+    replay = SequenceReplay(capacity=100, sequence_length=3)
+    replay.add(_trajectory(5, 2))
+    fifo = FifoQueue(maxsize=4)
+    fifo.add(_trajectory(5, 2))
+    fifo.add(_trajectory(5, 9_000))
+    cpu = jax.local_devices(backend="cpu")[0]
+    # Large batches too: numpy's large arrays start 16 bytes into a page, not 64.
+    samples = [replay.sample(n, timeout=1.0) for n in (8, 20_000)]
+    for sample in (*samples, fifo.sample(2, timeout=1.0)):
+        host = _aliasable((sample.batch, sample.weights))
+        assert host[0]["obs"] is sample.batch["obs"]  # the stores' own leaves are kept as they are
+        np.testing.assert_array_equal(host[0]["code"], sample.batch["code"])  # int64 -> int32
+        for leaf in jax.tree.leaves(host):
+            assert np.shares_memory(np.asarray(jax.device_put(leaf, cpu)), leaf)

@@ -6,6 +6,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -209,33 +210,22 @@ def test_the_learner_input_pipeline_keeps_updates_in_flight_and_the_replay_consi
 ):
     from selfplay import learner_input, run, sebulba
 
-    most = []
-    add = learner_input.InFlight.add
+    # The updates in flight after each dispatch, and which thread builds each batch in what
+    # order with the updates (`InFlight.add` follows each update's dispatch).
+    most, order = [], []
+    add, build = learner_input.InFlight.add, learner_input.LearnerInput.build
 
-    def counting_add(self, metrics, item, timer):
+    def recording_add(self, metrics, item, timer):
+        order.append(("update", threading.current_thread().name))
         add(self, metrics, item, timer)
         most.append(len(self))
 
-    monkeypatch.setattr(learner_input.InFlight, "add", counting_add)
-    # Batches the input thread dispatched and has not waited for yet.
-    builds = {"pending": 0, "most": 0, "dispatched": 0}
-    dispatch = learner_input.LearnerInput.dispatch_batch
-    wait_ready = learner_input.LearnerInput.wait_ready
+    def recording_build(self, sampled):
+        order.append(("build", threading.current_thread().name))
+        return build(self, sampled)
 
-    def counting_dispatch(self, timeout):
-        item = dispatch(self, timeout)
-        if item is not None:
-            builds["pending"] += 1
-            builds["dispatched"] += 1
-            builds["most"] = max(builds["most"], builds["pending"])
-        return item
-
-    def counting_wait_ready(self, item):
-        builds["pending"] -= 1
-        return wait_ready(self, item)
-
-    monkeypatch.setattr(learner_input.LearnerInput, "dispatch_batch", counting_dispatch)
-    monkeypatch.setattr(learner_input.LearnerInput, "wait_ready", counting_wait_ready)
+    monkeypatch.setattr(learner_input.InFlight, "add", recording_add)
+    monkeypatch.setattr(learner_input.LearnerInput, "build", recording_build)
     runtimes = []
 
     def make_runtime(config, optimizer):
@@ -254,8 +244,10 @@ def test_the_learner_input_pipeline_keeps_updates_in_flight_and_the_replay_consi
     (runtime,) = runtimes
     assert len(most) == 30 and max(most) == 2  # never more than `prefetch` in flight
     assert len(runtime.in_flight) == 0  # the last ones were waited for at the end
-    # The input thread dispatches the next batch's build before waiting for the previous one's.
-    assert builds["most"] == learner_input.BUILDS_IN_FLIGHT > 1 and builds["dispatched"] >= 30
+    # Each batch is built by the learner's thread just before its update, so that the device
+    # runs them in that order and no thread waits for a build.
+    learner = threading.current_thread().name
+    assert order == [("build", learner), ("update", learner)] * 30
     runtime.store.check_consistency()
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     learning = [r for r in records if "loss" in r]
