@@ -69,6 +69,16 @@ _SOURCES = {
     "replicate": "muzero.distributed",
     "unreplicate": "muzero.distributed",
     "shard_batch": "muzero.distributed",
+    "StochasticConfig": "muzero.config",
+    "StochasticBatch": "muzero.stochastic",
+    "StochasticNetworks": "muzero.stochastic",
+    "chance_code": "muzero.stochastic",
+    "make_stochastic_loss": "muzero.stochastic",
+    "make_stochastic_model": "muzero.stochastic",
+    "make_stochastic_networks": "muzero.stochastic",
+    "make_stochastic_root_fn": "muzero.stochastic",
+    "stochastic_batch": "muzero.stochastic",
+    "turn_discount": "muzero.targets",
 }
 
 __all__ = [
@@ -132,6 +142,16 @@ __all__ = [
     "replicate",
     "unreplicate",
     "shard_batch",
+    "StochasticConfig",
+    "StochasticBatch",
+    "StochasticNetworks",
+    "chance_code",
+    "make_stochastic_loss",
+    "make_stochastic_model",
+    "make_stochastic_networks",
+    "make_stochastic_root_fn",
+    "stochastic_batch",
+    "turn_discount",
 ]
 
 
@@ -148,7 +168,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from muzero.config import LossConfig, NetworkConfig, OptimizerConfig
+    from muzero.config import LossConfig, NetworkConfig, OptimizerConfig, StochasticConfig
     from muzero.distributed import (
         AXIS,
         from_process_local,
@@ -185,6 +205,16 @@ if TYPE_CHECKING:
         make_root_fn,
         scale_latent,
     )
+    from muzero.stochastic import (
+        StochasticBatch,
+        StochasticNetworks,
+        chance_code,
+        make_stochastic_loss,
+        make_stochastic_model,
+        make_stochastic_networks,
+        make_stochastic_root_fn,
+        stochastic_batch,
+    )
     from muzero.symmetries import (
         BoardSymmetries,
         augment_alphazero_batch,
@@ -201,6 +231,7 @@ if TYPE_CHECKING:
         n_step_values,
         ply_discount,
         sequence_priorities,
+        turn_discount,
         value_priorities,
     )
     from muzero.transforms import (

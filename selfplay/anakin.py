@@ -168,11 +168,14 @@ def plan_anakin(config: ExperimentConfig, agent: Agent, devices: int) -> AnakinP
     )
 
 
-def windows(tail: muzero.Trajectory, new: muzero.Trajectory) -> muzero.Trajectory:
+def windows(
+    tail: muzero.Trajectory, new: muzero.Trajectory, observations: int = 1
+) -> muzero.Trajectory:
     """The T windows of L steps that start at each step of `tail` [L-1, B] + `new` [T, B]'s
     first T steps, as a `Trajectory` with leaves [L, T * B, ...] (start-major: row s * B + b
-    starts at step s of game b). Only the first observation of each window is kept
-    (observation [1, T * B, ...]): the agents' `make_batch` reads no other."""
+    starts at step s of game b). Only the first `observations` observations of each window are
+    kept (observation [observations, T * B, ...]): what the agent's `make_batch` reads
+    (`Agent.window_observations`)."""
     steps = tail.action.shape[0] + 1  # L
     moves, games = new.action.shape  # T, B
     chex.assert_tree_shape_prefix(tail, (steps - 1, games))
@@ -187,7 +190,7 @@ def windows(tail: muzero.Trajectory, new: muzero.Trajectory) -> muzero.Trajector
         for name in buffer._fields
         if name != "observation" and getattr(buffer, name) is not None
     }
-    return muzero.Trajectory(observation=stack(buffer.observation, 1), **fields)
+    return muzero.Trajectory(observation=stack(buffer.observation, observations), **fields)
 
 
 def make_anakin_iteration(
@@ -255,7 +258,8 @@ def make_anakin_iteration(
     def examples(tail, trajectory):
         """The iteration's training examples from the carried tail and its [T, B] steps."""
         if agent.uses_replay:
-            batch, _ = agent.make_batch(windows(tail, trajectory), jnp.ones(plan.examples))
+            window = windows(tail, trajectory, agent.window_observations)
+            batch, _ = agent.make_batch(window, jnp.ones(plan.examples))
         else:  # B trajectories of T + 1 steps, batch on axis 1
             whole = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), tail, trajectory)
             batch, _ = agent.make_batch(whole, None)

@@ -85,13 +85,11 @@ def _exact_search(name, state, prediction_fn, simulations=400):
     """The exact model's stochastic search from `state`, two plies deep (move, chance outcome):
     each leaf is valued by `prediction_fn`, so the root's Q-values are hand-derivable."""
     rules = pgx_chance_rules(name)
-
-    def chance_step(afterstate, outcome):
-        result = rules.chance_step(afterstate, outcome)
-        return result.state, result.reward, result.terminal, result.legal_mask, result.same_player
-
     model = search.make_exact_stochastic_model(
-        rules.afterstate, chance_step, prediction_fn, two_player=name == "backgammon"
+        rules.afterstate,
+        lambda afterstate, outcome: rules.chance_step(afterstate, outcome).for_search(),
+        prediction_fn,
+        two_player=name == "backgammon",
     )
     config = search.SearchConfig(
         algorithm="stochastic_muzero",

@@ -192,6 +192,10 @@ class ChanceStep(NamedTuple):
     to_play: jax.Array  # [B] int32, pgx player id to move in the new state
     same_player: jax.Array  # [B] bool, the mover moves again (backgammon within a turn)
 
+    def for_search(self) -> tuple[Any, jax.Array, jax.Array, jax.Array, jax.Array]:
+        """As `search.ChanceStepFn` returns it: (state, reward, terminal, legal, same_player)."""
+        return self.state, self.reward, self.terminal, self.legal_mask, self.same_player
+
 
 class ChanceRules(NamedTuple):
     """A pgx game with chance split at the chance event: pure, batched, jittable, no auto-reset.
