@@ -282,6 +282,18 @@ class StochasticConfig:
     # Two-player games whose mover may move again (backgammon): weight of the cross-entropy of
     # the model's "the same player moves next" to what happened; its sign drives the search.
     turn_loss_weight: float = 1.0
+    # Weight of a consistency loss between the model's next state g(as, c) and the representation
+    # of the real next observation (negative cosine, the target's gradient stopped; EfficientZero's
+    # self-supervision, not in the paper). Where a move's reward does not depend on the outcome
+    # (2048: the merges come before the new tile) nothing else asks the next state to hold the
+    # outcome, and the encoder collapsed to one code (BENCHMARKS.md); 0 turns it off.
+    consistency_loss_weight: float = 0.0
+    # Weight of minus the mutual information between a transition and its code: the entropy of
+    # the batch's mean code distribution (softmax of the encoder) minus the mean entropy of each
+    # transition's. It spreads the transitions over the codes, each one confidently, and keeps the
+    # encoder from collapsing onto one code early (not in the paper; a clustering objective, the
+    # usual remedy for a collapsed codebook); 0 turns it off.
+    code_information_weight: float = 0.0
 
     def __post_init__(self):
         def check(ok: bool, field: str, expected: str):
@@ -300,5 +312,7 @@ class StochasticConfig:
             "commitment_loss_weight",
             "afterstate_value_loss_weight",
             "turn_loss_weight",
+            "consistency_loss_weight",
+            "code_information_weight",
         ):
             check(_is_real(getattr(self, name)) and getattr(self, name) >= 0, name, ">= 0")

@@ -20,6 +20,8 @@ one-hot vectors). Its losses, beside MuZero's at each unroll step k (policy, val
     commitment         ||c_k - softmax(e(o_k, o_k+1))||^2, pulling the encoder to one-hot codes
     turn               (two-player games whose mover may move again, backgammon) whether the
                        same player moves in s_k+1, whose sign the search needs
+    consistency        (optional, not in the paper) -cos(s_k+1, sg(h(o_k+1))): the next state
+                       the model reaches against the representation of the real next observation
 
 `make_stochastic_model` turns the networks into the `search.StochasticModel` searched by
 `SearchConfig(algorithm="stochastic_muzero")`: decision nodes on states, chance nodes on
@@ -434,7 +436,8 @@ def make_stochastic_loss(
         zeros = jnp.zeros((n,))
         value_loss = reward_loss = policy_loss = zeros
         afterstate_value_loss = chance_loss = commitment_loss = turn_loss = zeros
-        codes = []
+        consistency_loss = zeros
+        codes, code_probs = [], []
         latent = networks.represent(params, batch.observation[:, 0])
         for k in range(k_steps + 1):
             policy_logits, value_logits = networks.predict(params, latent)  # [N, A], [N, V]
@@ -463,6 +466,7 @@ def make_stochastic_loss(
             )
             code, one_hot, probs = chance_code(code_logits)  # [N, C] each
             codes.append(one_hot)
+            code_probs.append(probs)
             chance_loss += (
                 move_scale
                 * real
@@ -474,6 +478,11 @@ def make_stochastic_loss(
             reward_loss += (1.0 / k_steps) * reward_tf.loss(
                 reward_logits, batch.reward_target[:, k + 1]
             )
+            if stochastic.consistency_loss_weight > 0:
+                target = jax.lax.stop_gradient(
+                    networks.represent(params, batch.observation[:, k + 1])
+                )
+                consistency_loss += move_scale * real * _negative_cosine(latent, target)
             if learn_turns:
                 turn_loss += (
                     move_scale
@@ -489,9 +498,18 @@ def make_stochastic_loss(
             + stochastic.chance_loss_weight * chance_loss
             + stochastic.commitment_loss_weight * commitment_loss
             + stochastic.turn_loss_weight * turn_loss
+            + stochastic.consistency_loss_weight * consistency_loss
         )  # [N]
         weight = batch.importance_weight
         loss = jnp.mean(weight * per_example)
+        # The mutual information between the batch's transitions and their codes: the entropy of
+        # the mean code distribution minus the mean of each transition's (a batch-level term).
+        probs = jnp.stack(code_probs)  # [K, N, C]
+        mean_probs = jnp.mean(probs, axis=(0, 1))  # [C]
+        code_entropy = -jnp.sum(mean_probs * jnp.log(jnp.maximum(mean_probs, 1e-12)))
+        each_entropy = -jnp.mean(jnp.sum(probs * jnp.log(jnp.maximum(probs, 1e-12)), axis=-1))
+        code_information = code_entropy - each_entropy
+        loss = loss - stochastic.code_information_weight * code_information
         root_value = value_tf.decode_logits(root_value_logits)
         code_share = jnp.mean(jnp.stack(codes), axis=(0, 1))  # [C] how often each code is used
         metrics = {
@@ -508,13 +526,25 @@ def make_stochastic_loss(
             "value_abs_error": jnp.mean(jnp.abs(root_value - batch.value_target[:, 0])),
             # exp(entropy) of the codes' use: how many codes the encoder effectively uses.
             "codes_used": jnp.exp(_entropy(jnp.log(jnp.maximum(code_share, 1e-12)))),
+            "code_information": code_information,
             "importance_weight": jnp.mean(weight),
         }
         if learn_turns:
             metrics["turn_loss"] = jnp.mean(weight * turn_loss)
+        if stochastic.consistency_loss_weight > 0:
+            metrics["consistency_loss"] = jnp.mean(weight * consistency_loss)
         return loss, metrics
 
     return loss_fn
+
+
+def _negative_cosine(x: chex.Array, y: chex.Array) -> chex.Array:
+    """[B, ...] x [B, ...] -> [B]: minus the cosine similarity of each example's flattened pair."""
+    x = x.reshape((x.shape[0], -1)).astype(jnp.float32)
+    y = y.reshape((y.shape[0], -1)).astype(jnp.float32)
+    dot = jnp.sum(x * y, axis=-1)
+    norms = jnp.linalg.norm(x, axis=-1) * jnp.linalg.norm(y, axis=-1)
+    return -dot / jnp.maximum(norms, 1e-8)
 
 
 def _binary_cross_entropy(logit: chex.Array, target: chex.Array) -> chex.Array:
