@@ -325,10 +325,13 @@ def _stochastic_muzero(
 ) -> SearchOutput:
     """mctx.stochastic_muzero_policy, with illegal actions masked at interior decision nodes.
 
-    Two departures that leave the result unchanged: mctx calls the decision function once on the
-    roots only to learn C and the afterstate's structure (here `jax.eval_shape`, no computation;
-    the root's afterstate slot is never read), and the simulations run in `_simulate_from`,
-    without the per-level `lax.cond` between root and interior selection (one selection here).
+    Three departures that leave the result unchanged: mctx calls the decision function once on
+    the roots only to learn C and the afterstate's structure (here `jax.eval_shape`, no
+    computation); where a state and an afterstate have the same structure (a learned model's
+    latents) each node keeps one embedding, not one of each (`_SharedEmbedding`: mctx's tree holds
+    both at every node, one of them never read, and writes and gathers both at every simulation);
+    and the simulations run in `_simulate_from`, without the per-level `lax.cond` between root and
+    interior selection (one selection here).
     """
     batch_size, num_actions = root.prior_logits.shape
     # Key use mirrors mctx.stochastic_muzero_policy so that the search matches it exactly.
@@ -341,15 +344,25 @@ def _stochastic_muzero(
     )
     num_chance = decision_shape.chance_logits.shape[-1]  # C
     chance_padding = jnp.full([batch_size, num_chance], -jnp.inf, prior_logits.dtype)
-    root = root.replace(
-        prior_logits=jnp.concatenate([prior_logits, chance_padding], axis=-1),  # [B, A + C]
-        embedding=_mctx_internals.StochasticRecurrentState(
+    is_decision = jnp.ones([batch_size], bool)
+    shared = _same_structure(root.embedding, afterstate_shape)
+    if shared:
+        embedding: Any = _SharedEmbedding(root.embedding, is_decision)
+        recurrent_fn = _shared_stochastic_recurrent_fn(model, num_actions, num_chance)
+    else:
+        embedding = _mctx_internals.StochasticRecurrentState(
             state_embedding=root.embedding,
             afterstate_embedding=jax.tree.map(
                 lambda x: jnp.zeros(x.shape, x.dtype), afterstate_shape
             ),
-            is_decision_node=jnp.ones([batch_size], bool),
-        ),
+            is_decision_node=is_decision,
+        )
+        recurrent_fn = _mctx_internals.make_stochastic_recurrent_fn(
+            model.decision_fn, model.chance_fn, num_actions, num_chance
+        )
+    root = root.replace(
+        prior_logits=jnp.concatenate([prior_logits, chance_padding], axis=-1),  # [B, A + C]
+        embedding=embedding,
     )
     if invalid_actions is None:
         invalid_actions = jnp.zeros([batch_size, num_actions], prior_logits.dtype)
@@ -365,9 +378,6 @@ def _stochastic_muzero(
     )
     selection_fn = _mctx_internals.make_stochastic_action_selection_fn(
         decision_selection, num_actions
-    )
-    recurrent_fn = _mctx_internals.make_stochastic_recurrent_fn(
-        model.decision_fn, model.chance_fn, num_actions, num_chance
     )
     start = _mctx_internals.instantiate_tree_from_root(
         root, config.num_simulations, root_invalid_actions=root_invalid, extra_data=None
@@ -385,6 +395,71 @@ def _stochastic_muzero(
         q_values=summary.qvalues,
         tree=search_tree,
     )
+
+
+class _SharedEmbedding(NamedTuple):
+    """A node's one embedding: a state at a decision node, an afterstate at a chance node.
+
+    mctx's selection reads only `is_decision_node` of a node's embedding; its recurrent wrapper
+    keeps a state and an afterstate at every node (`StochasticRecurrentState`).
+    """
+
+    embedding: Any  # [B, ...]
+    is_decision_node: chex.Array  # [B] bool
+
+
+def _same_structure(state: Any, afterstate_shape: Any) -> bool:
+    state_shape = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
+    same_tree: bool = jax.tree.structure(state_shape) == jax.tree.structure(afterstate_shape)  # type: ignore[operator]
+    return same_tree and all(
+        a.shape == b.shape and a.dtype == b.dtype
+        for a, b in zip(
+            jax.tree.leaves(state_shape), jax.tree.leaves(afterstate_shape), strict=True
+        )
+    )
+
+
+def _shared_stochastic_recurrent_fn(model: StochasticModel, num_actions: int, num_chance: int):
+    """mctx's `_make_stochastic_recurrent_fn` over `_SharedEmbedding`s: the same outputs.
+
+    As mctx, both functions run for every row (which one a row needs depends on its node) and
+    each row keeps one result; the other function reads the embedding of the other kind, and
+    its result is dropped, as mctx drops the result of the function it runs on a node's unused
+    slot.
+    """
+
+    def recurrent_fn(params, rng_key, action_or_chance, node: _SharedEmbedding):
+        batch_size = node.is_decision_node.shape[0]
+        decision, afterstate = model.decision_fn(params, rng_key, action_or_chance, node.embedding)
+        chance, state = model.chance_fn(
+            params, rng_key, action_or_chance - num_actions, node.embedding
+        )
+        if_decision = mctx.RecurrentFnOutput(
+            prior_logits=jnp.concatenate(
+                [jnp.full([batch_size, num_actions], -jnp.inf), decision.chance_logits], axis=-1
+            ),
+            value=decision.afterstate_value,
+            reward=jnp.zeros_like(decision.afterstate_value),
+            discount=jnp.ones_like(decision.afterstate_value),
+        )
+        if_chance = mctx.RecurrentFnOutput(
+            prior_logits=jnp.concatenate(
+                [chance.action_logits, jnp.full([batch_size, num_chance], -jnp.inf)], axis=-1
+            ),
+            value=chance.value,
+            reward=chance.reward,
+            discount=chance.discount,
+        )
+
+        def pick(at_decision, at_chance):
+            rows = node.is_decision_node.reshape((-1,) + (1,) * (at_decision.ndim - 1))
+            return jnp.where(rows, at_decision, at_chance)
+
+        output = jax.tree.map(pick, if_decision, if_chance)
+        embedding = jax.tree.map(pick, afterstate, state)
+        return output, _SharedEmbedding(embedding, jnp.logical_not(node.is_decision_node))
+
+    return recurrent_fn
 
 
 def _simulate_from(
