@@ -15,8 +15,8 @@ JSON line: frames, updates, seconds, the load's mean and range.
 same seeds for every checkpoint) and prints one JSON line per checkpoint: the frames it had
 trained on (from the run's metrics), the mean score and the IQM with 95% bootstrap intervals, the
 highest tile's median and maximum, and `random`'s mean as the floor; then one line comparing the
-runs at equal frames (each first run's checkpoint against the second run's nearest one with no
-more frames: the ratio of their mean scores). `--png` draws the curves.
+runs at equal frames (each checkpoint of the first run against the second run's first checkpoint
+with at least as many frames: the ratio of their mean scores). `--png` draws the curves.
 
 `backgammon` plays each run's checkpoints against each opponent (`--games`, half with each
 colour, OpenSpiel's backgammon as referee) and prints one JSON line per checkpoint and opponent:
@@ -113,7 +113,8 @@ def _checkpoints(run_dir: Path, every: int) -> list[tuple[int, int]]:
 
 def evaluate_2048(runs: list[Path], episodes: int, every: int, seed: int) -> list[dict]:
     """One line per checkpoint of each run (OpenSpiel's 2048, greedy), then the equal-frames
-    comparison of the first run against the second."""
+    comparison of the first run against the second (at each of the first run's checkpoints, the
+    second run's first checkpoint with at least as many frames)."""
     import pyspiel
 
     from arena.solo import evaluate_solo
@@ -143,9 +144,11 @@ def evaluate_2048(runs: list[Path], episodes: int, every: int, seed: int) -> lis
         second = [x for x in lines if x["run"] == runs[1].name]
         pairs = []
         for a in first:
-            earlier = [b for b in second if b["frames"] <= a["frames"]]
-            if earlier:
-                b = max(earlier, key=lambda x: x["frames"])
+            # The second run's checkpoint with the fewest frames not below the first's: equal
+            # frames, or a few more for the second run (the comparison leans its way).
+            later = [b for b in second if b["frames"] >= a["frames"]]
+            if later:
+                b = min(later, key=lambda x: x["frames"])
                 pairs.append(
                     {
                         "frames": [a["frames"], b["frames"]],
