@@ -33,19 +33,26 @@ from arena.players import (
     split_specs,
 )
 from arena.progress import RunEvaluator
+from arena.pubeval import PubevalPlayer, pubeval
 from arena.ratings import (
     Outcome,
     Ratings,
     crosstable,
     fit_ratings,
     format_table,
+    pairing_scores,
     plot_rating_curve,
     plot_ratings,
     results_dict,
     write_results,
 )
+from arena.solo import SoloResult, evaluate_solo, format_solo_table
 
 __all__ = [
+    "pubeval",
+    "SoloResult",
+    "evaluate_solo",
+    "format_solo_table",
     "ATARI_SCORES",
     "NOOP_STARTS",
     "STICKY_ACTIONS",
@@ -58,10 +65,12 @@ __all__ = [
     "Outcome",
     "Player",
     "PlayerSpec",
+    "PubevalPlayer",
     "Ratings",
     "RunEvaluator",
     "Summary",
     "crosstable",
+    "pairing_scores",
     "describe_players",
     "evaluate_policy",
     "fit_ratings",

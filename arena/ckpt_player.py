@@ -12,8 +12,12 @@ noise) at the spec's temperature. The agent acts through `selfplay.evaluation.Bo
 evaluation: MuZero and V-trace runs trained on OpenSpiel see the training adapter's observations
 (`OpenSpielEnv.observe`); AlphaZero runs trained on pgx (tic_tac_toe, connect_four, whose action
 ids equal OpenSpiel's) get pgx states rebuilt by replaying each game's moves, since their search
-steps the real rules. Loaded runs are cached, so the tournament's many `make_player` calls and a
-player against itself at another setting read the checkpoint once.
+steps the real rules. Runs trained on pgx's games with chance get each OpenSpiel position
+translated (`selfplay.envs.pgx_openspiel`): 2048's moves are renamed, and a backgammon move
+(OpenSpiel's: a whole roll's checkers) is searched one checker at a time as pgx plays it, each
+search limited to the checkers that begin one of OpenSpiel's legal moves, until one is complete.
+Loaded runs are cached, so the tournament's many `make_player` calls and a player against itself
+at another setting read the checkpoint once.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
+import numpy as np
 import pyspiel
 
 from arena.players import BatchedPlayer, PlayerSpec, _float, _int, _no_settings, register_player
@@ -35,8 +40,16 @@ from selfplay.evaluation import BoardActor, greedy_config, read_run_config, rest
 
 __all__ = ["CheckpointPlayer", "LoadedRun", "load_run"]
 
-# pgx games the arena can referee with OpenSpiel: pgx id -> OpenSpiel game, same action ids.
-PGX_TO_OPENSPIEL = {"tic_tac_toe": "tic_tac_toe()", "connect_four": "connect_four()"}
+# pgx games the arena can referee with OpenSpiel: pgx id -> OpenSpiel game (the first two with
+# the same action ids; the games with chance translated position by position).
+PGX_TO_OPENSPIEL = {
+    "tic_tac_toe": "tic_tac_toe()",
+    "connect_four": "connect_four()",
+    "2048": "2048(max_tile=131072)",
+    "backgammon": "backgammon()",
+}
+# Games matched by their short name: any of OpenSpiel's settings of them (2048's max_tile).
+_BY_SHORT_NAME = ("2048", "backgammon")
 
 
 class LoadedRun(NamedTuple):
@@ -94,7 +107,9 @@ def _check_game(config: ExperimentConfig, game: pyspiel.Game, text: str) -> None
             f"player {text!r}: the run trained on {config.env.name}, not a "
             "two-player board game (evaluate one-player agents with evaluate_policy)"
         )
-    if trained != str(game):
+    short = game.get_type().short_name
+    same = trained == str(game) or (short in _BY_SHORT_NAME and trained.startswith(short + "("))
+    if not same:
         raise UsageError(
             f"player {text!r}: the checkpoint was trained on {config.env.name} "
             f"but the arena plays {game}"
@@ -155,21 +170,75 @@ class CheckpointPlayer(BatchedPlayer):
         self.act_calls = 0
         self.states_searched = 0
         self._actor = BoardActor(run.config, self.agent)
+        self._pgx_game = (
+            run.config.env.name.partition(":")[2]
+            if run.config.env.name.startswith("pgx:")
+            else None
+        )
 
     def step_many(self, states: Sequence[pyspiel.State]) -> list[int]:
         count = len(states)
         if count == 0:
             return []
         rows = _next_power_of_two(max(count, self.min_batch))
-        self._key, key = jax.random.split(self._key)
-        out, _ = self._actor.act(self.run.params, key, states, rows, self._greedy)
-        self.act_calls += 1
-        self.states_searched += count
-        actions = out.action.tolist()
+        if self._pgx_game == "backgammon":
+            actions = self._backgammon_moves(states, rows)
+        else:
+            self._key, key = jax.random.split(self._key)
+            out, _ = self._actor.act(self.run.params, key, states, rows, self._greedy)
+            self.act_calls += 1
+            self.states_searched += count
+            actions = out.action.tolist()
+            if self._pgx_game == "2048":
+                from selfplay.envs.pgx_openspiel import PGX_TO_OPENSPIEL_2048
+
+                actions = [PGX_TO_OPENSPIEL_2048[a] for a in actions]
         for state, action in zip(states, actions, strict=True):
             if action not in state.legal_actions():
                 raise RuntimeError(f"{self.spec!r} chose illegal action {action} in:\n{state}")
         return [int(a) for a in actions]
+
+    def _backgammon_moves(self, states: Sequence[pyspiel.State], rows: int) -> list[int]:
+        """OpenSpiel moves (a roll's checkers) chosen one pgx move (one checker) at a time."""
+        from selfplay.envs.pgx_openspiel import (
+            advance_backgammon,
+            backgammon_micro_moves,
+            pgx_states_from_openspiel,
+        )
+
+        count = len(states)
+        padded = list(states) + [states[0]] * (rows - count)
+        env_state = pgx_states_from_openspiel("backgammon", padded)
+        # Per row: each legal OpenSpiel move and the pgx moves that make it, still possible.
+        candidates = [backgammon_micro_moves(state) for state in padded]
+        for depth in range(4):  # a roll moves at most 4 checkers
+            live = [row for row in range(count) if len(set(candidates[row].values())) > 1]
+            if not live:
+                break
+            allowed = np.zeros((rows, 156), bool)  # pgx's moves beginning a candidate here
+            for row in range(rows):
+                for moves in candidates[row].values():
+                    if len(moves) > depth:
+                        allowed[row, moves[depth]] = True
+                if not allowed[row].any():
+                    allowed[row, 0] = True  # a finished row: any legal input, result unused
+            legal = allowed & np.asarray(env_state.legal_action_mask)
+            legal = np.where(legal.any(axis=1, keepdims=True), legal, allowed)
+            self._key, key = jax.random.split(self._key)
+            out, _ = self._actor.act_on(self.run.params, key, env_state, legal, rows, self._greedy)
+            self.act_calls += 1
+            self.states_searched += len(live)
+            chosen = np.zeros(rows, np.int32)
+            for row in live:
+                move = int(out.action[row])
+                kept = {
+                    a: m for a, m in candidates[row].items() if len(m) > depth and m[depth] == move
+                }
+                if kept:  # the search's move (always one of the allowed) narrows the candidates
+                    candidates[row] = kept
+                    chosen[row] = move
+            env_state = advance_backgammon(env_state, chosen)
+        return [min(candidates[row]) for row in range(count)]
 
 
 @functools.lru_cache(maxsize=8)

@@ -17,7 +17,7 @@ thread plays them, greedy (no root noise, the most visited move), with the arena
 
 The games use the same seeds at every evaluation, so the curve moves with the parameters, not
 with the dice. Default opponents: `random` and an OpenSpiel MCTS (`mcts:N`, random rollouts)
-sized to the game (`DEFAULT_MCTS`).
+sized to the game (`DEFAULT_MCTS`); backgammon's are `random` and `pubeval`.
 """
 
 from __future__ import annotations
@@ -49,7 +49,10 @@ DEFAULT_MCTS = {"tic_tac_toe": 50, "connect_four": 200, "go": 100}
 
 
 def default_opponents(game: pyspiel.Game) -> tuple[str, ...]:
-    """`random` and an OpenSpiel MCTS sized to the game."""
+    """`random` and an OpenSpiel MCTS sized to the game; backgammon: `random` and `pubeval`
+    (its classic yardstick, and far quicker than rollouts to a game's end)."""
+    if game.get_type().short_name == "backgammon":
+        return ("random", "pubeval")
     simulations = DEFAULT_MCTS.get(game.get_type().short_name, 100)
     return ("random", f"mcts:{simulations}")
 

@@ -32,8 +32,11 @@ __all__ = [
     "crosstable",
     "default_anchor",
     "fit_ratings",
+    "format_scores",
     "format_table",
     "outcomes",
+    "pairing_scores",
+    "wilson_interval",
     "plot_rating_curve",
     "plot_ratings",
     "results_dict",
@@ -175,6 +178,48 @@ def crosstable(
     return table
 
 
+def wilson_interval(score: float, games: int) -> tuple[float, float]:
+    """The 95% Wilson interval of a score (a share of points, a draw counting half) over `games`
+    games: for a few dozen games, or scores near 0 or 1, far better than the normal one."""
+    if games == 0:
+        return (0.0, 1.0)
+    z2 = _Z95**2
+    centre = (score + z2 / (2 * games)) / (1 + z2 / games)
+    half = _Z95 * math.sqrt(score * (1 - score) / games + z2 / (4 * games**2)) / (1 + z2 / games)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def pairing_scores(
+    games: Iterable[Outcome | GameRecord | tuple], players: Sequence[str] | None = None
+) -> dict[str, dict[str, dict]]:
+    """`scores[a][b] = {"score", "ci95", "games"}`: a's expected score against b (wins + draws /
+    2, both colours together) with its 95% Wilson interval; where dice decide part of every
+    game, the figure to read beside the ratings."""
+    table = crosstable(games, players)
+    scores: dict[str, dict[str, dict]] = {}
+    for a, row in table.items():
+        scores[a] = {}
+        for b, c in row.items():
+            n = c["wins"] + c["draws"] + c["losses"]
+            score = (c["wins"] + 0.5 * c["draws"]) / n if n else 0.0
+            scores[a][b] = {"score": score, "ci95": list(wilson_interval(score, n)), "games": n}
+    return scores
+
+
+def format_scores(results: dict) -> str:
+    """Each pairing's expected score with its interval, one line per pair (its first player's)."""
+    lines, seen = [], set()
+    for a, row in results.get("scores", {}).items():
+        for b, s in row.items():
+            if (b, a) in seen or s["games"] == 0:
+                continue
+            seen.add((a, b))
+            lo, hi = s["ci95"]
+            score = f"{s['score']:.3f} [{lo:.3f}, {hi:.3f}]"
+            lines.append(f"{a} against {b}: score {score} in {s['games']} games")
+    return "\n".join(lines)
+
+
 def results_dict(ratings: Ratings, games: Sequence[GameRecord | Outcome | tuple], **extra) -> dict:
     """The content of results.json: ratings, number of games, cross-table, and `extra` fields."""
     table = crosstable(games, ratings.players)
@@ -188,6 +233,7 @@ def results_dict(ratings: Ratings, games: Sequence[GameRecord | Outcome | tuple]
         "anchor": ratings.anchor,
         "games": len(games),
         "crosstable": table,
+        "scores": pairing_scores(games, ratings.players),
         "model": f"Bradley-Terry (Elo scale), MAP with N(0, {PRIOR_SD_ELO:g}^2) prior per rating; "
         "95% CI from the Hessian (Laplace); draws count half",
     }

@@ -1,19 +1,30 @@
 """Search benchmarks: `search.run` against raw mctx, and subtree reuse against none.
 
-    .venv/bin/python benchmarks/search.py              # both algorithms at 256 x 50, 200 games
+    .venv/bin/python benchmarks/search.py              # the three algorithms at 256 x 50, 200 games
     .venv/bin/python benchmarks/search.py --algorithm muzero --reuse-games 0 --clock cpu
     .venv/bin/python benchmarks/search.py --algorithm none --reuse-simulations 128
+    .venv/bin/python benchmarks/search.py --algorithm none --reuse-games 0 --per-simulation
 
 **Throughput** (one JSON line per `--algorithm`): searches per second (batch rows searched per
 second) of `search.run` and of `mctx.muzero_policy` (or `search.run` with Gumbel MuZero and
-`mctx.gumbel_muzero_policy`) with the same settings, the same model and the same keys. The model is
-the real MuZero network from `muzero` at connect-four size ([6, 7, 3] planes, 7 actions, 32
-channels, 2 blocks, scalar value and reward heads) in the two-player convention; the roots are
+`mctx.gumbel_muzero_policy`, Stochastic MuZero and `mctx.stochastic_muzero_policy`) with the same
+settings, the same model and the same keys. The model is the real MuZero network from `muzero` at
+connect-four size ([6, 7, 3] planes, 7 actions, 32 channels, 2 blocks, scalar value and reward
+heads) in the two-player convention (Stochastic MuZero: `muzero.make_stochastic_networks` at the
+same sizes, with 32 chance codes); the roots are
 computed once outside the timing, so only the search is timed. Both functions are jitted and
 compiled before timing; every timed call ends in `jax.block_until_ready`. The two are measured in
 one process, interleaved over `--rounds` rounds (A B, then B A, ...) so that machine noise hits
 both alike, and each reports its median round. `ratio` is ours / mctx. On a CPU machine shared
 with other jobs, `--clock cpu` times this process's CPU seconds instead of wall seconds.
+
+**Cost per simulation** (`--per-simulation`, one JSON line): seconds per simulation of
+`mctx.muzero_policy` (MuZero's networks), `mctx.stochastic_muzero_policy` and `search.run`'s
+Stochastic MuZero (Stochastic MuZero's networks at the same sizes), at the same batch and
+simulations, interleaved as above; and where the difference goes: one call of each model's
+functions on the batch (MuZero's `recurrent_fn`; Stochastic MuZero's decision and chance
+functions, both of which mctx calls at every simulation for every row, keeping one), and the same
+searches over tiny linear models (the tree's own cost).
 
 **Reuse** (`--reuse-games N`, one JSON line): N connect-four games (pgx rules as the exact model,
 uniform prior, zero value; or `--reuse-evaluator rollout`: one random playout per leaf) between
@@ -52,10 +63,14 @@ from muzero import (  # noqa: E402
     make_muzero_networks,
     make_recurrent_fn,
     make_root_fn,
+    make_stochastic_model,
+    make_stochastic_networks,
+    make_stochastic_root_fn,
 )
 
 OBSERVATION_SHAPE = (6, 7, 3)  # connect four: rows, columns, planes
 NUM_ACTIONS = 7
+NUM_CODES = 32  # Stochastic MuZero's chance codes (2048's tile placements)
 NETWORK = NetworkConfig(
     channels=32,
     representation_blocks=2,
@@ -71,10 +86,16 @@ NETWORK = NetworkConfig(
 
 
 def make_searches(algorithm: str, num_simulations: int):
-    """(ours, reference, params, recurrent_fn): two jitted `(key, root, invalid) -> action` fns."""
-    networks = make_muzero_networks(NETWORK, OBSERVATION_SHAPE, NUM_ACTIONS)
+    """(ours, reference, params, root_fn): two jitted `(key, root, invalid) -> action` fns."""
+    if algorithm == "stochastic_muzero":
+        networks = make_stochastic_networks(NETWORK, OBSERVATION_SHAPE, NUM_ACTIONS, NUM_CODES)
+        recurrent_fn = make_stochastic_model(networks, two_player=True)
+        root_fn = make_stochastic_root_fn(networks)
+    else:
+        networks = make_muzero_networks(NETWORK, OBSERVATION_SHAPE, NUM_ACTIONS)
+        recurrent_fn = make_recurrent_fn(networks, two_player=True)
+        root_fn = make_root_fn(networks)
     params = jax.jit(networks.init)(jax.random.PRNGKey(0))
-    recurrent_fn = make_recurrent_fn(networks, two_player=True)
     config = search.SearchConfig(algorithm=algorithm, num_simulations=num_simulations)
 
     def ours(key, root, invalid):
@@ -89,6 +110,24 @@ def make_searches(algorithm: str, num_simulations: int):
                 key,
                 root,
                 recurrent_fn,
+                num_simulations,
+                invalid_actions=invalid,
+                dirichlet_fraction=config.dirichlet_fraction,
+                dirichlet_alpha=config.dirichlet_alpha,
+                pb_c_init=config.pb_c_init,
+                pb_c_base=config.pb_c_base,
+                temperature=config.temperature,
+            )
+            return out.action, out.action_weights
+    elif algorithm == "stochastic_muzero":
+
+        def reference(key, root, invalid):
+            out = mctx.stochastic_muzero_policy(
+                params,
+                key,
+                root,
+                recurrent_fn.decision_fn,
+                recurrent_fn.chance_fn,
                 num_simulations,
                 invalid_actions=invalid,
                 dirichlet_fraction=config.dirichlet_fraction,
@@ -113,17 +152,17 @@ def make_searches(algorithm: str, num_simulations: int):
             )
             return out.action, out.action_weights
 
-    return jax.jit(ours), jax.jit(reference), params, networks
+    return jax.jit(ours), jax.jit(reference), params, root_fn
 
 
-def connect_four_roots(networks, params, batch_size: int, seed: int = 0):
+def connect_four_roots(root_fn, params, batch_size: int, seed: int = 0):
     """Roots of random connect-four-like positions: (root, invalid [B, A] with full columns)."""
     key_board, key_full = jax.random.split(jax.random.PRNGKey(seed))
     cells = jax.random.randint(key_board, (batch_size, 6, 7), 0, 3)  # 0 empty, 1 mine, 2 theirs
     planes = jnp.stack([cells == 1, cells == 2, jnp.ones_like(cells, bool)], axis=-1)
     invalid = jax.random.bernoulli(key_full, 0.15, (batch_size, NUM_ACTIONS))
     invalid = invalid.at[:, 3].set(False)  # never a row with no legal move
-    root = jax.jit(make_root_fn(networks))(params, planes.astype(jnp.float32))
+    root = jax.jit(root_fn)(params, planes.astype(jnp.float32))
     return jax.block_until_ready(root), invalid
 
 
@@ -146,8 +185,8 @@ def throughput(
     min_seconds: float,
     clock: str = "wall",
 ) -> dict:
-    ours, reference, params, networks = make_searches(algorithm, num_simulations)
-    root, invalid = connect_four_roots(networks, params, batch_size)
+    ours, reference, params, root_fn = make_searches(algorithm, num_simulations)
+    root, invalid = connect_four_roots(root_fn, params, batch_size)
     warm_key = jax.random.PRNGKey(1)
     for fn in (ours, reference):  # compile and warm up, excluded from the timing
         jax.block_until_ready(fn(warm_key, root, invalid))
@@ -179,7 +218,159 @@ def throughput(
         "calls_per_round": calls,
         "clock": clock,
         "platform": jax.devices()[0].platform,
-        "model": "muzero resnet 32ch, 2+2+1 blocks, [6,7,3] -> 7 actions",
+        "model": "muzero resnet 32ch, 2+2+1 blocks, [6,7,3] -> 7 actions"
+        + (f", {NUM_CODES} chance codes" if algorithm == "stochastic_muzero" else ""),
+    }
+
+
+def _linear_models(batch_size: int, latent: int = 8):
+    """Tiny linear models (MuZero's, Stochastic MuZero's): the searches' cost without networks."""
+    keys = jax.random.split(jax.random.PRNGKey(5), 4)
+    move = jax.random.normal(keys[0], (NUM_ACTIONS, latent, latent)) * 0.3
+    chance = jax.random.normal(keys[1], (NUM_CODES, latent, latent)) * 0.3
+    heads = jax.random.normal(keys[2], (latent, NUM_ACTIONS + NUM_CODES + 2))
+    embedding = jax.random.normal(keys[3], (batch_size, latent))
+
+    def read(x):
+        out = x @ heads
+        return out[:, :NUM_ACTIONS], out[:, NUM_ACTIONS:-2], jnp.tanh(out[:, -2]), out[:, -1]
+
+    def recurrent_fn(params, key, action, x):
+        x = jnp.tanh(jnp.einsum("bi,bij->bj", x, move[action]))
+        logits, _, value, reward = read(x)
+        out = mctx.RecurrentFnOutput(
+            reward=reward, discount=-jnp.ones_like(reward), prior_logits=logits, value=value
+        )
+        return out, x
+
+    def decision_fn(params, key, action, x):
+        x = jnp.tanh(jnp.einsum("bi,bij->bj", x, move[action]))
+        _, chance_logits, value, _ = read(x)
+        return mctx.DecisionRecurrentFnOutput(
+            chance_logits=chance_logits, afterstate_value=value
+        ), x
+
+    def chance_fn(params, key, outcome, x):
+        x = jnp.tanh(jnp.einsum("bi,bij->bj", x, chance[outcome]))
+        logits, _, value, reward = read(x)
+        out = mctx.ChanceRecurrentFnOutput(
+            action_logits=logits, value=value, reward=reward, discount=-jnp.ones_like(reward)
+        )
+        return out, x
+
+    logits, _, value, _ = read(embedding)
+    root = mctx.RootFnOutput(prior_logits=logits, value=value, embedding=embedding)
+    return root, recurrent_fn, search.StochasticModel(decision_fn, chance_fn)
+
+
+def cost_per_simulation(
+    batch_size: int, num_simulations: int, rounds: int, min_seconds: float, clock: str = "wall"
+) -> dict:
+    """Seconds per simulation of MuZero's and Stochastic MuZero's searches (see the docstring)."""
+    muzero_ours, muzero_mctx, muzero_params, muzero_root_fn = make_searches(
+        "muzero", num_simulations
+    )
+    stochastic_ours, stochastic_mctx, stochastic_params, stochastic_root_fn = make_searches(
+        "stochastic_muzero", num_simulations
+    )
+    muzero_root, invalid = connect_four_roots(muzero_root_fn, muzero_params, batch_size)
+    stochastic_root, _ = connect_four_roots(stochastic_root_fn, stochastic_params, batch_size)
+    linear_root, linear_fn, linear_model = _linear_models(batch_size)
+    config = search.SearchConfig(num_simulations=num_simulations)
+    stochastic_config = config.replace(algorithm="stochastic_muzero")
+    linear_muzero = jax.jit(
+        lambda key, root, invalid: (
+            mctx.muzero_policy(
+                None, key, root, linear_fn, num_simulations, invalid_actions=invalid
+            ).action
+        )
+    )
+    linear_stochastic = jax.jit(
+        lambda key, root, invalid: (
+            mctx.stochastic_muzero_policy(
+                None,
+                key,
+                root,
+                linear_model.decision_fn,
+                linear_model.chance_fn,
+                num_simulations,
+                invalid_actions=invalid,
+            ).action
+        )
+    )
+    linear_ours = jax.jit(
+        lambda key, root, invalid: (
+            search.run(
+                None, key, root, linear_model, stochastic_config, invalid_actions=invalid
+            ).action
+        )
+    )
+    # The models' own cost: one expansion's calls on the batch, as each simulation makes them.
+    muzero_networks = make_muzero_networks(NETWORK, OBSERVATION_SHAPE, NUM_ACTIONS)
+    stochastic_networks = make_stochastic_networks(
+        NETWORK, OBSERVATION_SHAPE, NUM_ACTIONS, NUM_CODES
+    )
+    muzero_step = make_recurrent_fn(muzero_networks, two_player=True)
+    stochastic_step = make_stochastic_model(stochastic_networks, two_player=True)
+    actions = jnp.arange(batch_size, dtype=jnp.int32) % NUM_ACTIONS
+
+    def one_muzero_expansion(key, root, invalid):
+        del key, invalid
+        return muzero_step(muzero_params, None, actions, root.embedding)
+
+    def one_stochastic_expansion(key, root, invalid):
+        del key, invalid
+        decision, afterstate = stochastic_step.decision_fn(
+            stochastic_params, None, actions, root.embedding
+        )
+        chance, state = stochastic_step.chance_fn(stochastic_params, None, actions, afterstate)
+        return decision, chance, state
+
+    timed = {
+        "muzero_mctx": (muzero_mctx, muzero_root, num_simulations),
+        "stochastic_mctx": (stochastic_mctx, stochastic_root, num_simulations),
+        "stochastic_ours": (stochastic_ours, stochastic_root, num_simulations),
+        "muzero_model_call": (jax.jit(one_muzero_expansion), muzero_root, 1),
+        "stochastic_model_calls": (jax.jit(one_stochastic_expansion), stochastic_root, 1),
+        "linear_muzero_mctx": (linear_muzero, linear_root, num_simulations),
+        "linear_stochastic_mctx": (linear_stochastic, linear_root, num_simulations),
+        "linear_stochastic_ours": (linear_ours, linear_root, num_simulations),
+    }
+    warm = jax.random.PRNGKey(1)
+    calls = {}
+    for name, (fn, root, _) in timed.items():
+        jax.block_until_ready(fn(warm, root, invalid))  # compile, excluded
+        one = _timed(fn, [warm], root, invalid)
+        calls[name] = max(1, math.ceil(min_seconds / max(one, 1e-9)))
+    seconds: dict[str, list[float]] = {name: [] for name in timed}
+    names = list(timed)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            fn, root, per_call = timed[name]
+            keys = list(jax.random.split(jax.random.PRNGKey(200 + r), calls[name]))
+            total = _timed(fn, keys, root, invalid, CLOCKS[clock])
+            seconds[name].append(total / calls[name] / per_call)
+    per = {name: statistics.median(values) for name, values in seconds.items()}
+    ms = {f"{name}_ms": round(1000 * value, 4) for name, value in per.items()}
+    return {
+        "benchmark": "search_cost_per_simulation",
+        **ms,
+        # Per simulation, Stochastic MuZero's search over MuZero's (mctx both), at equal sims.
+        "stochastic_over_muzero": round(per["stochastic_mctx"] / per["muzero_mctx"], 3),
+        "ours_over_mctx_stochastic": round(per["stochastic_ours"] / per["stochastic_mctx"], 3),
+        # One expansion's model calls: both of Stochastic MuZero's functions over MuZero's one.
+        "model_calls_ratio": round(per["stochastic_model_calls"] / per["muzero_model_call"], 3),
+        # Of a stochastic simulation, the share that is the two model calls mctx makes.
+        "stochastic_model_share": round(per["stochastic_model_calls"] / per["stochastic_mctx"], 3),
+        "muzero_model_share": round(per["muzero_model_call"] / per["muzero_mctx"], 3),
+        # The trees' own cost (tiny linear models): stochastic over muzero.
+        "tree_ratio": round(per["linear_stochastic_mctx"] / per["linear_muzero_mctx"], 3),
+        "batch_size": batch_size,
+        "simulations": num_simulations,
+        "rounds": rounds,
+        "clock": clock,
+        "platform": jax.devices()[0].platform,
+        "chance_codes": NUM_CODES,
     }
 
 
@@ -401,8 +592,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--algorithm",
-        choices=["muzero", "gumbel_muzero", "both", "none"],
-        default="both",
+        choices=["muzero", "gumbel_muzero", "stochastic_muzero", "all", "none"],
+        default="all",
         help="throughput lines to print (none: skip)",
     )
     parser.add_argument("--batch-size", type=int, default=256, help="roots per search")
@@ -449,17 +640,27 @@ def main(argv=None) -> None:
         help="leaf value in the reuse match: 0, or one random playout",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the reuse match")
+    parser.add_argument(
+        "--per-simulation",
+        action="store_true",
+        help="also the cost per simulation of Stochastic MuZero's search against MuZero's",
+    )
     args = parser.parse_args(argv)
     for name in ("batch_size", "simulations", "rounds"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be >= 1")
 
-    algorithms = {"both": ["muzero", "gumbel_muzero"], "none": []}.get(
+    algorithms = {"all": ["muzero", "gumbel_muzero", "stochastic_muzero"], "none": []}.get(
         args.algorithm, [args.algorithm]
     )
     for algorithm in algorithms:
         line = throughput(
             algorithm, args.batch_size, args.simulations, args.rounds, args.min_seconds, args.clock
+        )
+        print(json.dumps(line), flush=True)
+    if args.per_simulation:
+        line = cost_per_simulation(
+            args.batch_size, args.simulations, args.rounds, args.min_seconds, args.clock
         )
         print(json.dumps(line), flush=True)
     if args.reuse_games:

@@ -9,7 +9,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from muzero.config import LossConfig, NetworkConfig, OptimizerConfig, ReanalyseConfig
+from muzero.config import (
+    LossConfig,
+    NetworkConfig,
+    OptimizerConfig,
+    ReanalyseConfig,
+    StochasticConfig,
+)
 from search.config import SearchConfig
 
 __all__ = [
@@ -25,7 +31,7 @@ __all__ = [
     "ReplayConfig",
 ]
 
-MODES = ("muzero", "alphazero", "vtrace")
+MODES = ("muzero", "alphazero", "vtrace", "stochastic_muzero")
 RUNTIMES = ("sebulba", "anakin")
 # Environment families written in JAX, which the Anakin runtime steps inside its jit.
 JAX_FAMILIES = ("pgx", "gymnax")
@@ -335,7 +341,12 @@ class ExperimentConfig:
 
     # Short name of the run's preset (for run directories and plots).
     name: str = "tic_tac_toe_muzero"
-    # "muzero" (learned model), "alphazero" (exact simulator, pgx) or "vtrace" (no search).
+    # "muzero" (learned model), "alphazero" (exact simulator, pgx) or "vtrace" (no search), or
+    # "stochastic_muzero" (a learned model with afterstates and chance codes, for games with
+    # chance: pgx:2048, pgx:backgammon). muzero's learned model is deterministic: on a game with
+    # chance it learns one next state per move, a blur of the tiles or dice that may come, the
+    # wrong model (allowed, as the control of game2048_stochastic_muzero); alphazero searches
+    # pgx's 2048 and backgammon with the real chance outcomes.
     mode: str = "muzero"
     # Seed of everything random: parameters, environments, search, replay.
     seed: int = 0
@@ -357,6 +368,7 @@ class ExperimentConfig:
     devices: DevicesConfig = dataclasses.field(default_factory=DevicesConfig)
     evaluation: EvaluationConfig = dataclasses.field(default_factory=EvaluationConfig)
     logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
+    stochastic: StochasticConfig = dataclasses.field(default_factory=StochasticConfig)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -384,6 +396,23 @@ class ExperimentConfig:
                 True,
             )
         self._check_sample_efficiency()
+        algorithm = self.search.algorithm
+        if self.mode == "stochastic_muzero" and algorithm != "stochastic_muzero":
+            _fail(
+                "SearchConfig",
+                "algorithm",
+                "'stochastic_muzero' with mode=stochastic_muzero (its model has afterstates and "
+                "chance codes)",
+                algorithm,
+            )
+        if algorithm == "stochastic_muzero" and self.mode not in ("stochastic_muzero", "alphazero"):
+            _fail(
+                "SearchConfig",
+                "algorithm",
+                f"'muzero' or 'gumbel_muzero' with mode={self.mode} ('stochastic_muzero' needs a "
+                "model with chance: mode=stochastic_muzero, or alphazero on a game with chance)",
+                algorithm,
+            )
         if self.mode == "alphazero" and family != "pgx":
             _fail(
                 "ExperimentConfig",
@@ -410,6 +439,23 @@ class ExperimentConfig:
                     "LossConfig",
                     "td_steps_decay_every",
                     "0 for mode=vtrace (V-trace corrects off-policy data itself)",
+                    loss.td_steps_decay_every,
+                )
+        if self.mode == "stochastic_muzero":
+            if reanalyse.fraction or reanalyse.value != "stored":
+                _fail(
+                    "ReanalyseConfig",
+                    "fraction",
+                    "0 (with value 'stored') for mode=stochastic_muzero: its targets do not take "
+                    "reanalyse yet (stochastic.consistency_loss_weight is its consistency loss)",
+                    reanalyse.fraction,
+                )
+            if loss.td_steps_decay_every:
+                _fail(
+                    "LossConfig",
+                    "td_steps_decay_every",
+                    "0 for mode=stochastic_muzero: its targets do not take the off-policy "
+                    "correction yet",
                     loss.td_steps_decay_every,
                 )
         if self.mode != "muzero":

@@ -20,7 +20,13 @@ from configs.experiment import (
     LearnerConfig,
     ReplayConfig,
 )
-from muzero.config import LossConfig, NetworkConfig, OptimizerConfig, ReanalyseConfig
+from muzero.config import (
+    LossConfig,
+    NetworkConfig,
+    OptimizerConfig,
+    ReanalyseConfig,
+    StochasticConfig,
+)
 from search.config import SearchConfig
 
 __all__ = [
@@ -42,6 +48,10 @@ __all__ = [
     "pong_muzero_small",
     "tic_tac_toe_alphazero",
     "tic_tac_toe_muzero",
+    "game2048_stochastic_muzero",
+    "game2048_muzero",
+    "backgammon_alphazero",
+    "backgammon_stochastic_muzero",
 ]
 
 DEFAULT = "tic_tac_toe_alphazero"
@@ -668,6 +678,134 @@ def atari_vtrace() -> ExperimentConfig:
     )
 
 
+def game2048_stochastic_muzero() -> ExperimentConfig:
+    """Stochastic MuZero on pgx's 2048 (Anakin, both cores of a CPU): afterstates and 32 chance
+    codes (a tile's cell and value), a small residual model of the 4x4 board's 31 planes (one per
+    power of two), value and reward in MuZero's categorical h-transform (scores reach thousands)."""
+    return ExperimentConfig(
+        name="game2048_stochastic_muzero",
+        mode="stochastic_muzero",
+        runtime="anakin",
+        env=EnvConfig(name="pgx:2048"),
+        search=SearchConfig(
+            algorithm="stochastic_muzero",
+            num_simulations=16,
+            dirichlet_alpha=0.25,
+            dirichlet_fraction=0.25,
+            temperature=1.0,
+        ),
+        network=NetworkConfig(
+            torso="resnet",
+            channels=32,
+            representation_blocks=1,
+            dynamics_blocks=1,
+            prediction_blocks=0,
+            head_channels=4,
+            head_hidden=64,
+            value_support=60,
+            reward_support=30,
+            # 2048's 4 moves slide the whole board: constant planes, not a marked column.
+            action_planes="constant",
+        ),
+        loss=LossConfig(unroll_steps=5, td_steps=10, discount=0.997, value_loss_weight=0.25),
+        optimizer=OptimizerConfig(learning_rate=1e-3, max_grad_norm=5.0),
+        actors=ActorConfig(threads_per_device=1, envs_per_thread=32, unroll_length=16),
+        replay=ReplayConfig(
+            capacity=100_000, min_size=2_000, samples_per_insert=1.0, priority_alpha=0.0
+        ),
+        learner=LearnerConfig(
+            batch_size=128,
+            max_updates=0,
+            max_seconds=1_800.0,
+            checkpoint_every=500,
+            keep_checkpoints=100,
+        ),
+        # 2048's episodes are long: evaluate saved checkpoints with the arena instead
+        # (benchmarks/chance.py).
+        evaluation=EvaluationConfig(every_s=0.0),
+        devices=DevicesConfig(cpu_devices=2),
+        # Without the consistency and code-information terms the encoder collapsed to one code
+        # within the first minute (2048's reward comes before the tile: nothing else asked the
+        # codes to differ); with them it used about 17 codes, each confidently (BENCHMARKS.md).
+        stochastic=StochasticConfig(
+            num_chance_codes=32, consistency_loss_weight=2.0, code_information_weight=0.5
+        ),
+    )
+
+
+def game2048_muzero() -> ExperimentConfig:
+    """The control of `game2048_stochastic_muzero`: the same network, simulations and training
+    with MuZero's deterministic model, which learns one next state per move (a blur of the tiles
+    that may come): the wrong model for a game with chance, on purpose."""
+    config = game2048_stochastic_muzero()
+    return config.replace(
+        name="game2048_muzero",
+        mode="muzero",
+        search=config.search.replace(algorithm="muzero"),
+    )
+
+
+def backgammon_alphazero() -> ExperimentConfig:
+    """AlphaZero on pgx's backgammon (Anakin, both cores of a CPU): the real rules as the model,
+    the dice at chance nodes expanded over the 21 rolls; an MLP on pgx's 34 numbers (the board
+    from the mover's side, the dice to play). A move is one checker by one die (pgx), so the
+    mover moves again within a turn; values are the game's score (1, 2 for a gammon, 3 for a
+    backgammon), bootstrapped from the search's value 10 moves on."""
+    return ExperimentConfig(
+        name="backgammon_alphazero",
+        mode="alphazero",
+        runtime="anakin",
+        env=EnvConfig(name="pgx:backgammon"),
+        search=SearchConfig(
+            algorithm="stochastic_muzero",
+            num_simulations=16,
+            dirichlet_alpha=0.3,
+            dirichlet_fraction=0.25,
+            temperature=1.0,
+        ),
+        network=NetworkConfig(
+            torso="mlp",
+            mlp_sizes=(128, 128),
+            latent_size=128,
+            head_hidden=64,
+            value_support=0,
+            reward_support=0,
+        ),
+        loss=LossConfig(
+            td_steps=10, discount=1.0, two_player=True, value_loss_weight=1.0, unroll_steps=1
+        ),
+        optimizer=OptimizerConfig(learning_rate=1e-3, max_grad_norm=5.0, weight_decay=1e-4),
+        actors=ActorConfig(threads_per_device=1, envs_per_thread=64, unroll_length=16),
+        replay=ReplayConfig(
+            capacity=100_000, min_size=4_000, samples_per_insert=1.0, priority_alpha=0.0
+        ),
+        learner=LearnerConfig(
+            batch_size=256,
+            max_updates=0,
+            max_seconds=1_800.0,
+            checkpoint_every=500,
+            keep_checkpoints=100,
+        ),
+        evaluation=EvaluationConfig(every_s=0.0),
+        devices=DevicesConfig(cpu_devices=2),
+    )
+
+
+def backgammon_stochastic_muzero() -> ExperimentConfig:
+    """Stochastic MuZero on pgx's backgammon: `backgammon_alphazero`'s sizes with a learned model
+    (afterstates, 32 chance codes for the 21 rolls and the moves without a roll, and whether the
+    mover moves again): the paper's comparison with AlphaZero's true simulator, at this scale."""
+    config = backgammon_alphazero()
+    return config.replace(
+        name="backgammon_stochastic_muzero",
+        mode="stochastic_muzero",
+        loss=dataclasses.replace(config.loss, unroll_steps=5, reward_loss_weight=1.0),
+        stochastic=StochasticConfig(
+            num_chance_codes=32, consistency_loss_weight=2.0, code_information_weight=0.5
+        ),
+    )
+
+
 class PresetInfo(NamedTuple):
     """What a preset is sized for and what it reaches there (figures from BENCHMARKS.md)."""
 
@@ -742,12 +880,20 @@ INFO: dict[str, PresetInfo] = {
     "atari_vtrace": PresetInfo(
         "cpu", "about 130 agent steps/s (530 frames/s) on 2 cores; learning Pong takes hours"
     ),
+    "game2048_stochastic_muzero": PresetInfo("cpu", "not yet measured"),
+    "game2048_muzero": PresetInfo(
+        "cpu",
+        "the control: MuZero's deterministic model on a game with chance (the wrong model); "
+        "not yet measured",
+    ),
+    "backgammon_alphazero": PresetInfo("cpu", "not yet measured"),
+    "backgammon_stochastic_muzero": PresetInfo("cpu", "not yet measured"),
 }
 
 
 def describe() -> list[str]:
     """One line per preset: its name, the hardware it is sized for, what it reaches there."""
-    return [f"  {name:<24}[{INFO[name].hardware}] {INFO[name].reaches}" for name in _PRESETS]
+    return [f"  {name:<30}[{INFO[name].hardware}] {INFO[name].reaches}" for name in _PRESETS]
 
 
 _PRESETS: dict[str, Callable[[], ExperimentConfig]] = {
@@ -768,6 +914,10 @@ _PRESETS: dict[str, Callable[[], ExperimentConfig]] = {
     "atari100k_efficientzero": atari100k_efficientzero,
     "pong_muzero_small": pong_muzero_small,
     "atari_vtrace": atari_vtrace,
+    "game2048_stochastic_muzero": game2048_stochastic_muzero,
+    "game2048_muzero": game2048_muzero,
+    "backgammon_alphazero": backgammon_alphazero,
+    "backgammon_stochastic_muzero": backgammon_stochastic_muzero,
 }
 
 

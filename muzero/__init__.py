@@ -78,6 +78,16 @@ _SOURCES = {
     "replicate": "muzero.distributed",
     "unreplicate": "muzero.distributed",
     "shard_batch": "muzero.distributed",
+    "StochasticConfig": "muzero.config",
+    "StochasticBatch": "muzero.stochastic",
+    "StochasticNetworks": "muzero.stochastic",
+    "chance_code": "muzero.stochastic",
+    "make_stochastic_loss": "muzero.stochastic",
+    "make_stochastic_model": "muzero.stochastic",
+    "make_stochastic_networks": "muzero.stochastic",
+    "make_stochastic_root_fn": "muzero.stochastic",
+    "stochastic_batch": "muzero.stochastic",
+    "turn_discount": "muzero.targets",
 }
 
 __all__ = [
@@ -150,6 +160,16 @@ __all__ = [
     "replicate",
     "unreplicate",
     "shard_batch",
+    "StochasticConfig",
+    "StochasticBatch",
+    "StochasticNetworks",
+    "chance_code",
+    "make_stochastic_loss",
+    "make_stochastic_model",
+    "make_stochastic_networks",
+    "make_stochastic_root_fn",
+    "stochastic_batch",
+    "turn_discount",
 ]
 
 
@@ -166,7 +186,13 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from muzero.config import LossConfig, NetworkConfig, OptimizerConfig, ReanalyseConfig
+    from muzero.config import (
+        LossConfig,
+        NetworkConfig,
+        OptimizerConfig,
+        ReanalyseConfig,
+        StochasticConfig,
+    )
     from muzero.distributed import (
         AXIS,
         from_process_local,
@@ -207,6 +233,16 @@ if TYPE_CHECKING:
         scale_latent,
     )
     from muzero.reanalyse import BatchContext, Reanalysed, reanalyse_window
+    from muzero.stochastic import (
+        StochasticBatch,
+        StochasticNetworks,
+        chance_code,
+        make_stochastic_loss,
+        make_stochastic_model,
+        make_stochastic_networks,
+        make_stochastic_root_fn,
+        stochastic_batch,
+    )
     from muzero.symmetries import (
         BoardSymmetries,
         augment_alphazero_batch,
@@ -225,6 +261,7 @@ if TYPE_CHECKING:
         ply_discount,
         sequence_priorities,
         value_prefix_targets,
+        turn_discount,
         value_priorities,
     )
     from muzero.transforms import (

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from muzero.transforms import ValueTransform
 
-__all__ = ["LossConfig", "NetworkConfig", "OptimizerConfig", "ReanalyseConfig"]
+__all__ = ["LossConfig", "NetworkConfig", "OptimizerConfig", "ReanalyseConfig", "StochasticConfig"]
 
 REANALYSE_VALUES = ("stored", "target_network", "search")
 
@@ -327,8 +327,7 @@ class ReanalyseConfig:
     network: Literal["newest", "target"] = "newest"
     # Sebulba: where the fresh searches run: "learner" (each batch is built on the learner's
     # first device) or "actors" (on the first actor device, beside the actors' searches, and
-    # sent to the learner devices). Anakin searches on every
-    # device of its mesh.
+    # sent to the learner devices). Anakin searches on every device of its mesh.
     device: Literal["learner", "actors"] = "learner"
 
     def __post_init__(self):
@@ -358,3 +357,63 @@ class ReanalyseConfig:
     def searches(self) -> bool:
         """Whether any target comes from a fresh search."""
         return self.fraction > 0 or self.value == "search"
+
+
+@dataclasses.dataclass(frozen=True)
+class StochasticConfig:
+    """Stochastic MuZero's chance model (Antonoglou et al., ICLR 2022): afterstates, chance codes.
+
+    A move leads to an afterstate (the position before chance acts); a chance code, one of
+    `num_chance_codes`, leads from it to the next state. In training a chance encoder reads the
+    observations before and after the transition and picks the code (one-hot, straight-through);
+    the afterstate's prediction learns the distribution of the codes and the move's value.
+    """
+
+    # C: the chance codes the encoder can choose (2048: 32, a tile's cell and value; backgammon:
+    # 21 rolls; more than the game's outcomes is harmless, fewer merges outcomes).
+    num_chance_codes: int = 32
+    # Weight of the cross-entropy of the afterstate's code distribution to the encoder's code.
+    chance_loss_weight: float = 1.0
+    # Weight of the commitment loss ||one-hot code - encoder's softmax||^2 (VQ-VAE's beta). Kept
+    # small: on a fair coin 0.05 and more collapsed the encoder to one code before the reward's
+    # straight-through gradient could split it (0.01 found both; tests/test_stochastic.py).
+    commitment_loss_weight: float = 0.01
+    # Weight of the afterstate's value loss (its target: the move's n-step return).
+    afterstate_value_loss_weight: float = 0.25
+    # Two-player games whose mover may move again (backgammon): weight of the cross-entropy of
+    # the model's "the same player moves next" to what happened; its sign drives the search.
+    turn_loss_weight: float = 1.0
+    # Weight of a consistency loss between the model's next state g(as, c) and the representation
+    # of the real next observation (negative cosine, the target's gradient stopped; EfficientZero's
+    # self-supervision, not in the paper). Where a move's reward does not depend on the outcome
+    # (2048: the merges come before the new tile) nothing else asks the next state to hold the
+    # outcome, and the encoder collapsed to one code (BENCHMARKS.md); 0 turns it off.
+    consistency_loss_weight: float = 0.0
+    # Weight of minus the mutual information between a transition and its code: the entropy of
+    # the batch's mean code distribution (softmax of the encoder) minus the mean entropy of each
+    # transition's. It spreads the transitions over the codes, each one confidently, and keeps the
+    # encoder from collapsing onto one code early (not in the paper; a clustering objective, the
+    # usual remedy for a collapsed codebook); 0 turns it off.
+    code_information_weight: float = 0.0
+
+    def __post_init__(self):
+        def check(ok: bool, field: str, expected: str):
+            if not ok:
+                raise ValueError(
+                    f"StochasticConfig.{field} must be {expected}, got {getattr(self, field)!r}"
+                )
+
+        check(
+            _is_int(self.num_chance_codes) and self.num_chance_codes >= 1,
+            "num_chance_codes",
+            "an integer >= 1",
+        )
+        for name in (
+            "chance_loss_weight",
+            "commitment_loss_weight",
+            "afterstate_value_loss_weight",
+            "turn_loss_weight",
+            "consistency_loss_weight",
+            "code_information_weight",
+        ):
+            check(_is_real(getattr(self, name)) and getattr(self, name) >= 0, name, ">= 0")

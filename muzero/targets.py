@@ -16,6 +16,7 @@ from muzero.types import AlphaZeroBatch, MuZeroBatch, Trajectory
 
 __all__ = [
     "ply_discount",
+    "turn_discount",
     "n_step_values",
     "bootstrap_truncations",
     "value_priorities",
@@ -34,6 +35,26 @@ def ply_discount(env_discount: chex.Array, discount: float, two_player: bool) ->
     plies of a two-player alternating game.
     """
     return env_discount * (-discount if two_player else discount)
+
+
+def turn_discount(env_discount: chex.Array, to_play: chex.Array, discount: float) -> chex.Array:
+    """The discount between consecutive states of a two-player game whose mover may move again
+    (backgammon: one move per die), from the view of the player to move.
+
+    `env_discount [T, B]` (0 at episode ends) times `discount`, negated where the player to move
+    changes from step t to t + 1 (`to_play [T, B]`). The last step's sign is unknown (its next
+    state lies outside the window); only whether it is 0 is ever read (see `n_step_values`).
+    """
+    chex.assert_equal_shape([env_discount, to_play])
+    same = jnp.concatenate([to_play[1:] == to_play[:-1], jnp.zeros_like(to_play[:1], bool)])
+    return env_discount * jnp.where(same, discount, -discount)
+
+
+def _step_discount(window: Trajectory, discount: float, two_player: bool, alternating: bool):
+    env_discount = window.discount.astype(jnp.float32)
+    if two_player and not alternating:
+        return turn_discount(env_discount, window.to_play, discount)
+    return ply_discount(env_discount, discount, two_player)
 
 
 def n_step_values(
@@ -147,6 +168,7 @@ def muzero_batch(
     window_td_steps: chex.Array | None = None,
     value_prefix_horizon: int = 0,
     unroll_observations: bool = False,
+    alternating: bool = True,
 ) -> MuZeroBatch:
     """The targets of K + 1 unroll steps from windows of length L = K + n + 1.
 
@@ -169,6 +191,8 @@ def muzero_batch(
         (`value_prefix_targets`).
       unroll_observations: keep `observation[1 .. K]` as the batch's `unroll_observation` (the
         consistency loss's targets).
+      alternating: False for a two-player game whose mover may move again: the sign between two
+        states then comes from `window.to_play` (`turn_discount`).
 
     Returns:
       A `MuZeroBatch` with the batch on axis 0.
@@ -190,7 +214,7 @@ def muzero_batch(
     ended = (env_discount == 0).astype(jnp.float32)
     alive = jnp.concatenate([jnp.ones_like(ended[:1]), jnp.cumprod(1.0 - ended[:-1], axis=0)])
 
-    d = ply_discount(env_discount, discount, two_player)
+    d = _step_discount(window, discount, two_player, alternating)
     if bootstrap_value is None:
         bootstrap_value = window.search_value
     chex.assert_equal_shape([bootstrap_value, window.search_value])
@@ -248,6 +272,7 @@ def alphazero_batch(
     two_player: bool,
     bootstrap_value: chex.Array | None = None,
     window_td_steps: chex.Array | None = None,
+    alternating: bool = True,
 ) -> AlphaZeroBatch:
     """The first state of each window with its n-step value target (AlphaZero's training example).
 
@@ -261,13 +286,14 @@ def alphazero_batch(
       discount: the learning discount (1 for board games).
       two_player: negate the discount between plies (alternating two-player games).
       bootstrap_value, window_td_steps: as for `muzero_batch`.
+      alternating: False for a two-player game whose mover may move again (`turn_discount`).
     """
     chex.assert_rank([window.reward, window.discount, window.search_value], 2)
     if window.reward.shape[0] != td_steps + 1:
         raise ValueError(
             f"windows must have length td_steps + 1 = {td_steps + 1}, got {window.reward.shape[0]}"
         )
-    d = ply_discount(window.discount.astype(jnp.float32), discount, two_player)
+    d = _step_discount(window, discount, two_player, alternating)
     if bootstrap_value is None:
         bootstrap_value = window.search_value
     chex.assert_equal_shape([bootstrap_value, window.search_value])

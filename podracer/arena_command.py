@@ -21,7 +21,10 @@ def make_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="podracer arena",
-        description="Play a round-robin or gauntlet tournament and fit Elo ratings with 95% CIs. "
+        description="Play a round-robin or gauntlet tournament and fit Elo ratings with 95% CIs, "
+        "and each pairing's expected score with its interval; in a one-player game (2048), each "
+        "player's episodes: the mean score and its IQM with 95% intervals, the highest tiles. "
+        "Games with chance (backgammon, 2048) draw their dice and tiles from the game's seed. "
         "Run again with the same --out to continue a stopped tournament.",
         epilog=describe_players(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -29,7 +32,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--game",
         required=True,
-        help="OpenSpiel game, e.g. tic_tac_toe, connect_four, 'go(board_size=9)'",
+        help="OpenSpiel game, e.g. tic_tac_toe, connect_four, 'go(board_size=9)', backgammon, "
+        "'2048(max_tile=131072)' (OpenSpiel's 2048 ends at max_tile, 2048 by default)",
     )
     parser.add_argument(
         "--players",
@@ -37,7 +41,11 @@ def make_parser() -> argparse.ArgumentParser:
         help="comma-separated player specs, e.g. minimax,mcts:200,uct_c=1.4,random",
     )
     parser.add_argument(
-        "--games", type=int, default=10, help="games per pairing, colours alternating (default 10)"
+        "--games",
+        type=int,
+        default=10,
+        help="games per pairing, colours alternating (default 10); in a one-player game (2048) "
+        "the episodes each player plays",
     )
     parser.add_argument(
         "--out",
@@ -68,12 +76,21 @@ def make_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from arena.matches import load_game, run_tournament
     from arena.players import split_specs
-    from arena.ratings import default_anchor, fit_ratings, format_table, results_dict, write_results
+    from arena.ratings import (
+        default_anchor,
+        fit_ratings,
+        format_scores,
+        format_table,
+        results_dict,
+        write_results,
+    )
 
     game = load_game(args.game)
     specs = split_specs(args.players)
     if args.games < 1:
         raise UsageError(f"--games must be at least 1, got {args.games}")
+    if game.num_players() == 1:
+        return _run_solo(game, specs, args)
     if args.concurrent is not None and args.concurrent < 1:
         raise UsageError(f"--concurrent must be at least 1, got {args.concurrent}")
     if args.anchor is not None and args.anchor not in specs:
@@ -119,8 +136,50 @@ def run(args: argparse.Namespace) -> int:
     results = results_dict(ratings, records, game=str(game), format=args.format, seed=args.seed)
     paths = write_results(out, results)
     print(format_table(results))
+    print(format_scores(results))
     print(
         f"results: {paths['json']} (also {paths['csv'].name}, {paths['crosstable'].name}, "
         f"{paths['png'].name}); games: {out / 'games.jsonl'}"
     )
+    return 0
+
+
+def _run_solo(game, specs: list[str], args: argparse.Namespace) -> int:
+    """A one-player game: each player's episodes, their scores and (2048) highest tiles."""
+    import json
+
+    from arena.solo import evaluate_solo, format_solo_table
+
+    if len(set(specs)) != len(specs):
+        raise UsageError(f"each player spec may appear once; got {', '.join(specs)}")
+    out = (
+        Path(args.out)
+        if args.out
+        else Path("runs", f"arena-{game.get_type().short_name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    )
+
+    def progress(record):
+        if not args.quiet:
+            tile = record["highest_tile"]
+            print(
+                f"{record['player']} episode {record['episode']}: score {record['score']:g} in "
+                f"{record['length']} moves" + ("" if tile is None else f", highest tile {tile}"),
+                file=sys.stderr,
+            )
+
+    results = [
+        evaluate_solo(game, spec, args.games, seed=args.seed, out_dir=out, on_episode=progress)
+        for spec in specs
+    ]
+    print(format_solo_table(results))
+    path = out / "results.json"
+    summary = {
+        "game": str(game),
+        "seed": args.seed,
+        "players": {r.player: r.as_dict() for r in results},
+        "model": "mean, median and IQM of the episodes' scores; 95% percentile-bootstrap "
+        "intervals over episodes",
+    }
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"results: {path}; episodes: {out / 'episodes.jsonl'}")
     return 0

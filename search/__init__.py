@@ -7,6 +7,9 @@ Public API (one page: search/README.md):
   one batched search (MuZero PUCT or Gumbel MuZero) -> `SearchOutput`.
 * `reuse_subtree(tree, action, *, keep=None, max_nodes=None)`: continue from the chosen child.
 * `make_exact_recurrent_fn(step_fn, prediction_fn, *, two_player=True)`: AlphaZero's exact model.
+* `StochasticModel(decision_fn, chance_fn)`: a model with chance outcomes, searched by
+  `SearchConfig(algorithm="stochastic_muzero")` (Stochastic MuZero's learned model, or
+  `make_exact_stochastic_model`: AlphaZero's exact model of a game with chance).
 * `select_action(rng_key, visit_probs, temperature)`: sample with a temperature, or greedy at 0.
 * `mask_invalid_logits(logits, invalid_actions)`: how a model marks illegal actions in the tree.
 
@@ -25,6 +28,10 @@ _SOURCES = {
     "SearchConfig": "search.config",
     "SearchOutput": "search.policy",
     "StepFn": "search.exact_model",
+    "StochasticModel": "search.policy",
+    "AfterstateFn": "search.exact_model",
+    "ChanceStepFn": "search.exact_model",
+    "make_exact_stochastic_model": "search.exact_model",
     "make_exact_recurrent_fn": "search.exact_model",
     "mask_invalid_logits": "search.policy",
     "reuse_subtree": "search.reuse",
@@ -37,7 +44,11 @@ __all__ = [
     "SearchConfig",
     "SearchOutput",
     "StepFn",
+    "StochasticModel",
+    "AfterstateFn",
+    "ChanceStepFn",
     "make_exact_recurrent_fn",
+    "make_exact_stochastic_model",
     "mask_invalid_logits",
     "reuse_subtree",
     "run",
@@ -59,6 +70,19 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from search.config import SearchConfig
-    from search.exact_model import PredictionFn, StepFn, make_exact_recurrent_fn
-    from search.policy import SearchOutput, mask_invalid_logits, run, select_action
+    from search.exact_model import (
+        AfterstateFn,
+        ChanceStepFn,
+        PredictionFn,
+        StepFn,
+        make_exact_recurrent_fn,
+        make_exact_stochastic_model,
+    )
+    from search.policy import (
+        SearchOutput,
+        StochasticModel,
+        mask_invalid_logits,
+        run,
+        select_action,
+    )
     from search.reuse import reuse_subtree

@@ -10,11 +10,23 @@ mctx is pinned (`mctx==0.0.71` in pyproject.toml): a new mctx may move or change
   `mctx.search` cannot; the fresh PUCT search runs the same loop because `mctx.search` wraps the
   selection in a per-level `lax.cond` that costs about 3% of its throughput on a CPU (Gumbel MuZero,
   whose root and interior selections differ, goes through `mctx.search`).
+* `StochasticRecurrentState`, `make_stochastic_recurrent_fn`, `mask_tree`,
+  `make_stochastic_action_selection_fn`: how `mctx.stochastic_muzero_policy` runs decision and
+  chance nodes in one tree of A + C children (the wrapped embedding, which mctx does not export;
+  the A + C padding of each node's prior; the slicing of a tree to its decision or chance part;
+  the selection at each kind of node).
+  `search.run` builds the same search with its own (masked) PUCT at the decision nodes.
 * `score_considered`: Gumbel MuZero's score of the root's considered actions (Gumbel noise + logits
   + completed Q, restricted to the most visited), which `mctx.gumbel_muzero_policy` uses to pick
   the action; `search.run` picks it the same way, with the root mask applied.
 """
 
+from mctx._src.base import StochasticRecurrentState
+from mctx._src.policies import (
+    _make_stochastic_action_selection_fn as make_stochastic_action_selection_fn,
+)
+from mctx._src.policies import _make_stochastic_recurrent_fn as make_stochastic_recurrent_fn
+from mctx._src.policies import _mask_tree as mask_tree
 from mctx._src.search import backward, expand, instantiate_tree_from_root, simulate
 from mctx._src.seq_halving import score_considered
 
@@ -22,6 +34,10 @@ __all__ = [
     "backward",
     "expand",
     "instantiate_tree_from_root",
+    "make_stochastic_action_selection_fn",
+    "make_stochastic_recurrent_fn",
+    "mask_tree",
     "score_considered",
     "simulate",
+    "StochasticRecurrentState",
 ]

@@ -7,11 +7,12 @@ import math
 
 __all__ = ["ALGORITHMS", "QTRANSFORMS", "SearchConfig"]
 
-ALGORITHMS = ("muzero", "gumbel_muzero")
+ALGORITHMS = ("muzero", "gumbel_muzero", "stochastic_muzero")
 QTRANSFORMS = ("by_parent_and_siblings", "by_min_max", "completed_by_mix_value")
 _DEFAULT_QTRANSFORM = {
     "muzero": "by_parent_and_siblings",
     "gumbel_muzero": "completed_by_mix_value",
+    "stochastic_muzero": "by_parent_and_siblings",
 }
 
 
@@ -19,7 +20,9 @@ _DEFAULT_QTRANSFORM = {
 class SearchConfig:
     """Settings of one batched Monte-Carlo tree search (see `search.run`)."""
 
-    # "muzero": PUCT at every node (MuZero/AlphaZero); "gumbel_muzero": Gumbel MuZero.
+    # "muzero": PUCT at every node (MuZero/AlphaZero); "gumbel_muzero": Gumbel MuZero;
+    # "stochastic_muzero": PUCT at decision nodes and chance nodes between them (Stochastic
+    # MuZero; AlphaZero with chance outcomes), for a model given as `search.StochasticModel`.
     algorithm: str = "muzero"
     # Simulations per search; each adds (at most) one node to the tree.
     num_simulations: int = 32
@@ -29,11 +32,11 @@ class SearchConfig:
     pb_c_init: float = 1.25
     # PUCT constant c2.
     pb_c_base: float = 19652.0
-    # Concentration of the Dirichlet noise mixed into the root prior (muzero only).
+    # Concentration of the Dirichlet noise mixed into the root prior (muzero, stochastic_muzero).
     dirichlet_alpha: float = 0.3
-    # Share of Dirichlet noise in the root prior; 0 turns exploration noise off (muzero only).
+    # Share of Dirichlet noise in the root prior; 0 turns exploration noise off (not gumbel).
     dirichlet_fraction: float = 0.25
-    # Acting temperature over visit counts (muzero only); 0 is greedy.
+    # Acting temperature over visit counts (not gumbel_muzero); 0 is greedy.
     temperature: float = 1.0
     # Actions sampled at the root by Gumbel's sequential halving (gumbel_muzero only).
     max_num_considered_actions: int = 16

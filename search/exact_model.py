@@ -13,6 +13,13 @@ With this convention mctx's backup `reward + discount * value` is negamax, and t
 Q-values are from the view of the player to move at the root.
 
 A one-player game (`two_player=False`) uses the environment's discount and 0 after a terminal.
+
+Games with chance (2048's tile, backgammon's dice) are searched by Stochastic MuZero's tree
+(`make_exact_stochastic_model`): the move leads to an afterstate (the position before chance
+acts), whose children are the chance outcomes, each with its true probability. Chance nodes are
+**expanded over the outcome distribution**, not sampled: at a chance node the search takes the
+outcome with the largest `probability / (visits + 1)`, so its outcomes' visits follow their
+probabilities and its value is their probability-weighted mean, without sampling noise.
 """
 
 from __future__ import annotations
@@ -21,17 +28,32 @@ from collections.abc import Callable
 from typing import Any
 
 import chex
+import jax
 import jax.numpy as jnp
 import mctx
 
-from search.policy import mask_invalid_logits
+from search.policy import StochasticModel, mask_invalid_logits
 
-__all__ = ["PredictionFn", "StepFn", "make_exact_recurrent_fn"]
+__all__ = [
+    "AfterstateFn",
+    "ChanceStepFn",
+    "PredictionFn",
+    "StepFn",
+    "make_exact_recurrent_fn",
+    "make_exact_stochastic_model",
+]
 
 # step_fn(state [B], action [B]) -> (next_state [B], reward [B], terminal [B], legal_mask [B, A])
 StepFn = Callable[[Any, chex.Array], tuple[Any, chex.Array, chex.Array, chex.Array]]
 # prediction_fn(params, state [B]) -> (prior_logits [B, A], value [B])
 PredictionFn = Callable[[Any, Any], tuple[chex.Array, chex.Array]]
+# afterstate_fn(state [B], action [B]) -> (afterstate [B], chance_probs [B, C])
+AfterstateFn = Callable[[Any, chex.Array], tuple[Any, chex.Array]]
+# chance_step_fn(afterstate [B], outcome [B]) -> (next_state [B], mover's reward [B],
+#   terminal [B], legal_mask [B, A], same_player [B]: the mover moves again in next_state)
+ChanceStepFn = Callable[
+    [Any, chex.Array], tuple[Any, chex.Array, chex.Array, chex.Array, chex.Array]
+]
 
 
 def make_exact_recurrent_fn(
@@ -72,3 +94,73 @@ def make_exact_recurrent_fn(
         return output, next_state
 
     return recurrent_fn
+
+
+def make_exact_stochastic_model(
+    afterstate_fn: AfterstateFn,
+    chance_step_fn: ChanceStepFn,
+    prediction_fn: PredictionFn,
+    *,
+    two_player: bool = True,
+    discount: float = 1.0,
+) -> StochasticModel:
+    """AlphaZero's exact model of a game with chance, for `algorithm="stochastic_muzero"`.
+
+    Args:
+      afterstate_fn: `(state, action [B]) -> (afterstate, chance_probs [B, C])`: the move
+        applied, chance not yet; the probabilities of the C outcomes there (rows sum to 1; a move
+        that involves no chance puts all on one outcome). Batched, jittable.
+      chance_step_fn: `(afterstate, outcome [B]) -> (next_state, reward [B], terminal [B],
+        legal_mask [B, A], same_player [B])`: the outcome applied. `reward` is the mover's
+        reward for the move; `same_player` says the mover is also to move in `next_state` (only
+        read in two-player games).
+      prediction_fn: `(params, state) -> (prior_logits [B, A], value [B])`, as for
+        `make_exact_recurrent_fn`.
+      two_player: discount -1 where the other player moves next, +1 where the mover moves again.
+      discount: the one-player discount per step.
+    Returns:
+      A `StochasticModel`. An afterstate's first value (before any of its outcomes is searched)
+      is that of one outcome drawn from the true probabilities: its reward plus its state's
+      discounted value, one network call; averaging all C (21 dice rolls) would cost C calls per
+      expanded move. As the search visits the outcomes, the chance node's value becomes their
+      probability-weighted mean.
+    """
+
+    def chance_transition(params, afterstate, outcome):
+        next_state, reward, terminal, legal_mask, same_player = chance_step_fn(afterstate, outcome)
+        prior_logits, value = prediction_fn(params, next_state)
+        chex.assert_rank(
+            [reward, terminal, legal_mask, same_player, prior_logits, value], [1, 1, 2, 1, 2, 1]
+        )
+        chex.assert_equal_shape([legal_mask, prior_logits])
+        legal_mask = legal_mask | terminal[:, None]  # a terminal node: a finite softmax
+        continuing = jnp.logical_not(terminal)
+        per_step = jnp.where(same_player, 1.0, -1.0) if two_player else discount
+        step_discount = jnp.where(continuing, per_step, 0.0).astype(value.dtype)
+        output = mctx.ChanceRecurrentFnOutput(
+            action_logits=mask_invalid_logits(prior_logits, jnp.logical_not(legal_mask)),
+            value=jnp.where(continuing, value, 0.0),
+            reward=reward.astype(value.dtype),
+            discount=step_discount,
+        )
+        return output, next_state
+
+    def decision_fn(params, rng_key, action, state):
+        afterstate, chance_probs = afterstate_fn(state, action)
+        chex.assert_rank(chance_probs, 2)
+        chance_logits = jnp.log(jnp.maximum(chance_probs, jnp.finfo(chance_probs.dtype).tiny))
+        # Impossible outcomes get the illegal logit: the search never expands them.
+        chance_logits = mask_invalid_logits(chance_logits, chance_probs <= 0)
+        drawn = jax.random.categorical(rng_key, chance_logits).astype(jnp.int32)  # [B]
+        sample, _ = chance_transition(params, afterstate, drawn)
+        output = mctx.DecisionRecurrentFnOutput(
+            chance_logits=chance_logits,
+            afterstate_value=sample.reward + sample.discount * sample.value,
+        )
+        return output, afterstate
+
+    def chance_fn(params, rng_key, outcome, afterstate):
+        del rng_key
+        return chance_transition(params, afterstate, outcome)
+
+    return StochasticModel(decision_fn, chance_fn)

@@ -1,6 +1,7 @@
 """`search.run`: one batched MCTS, the same as mctx's policies, plus interior masks and reuse.
 
-Two things are added on top of `mctx.muzero_policy` / `mctx.gumbel_muzero_policy`:
+Two things are added on top of `mctx.muzero_policy` / `mctx.gumbel_muzero_policy` /
+`mctx.stochastic_muzero_policy`:
 
 * **Illegal actions inside the tree.** mctx masks illegal actions only at the root
   (`invalid_actions`). Here an action is also never selected at an interior node when the model
@@ -17,6 +18,13 @@ Two things are added on top of `mctx.muzero_policy` / `mctx.gumbel_muzero_policy
 A fresh search (no tree) is `mctx.search` itself, given our masked selection functions. With no
 interior marks, `run` then consumes the key exactly as mctx's policies do and returns the same
 `action` and `action_weights` (tested against mctx).
+
+Stochastic MuZero (`algorithm="stochastic_muzero"`) takes its model as a `StochasticModel`: a
+decision function (state, action -> afterstate, with the afterstate's value and its chance
+outcomes' logits) and a chance function (afterstate, outcome -> state, as a `recurrent_fn`). The
+tree holds both kinds of node, each with A + C children as in mctx: decision nodes select by PUCT
+(masked as above), chance nodes by `prior / (visits + 1)`, so the visits of a chance node's
+outcomes follow their probabilities.
 """
 
 from __future__ import annotations
@@ -32,19 +40,41 @@ import mctx
 from search import _mctx_internals
 from search.config import SearchConfig
 
-__all__ = ["SearchOutput", "mask_invalid_logits", "run", "select_action"]
+__all__ = ["SearchOutput", "StochasticModel", "mask_invalid_logits", "run", "select_action"]
+
+
+class StochasticModel(NamedTuple):
+    """A model with chance outcomes: `run`'s `recurrent_fn` for algorithm "stochastic_muzero".
+
+    The two-player convention holds with afterstates in between: an afterstate's value is from
+    the view of the player who just moved (the edge into it has reward 0 and discount 1); the
+    edge from an afterstate to the next state carries that mover's reward and the discount: -1
+    when the other player moves next, +1 when the same player moves again (backgammon within a
+    turn), 0 after a terminal state. One-player models use their own discount there.
+    """
+
+    # (params, rng_key, action [B], state) -> (mctx.DecisionRecurrentFnOutput(chance_logits
+    # [B, C], afterstate_value [B]), afterstate)
+    decision_fn: mctx.DecisionRecurrentFn
+    # (params, rng_key, outcome [B], afterstate) -> (mctx.ChanceRecurrentFnOutput(action_logits
+    # [B, A], value [B], reward [B], discount [B]), state); illegal actions of the new state get
+    # `mask_invalid_logits`' logit, as with a plain `recurrent_fn`
+    chance_fn: mctx.ChanceRecurrentFn
 
 
 class SearchOutput(NamedTuple):
     """The result of `search.run` for a batch of B roots over A actions."""
 
     action: chex.Array  # [B] int32, the action to play
-    action_weights: chex.Array  # [B, A], the policy target: visit distribution (muzero) or
-    #                             Gumbel's improved policy softmax(prior + completed Q)
+    action_weights: chex.Array  # [B, A], the policy target: visit distribution (muzero,
+    #                             stochastic_muzero) or Gumbel's improved policy
+    #                             softmax(prior + completed Q)
     visit_counts: chex.Array  # [B, A], visits of each root child
     root_value: chex.Array  # [B], the search's value of the root, for the player to move
-    q_values: chex.Array  # [B, A], reward + discount * child value (0 for unvisited children)
+    q_values: chex.Array  # [B, A], reward + discount * child value (0 for unvisited children;
+    #                       stochastic_muzero: the afterstate's value)
     tree: mctx.Tree  # the whole tree: pass to `reuse_subtree` to continue from a child
+    #                  (stochastic_muzero: A + C children per node, decision and chance nodes)
 
 
 def mask_invalid_logits(logits: chex.Array, invalid_actions: chex.Array | None) -> chex.Array:
@@ -134,7 +164,7 @@ def run(
     params: Any,
     rng_key: chex.PRNGKey,
     root: mctx.RootFnOutput,
-    recurrent_fn: mctx.RecurrentFn,
+    recurrent_fn: mctx.RecurrentFn | StochasticModel,
     config: SearchConfig,
     *,
     invalid_actions: chex.Array | None = None,
@@ -150,14 +180,16 @@ def run(
       recurrent_fn: `(params, rng_key, action [B], embedding) -> (mctx.RecurrentFnOutput,
         next_embedding)`. To mark actions illegal inside the tree, give them `finfo.min` prior
         logits (`mask_invalid_logits`). For two-player zero-sum games use discount -1 between
-        plies and 0 after a terminal state (`make_exact_recurrent_fn` does this).
+        plies and 0 after a terminal state (`make_exact_recurrent_fn` does this). With
+        algorithm "stochastic_muzero", a `StochasticModel` instead.
       config: the search settings.
       invalid_actions: [B, A] bool/0-1, True where illegal at the root; None: all legal.
       tree: a tree to continue, from `reuse_subtree` (muzero algorithm only). Its root row must
         describe the same state as `root`; a row with no nodes starts fresh from `root`.
     Returns:
       `SearchOutput`. With `tree=None`, `action` and `action_weights` equal those of
-      `mctx.muzero_policy` / `mctx.gumbel_muzero_policy` given the same key and settings.
+      `mctx.muzero_policy` / `mctx.gumbel_muzero_policy` / `mctx.stochastic_muzero_policy`
+      given the same key and settings.
     """
     chex.assert_rank(root.prior_logits, 2)
     batch_size, num_actions = root.prior_logits.shape
@@ -166,6 +198,23 @@ def run(
         chex.assert_shape(invalid_actions, (batch_size, num_actions))
     qtransform = _make_qtransform(config)
     max_depth = config.max_depth or config.num_simulations
+    stochastic = config.algorithm == "stochastic_muzero"
+    if stochastic != isinstance(recurrent_fn, StochasticModel):
+        raise ValueError(
+            "search.run: algorithm 'stochastic_muzero' takes its model as a "
+            "search.StochasticModel (decision and chance functions), and only it does; got "
+            f"algorithm {config.algorithm!r} with a {type(recurrent_fn).__name__}"
+        )
+    if stochastic:
+        if tree is not None:
+            raise ValueError(
+                "search.run: tree= (subtree reuse) needs algorithm='muzero'; a stochastic "
+                "search's kept child would be an afterstate, not the position reached"
+            )
+        assert isinstance(recurrent_fn, StochasticModel)
+        return _stochastic_muzero(
+            params, rng_key, root, recurrent_fn, config, qtransform, invalid_actions, max_depth
+        )
     if config.algorithm == "gumbel_muzero":
         if tree is not None:
             raise ValueError(
@@ -262,6 +311,155 @@ def _gumbel_muzero(
         q_values=summary.qvalues,
         tree=search_tree,
     )
+
+
+def _stochastic_muzero(
+    params,
+    rng_key,
+    root: mctx.RootFnOutput,
+    model: StochasticModel,
+    config: SearchConfig,
+    qtransform,
+    invalid_actions,
+    max_depth: int,
+) -> SearchOutput:
+    """mctx.stochastic_muzero_policy, with illegal actions masked at interior decision nodes.
+
+    Three departures that leave the result unchanged: mctx calls the decision function once on
+    the roots only to learn C and the afterstate's structure (here `jax.eval_shape`, no
+    computation); where a state and an afterstate have the same structure (a learned model's
+    latents) each node keeps one embedding, not one of each (`_SharedEmbedding`: mctx's tree holds
+    both at every node, one of them never read, and writes and gathers both at every simulation);
+    and the simulations run in `_simulate_from`, without the per-level `lax.cond` between root and
+    interior selection (one selection here).
+    """
+    batch_size, num_actions = root.prior_logits.shape
+    # Key use mirrors mctx.stochastic_muzero_policy so that the search matches it exactly.
+    rng_key, dirichlet_key, search_key = jax.random.split(rng_key, 3)
+    noisy_logits = _dirichlet_noisy_logits(dirichlet_key, root.prior_logits, config)
+    prior_logits = mask_invalid_logits(noisy_logits, invalid_actions)  # [B, A]
+    dummy_action = jnp.zeros([batch_size], jnp.int32)
+    decision_shape, afterstate_shape = jax.eval_shape(
+        model.decision_fn, params, rng_key, dummy_action, root.embedding
+    )
+    num_chance = decision_shape.chance_logits.shape[-1]  # C
+    chance_padding = jnp.full([batch_size, num_chance], -jnp.inf, prior_logits.dtype)
+    is_decision = jnp.ones([batch_size], bool)
+    shared = _same_structure(root.embedding, afterstate_shape)
+    if shared:
+        embedding: Any = _SharedEmbedding(root.embedding, is_decision)
+        recurrent_fn = _shared_stochastic_recurrent_fn(model, num_actions, num_chance)
+    else:
+        embedding = _mctx_internals.StochasticRecurrentState(
+            state_embedding=root.embedding,
+            afterstate_embedding=jax.tree.map(
+                lambda x: jnp.zeros(x.shape, x.dtype), afterstate_shape
+            ),
+            is_decision_node=is_decision,
+        )
+        recurrent_fn = _mctx_internals.make_stochastic_recurrent_fn(
+            model.decision_fn, model.chance_fn, num_actions, num_chance
+        )
+    root = root.replace(
+        prior_logits=jnp.concatenate([prior_logits, chance_padding], axis=-1),  # [B, A + C]
+        embedding=embedding,
+    )
+    if invalid_actions is None:
+        invalid_actions = jnp.zeros([batch_size, num_actions], prior_logits.dtype)
+    # The root's mask over A + C children; only its first A (the decision part) is ever read.
+    root_invalid = jnp.concatenate(
+        [invalid_actions, jnp.zeros([batch_size, num_chance], invalid_actions.dtype)], axis=-1
+    )
+    decision_selection = functools.partial(
+        _puct_selection,
+        pb_c_init=config.pb_c_init,
+        pb_c_base=config.pb_c_base,
+        qtransform=qtransform,
+    )
+    selection_fn = _mctx_internals.make_stochastic_action_selection_fn(
+        decision_selection, num_actions
+    )
+    start = _mctx_internals.instantiate_tree_from_root(
+        root, config.num_simulations, root_invalid_actions=root_invalid, extra_data=None
+    )
+    search_tree = _simulate_from(
+        params, search_key, start, recurrent_fn, selection_fn, config.num_simulations, max_depth
+    )
+    summary = _mctx_internals.mask_tree(search_tree, num_actions, "decision").summary()
+    action = select_action(rng_key, summary.visit_probs, config.temperature)
+    return SearchOutput(
+        action=action,
+        action_weights=summary.visit_probs,
+        visit_counts=summary.visit_counts,
+        root_value=summary.value,
+        q_values=summary.qvalues,
+        tree=search_tree,
+    )
+
+
+class _SharedEmbedding(NamedTuple):
+    """A node's one embedding: a state at a decision node, an afterstate at a chance node.
+
+    mctx's selection reads only `is_decision_node` of a node's embedding; its recurrent wrapper
+    keeps a state and an afterstate at every node (`StochasticRecurrentState`).
+    """
+
+    embedding: Any  # [B, ...]
+    is_decision_node: chex.Array  # [B] bool
+
+
+def _same_structure(state: Any, afterstate_shape: Any) -> bool:
+    state_shape = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
+    same_tree: bool = jax.tree.structure(state_shape) == jax.tree.structure(afterstate_shape)  # type: ignore[operator]
+    return same_tree and all(
+        a.shape == b.shape and a.dtype == b.dtype
+        for a, b in zip(
+            jax.tree.leaves(state_shape), jax.tree.leaves(afterstate_shape), strict=True
+        )
+    )
+
+
+def _shared_stochastic_recurrent_fn(model: StochasticModel, num_actions: int, num_chance: int):
+    """mctx's `_make_stochastic_recurrent_fn` over `_SharedEmbedding`s: the same outputs.
+
+    As mctx, both functions run for every row (which one a row needs depends on its node) and
+    each row keeps one result; the other function reads the embedding of the other kind, and
+    its result is dropped, as mctx drops the result of the function it runs on a node's unused
+    slot.
+    """
+
+    def recurrent_fn(params, rng_key, action_or_chance, node: _SharedEmbedding):
+        batch_size = node.is_decision_node.shape[0]
+        decision, afterstate = model.decision_fn(params, rng_key, action_or_chance, node.embedding)
+        chance, state = model.chance_fn(
+            params, rng_key, action_or_chance - num_actions, node.embedding
+        )
+        if_decision = mctx.RecurrentFnOutput(
+            prior_logits=jnp.concatenate(
+                [jnp.full([batch_size, num_actions], -jnp.inf), decision.chance_logits], axis=-1
+            ),
+            value=decision.afterstate_value,
+            reward=jnp.zeros_like(decision.afterstate_value),
+            discount=jnp.ones_like(decision.afterstate_value),
+        )
+        if_chance = mctx.RecurrentFnOutput(
+            prior_logits=jnp.concatenate(
+                [chance.action_logits, jnp.full([batch_size, num_chance], -jnp.inf)], axis=-1
+            ),
+            value=chance.value,
+            reward=chance.reward,
+            discount=chance.discount,
+        )
+
+        def pick(at_decision, at_chance):
+            rows = node.is_decision_node.reshape((-1,) + (1,) * (at_decision.ndim - 1))
+            return jnp.where(rows, at_decision, at_chance)
+
+        output = jax.tree.map(pick, if_decision, if_chance)
+        embedding = jax.tree.map(pick, afterstate, state)
+        return output, _SharedEmbedding(embedding, jnp.logical_not(node.is_decision_node))
+
+    return recurrent_fn
 
 
 def _simulate_from(

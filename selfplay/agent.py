@@ -92,8 +92,11 @@ def make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
         )
     if config.learner.augment_symmetries:
         _check_symmetries(config, spec)
+    _check_chance(config, spec)
     if config.mode == "muzero":
         agent = _muzero_agent(config, spec, two_player)
+    elif config.mode == "stochastic_muzero":
+        agent = _stochastic_muzero_agent(config, spec, two_player)
     elif config.mode == "alphazero":
         agent = _alphazero_agent(config, spec, two_player)
     else:
@@ -143,13 +146,36 @@ def _compiles_with(options: tuple[tuple[str, str], ...]) -> bool:
     return True
 
 
+def _check_chance(config: ExperimentConfig, spec: EnvSpec) -> None:
+    """One line for a model that cannot describe the game: a deterministic search over a game
+    with chance, a chance search over one without, MuZero where the mover may move again."""
+    algorithm = config.search.algorithm
+    if config.mode == "alphazero" and spec.chance and algorithm != "stochastic_muzero":
+        raise UsageError(
+            f"search.algorithm={algorithm} searches deterministic moves, but {spec.name} has "
+            "chance between a move and the next position: set search.algorithm="
+            "stochastic_muzero (its chance nodes take the real outcomes)"
+        )
+    if config.mode == "alphazero" and not spec.chance and algorithm == "stochastic_muzero":
+        raise UsageError(
+            f"search.algorithm=stochastic_muzero: {spec.name} has no chance for its chance "
+            "nodes; use search.algorithm=muzero"
+        )
+    if config.mode == "muzero" and spec.num_players == 2 and not spec.alternating:
+        raise UsageError(
+            f"mode=muzero: its learned model takes turns ply by ply, but in {spec.name} the "
+            "mover may move again; use mode=stochastic_muzero (which learns who moves next) or "
+            "mode=alphazero"
+        )
+
+
 def _check_symmetries(config: ExperimentConfig, spec: EnvSpec) -> None:
     from selfplay.envs.symmetries import board_symmetries
 
-    if config.mode == "vtrace":
+    if config.mode in ("vtrace", "stochastic_muzero"):
         raise UsageError(
-            "learner.augment_symmetries is for the search agents (muzero, "
-            "alphazero): set it to false for V-trace"
+            "learner.augment_symmetries is for the search agents with a deterministic model "
+            f"(muzero, alphazero): set it to false for mode={config.mode}"
         )
     if board_symmetries(spec) is None:
         raise UsageError(
@@ -201,16 +227,7 @@ def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> 
     loss_fn = _augmented(
         muzero.make_muzero_loss(networks, loss), config, spec, muzero.augment_muzero_batch
     )
-
-    def act(params, key, observation, legal_mask, greedy, env_state=None):
-        del env_state
-        search_key, select_key = jax.random.split(key)
-        root = root_fn(params, observation)
-        out = search.run(
-            params, search_key, root, recurrent_fn, config.search, invalid_actions=~legal_mask
-        )
-        action = _select(select_key, out, config, legal_mask, greedy)
-        return ActOutput(action, out.action_weights, out.root_value, root.prior_logits)
+    act = _learned_model_act(config, root_fn, recurrent_fn)
 
     reanalyse_search = _reanalyse_search_config(config)
 
@@ -286,9 +303,104 @@ def _reads_context(config: ExperimentConfig) -> bool:
     )
 
 
-def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> Agent:
+def _learned_model_act(config: ExperimentConfig, root_fn, recurrent_fn):
+    """`act` of an agent searching a learned model (MuZero's, Stochastic MuZero's)."""
+
+    def act(params, key, observation, legal_mask, greedy, env_state=None):
+        del env_state
+        search_key, select_key = jax.random.split(key)
+        root = root_fn(params, observation)
+        out = search.run(
+            params, search_key, root, recurrent_fn, config.search, invalid_actions=~legal_mask
+        )
+        action = _select(select_key, out, config, legal_mask, greedy)
+        return ActOutput(action, out.action_weights, out.root_value, root.prior_logits)
+
+    return act
+
+
+def _stochastic_muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> Agent:
+    """Stochastic MuZero: MuZero's agent with a model of afterstates and chance codes
+    (`muzero.stochastic`); its chance encoder reads the observations of the K + 1 unrolled steps,
+    which every window keeps."""
+    networks = muzero.make_stochastic_networks(
+        config.network,
+        spec.observation_shape,
+        spec.num_actions,
+        config.stochastic.num_chance_codes,
+    )
+    model = muzero.make_stochastic_model(
+        networks, discount=config.loss.discount, two_player=two_player, alternating=spec.alternating
+    )
+    act = _learned_model_act(config, muzero.make_stochastic_root_fn(networks), model)
+    loss_fn = muzero.make_stochastic_loss(
+        networks, config.loss, config.stochastic, learn_turns=two_player and not spec.alternating
+    )
+
+    def make_batch(window, importance_weight, context):
+        del context  # reads none: the config refuses reanalyse with Stochastic MuZero
+        batch = muzero.stochastic_batch(
+            window,
+            importance_weight,
+            unroll_steps=config.loss.unroll_steps,
+            td_steps=config.loss.td_steps,
+            discount=config.loss.discount,
+            two_player=two_player,
+            alternating=spec.alternating,
+        )
+        priorities = muzero.value_priorities(window.search_value[0], batch.value_target[:, 0])
+        return batch, priorities
+
+    return _search_agent(
+        config,
+        networks.init,
+        act,
+        loss_fn,
+        make_batch,
+        window_length=config.loss.window_length,
+        uses_env_state=False,
+    )
+
+
+def _exact_model(config: ExperimentConfig, spec: EnvSpec, prediction_fn, two_player: bool):
+    """AlphaZero's model over pgx's rules: the search's `recurrent_fn`, or for a game with chance
+    the `search.StochasticModel` of its rules split at the chance event."""
+    if spec.chance:
+        from selfplay.envs import pgx_chance_rules
+
+        rules = pgx_chance_rules(spec.env_id)
+
+        def chance_step_fn(afterstate, outcome):
+            result = rules.chance_step(afterstate, outcome)
+            return (
+                result.state,
+                result.reward,
+                result.terminal,
+                result.legal_mask,
+                result.same_player,
+            )
+
+        return search.make_exact_stochastic_model(
+            rules.afterstate,
+            chance_step_fn,
+            prediction_fn,
+            two_player=two_player,
+            discount=config.loss.discount,
+        )
     from selfplay.envs import pgx_exact_step
 
+    exact_step = pgx_exact_step(spec.env_id)
+
+    def step_fn(state, action):  # search.StepFn over the real rules
+        result = exact_step(state, action)
+        return result.state, result.reward, result.terminal, result.legal_mask
+
+    return search.make_exact_recurrent_fn(
+        step_fn, prediction_fn, two_player=two_player, discount=config.loss.discount
+    )
+
+
+def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> Agent:
     networks = muzero.make_alphazero_networks(
         config.network, spec.observation_shape, spec.num_actions
     )
@@ -298,19 +410,12 @@ def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) 
         spec,
         muzero.augment_alphazero_batch,
     )
-    exact_step = pgx_exact_step(spec.env_id)
-
-    def step_fn(state, action):  # search.StepFn over the real rules
-        result = exact_step(state, action)
-        return result.state, result.reward, result.terminal, result.legal_mask
 
     def prediction_fn(params, state):
         logits, value_logits = networks.predict(params, state.observation.astype(jnp.float32))
         return logits, networks.value_transform.decode_logits(value_logits)
 
-    recurrent_fn = search.make_exact_recurrent_fn(
-        step_fn, prediction_fn, two_player=two_player, discount=config.loss.discount
-    )
+    recurrent_fn = _exact_model(config, spec, prediction_fn, two_player)
 
     def act(params, key, observation, legal_mask, greedy, env_state):
         del observation
@@ -352,6 +457,7 @@ def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) 
             two_player=two_player,
             bootstrap_value=fresh.bootstrap_value,
             window_td_steps=fresh.window_td_steps,
+            alternating=spec.alternating,
         )
         return batch, muzero.value_priorities(window.search_value[0], batch.value_target)
 

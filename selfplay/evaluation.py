@@ -48,6 +48,8 @@ __all__ = [
 Policy = Callable[[Sequence[pyspiel.State]], Sequence[int]]
 
 _TIC_TAC_TOE = ("openspiel:tic_tac_toe", "pgx:tic_tac_toe")
+# pgx games with chance, played from OpenSpiel states translated position by position.
+_CHANCE_GAMES = ("2048", "backgammon")
 
 
 def greedy_config(config: ExperimentConfig, num_simulations: int | None = None) -> ExperimentConfig:
@@ -139,7 +141,9 @@ class BoardActor:
     The agent sees what it trained on: a run on OpenSpiel (MuZero, V-trace) the adapter's
     observations and legal masks (`OpenSpielEnv.observe`); a run on pgx (AlphaZero, whose search
     steps the real rules) pgx states rebuilt by replaying each state's moves (`pgx_replay`; the
-    action ids of tic_tac_toe and connect_four are OpenSpiel's), and their observations. The
+    action ids of tic_tac_toe and connect_four are OpenSpiel's), and their observations; a run on
+    pgx's games with chance (2048, backgammon) pgx states translated from each OpenSpiel position
+    (`selfplay.envs.pgx_openspiel`), whose actions are pgx's (the caller translates them). The
     batch is padded to `rows` by repeating the first state (a valid input; its results are
     dropped), so that callers using few batch sizes compile few shapes.
     """
@@ -155,6 +159,8 @@ class BoardActor:
             from selfplay.envs.openspiel import OpenSpielEnv
 
             self._observer = OpenSpielEnv(game_name, 1, **config.env.options)
+        elif self._family == "pgx" and game_name in _CHANCE_GAMES:
+            self._translate = game_name
         elif self._family == "pgx":
             self._replay = _pgx_replay(game_name)
         else:
@@ -185,6 +191,12 @@ class BoardActor:
             observation, legal_mask, _ = self._observer.observe(states)  # [N, ...], [N, A]
             env_state = None
             observation, legal_mask = _pad_rows(observation, rows), _pad_rows(legal_mask, rows)
+        elif hasattr(self, "_translate"):
+            from selfplay.envs.pgx_openspiel import pgx_states_from_openspiel
+
+            padded = list(states) + [states[0]] * (rows - count)
+            env_state = pgx_states_from_openspiel(self._translate, padded)
+            return self.act_on(params, key, env_state, env_state.legal_action_mask, count, greedy)
         else:
             max_length = states[0].get_game().max_game_length()
             moves = np.zeros((count, max_length), np.int32)  # [N, L] each game's moves so far
@@ -199,6 +211,18 @@ class BoardActor:
         out = self.agent.act(params, key, observation, legal_mask, np.full(rows, greedy), env_state)
         out, legal_mask = jax.device_get((out, legal_mask))
         return jax.tree.map(lambda x: x[:count], out), legal_mask[:count]
+
+    def act_on(
+        self, params: Any, key: jax.Array, env_state: Any, legal_mask: Any, count: int, greedy: bool
+    ) -> tuple[ActOutput, np.ndarray]:
+        """One `agent.act` on batched pgx states (already padded) with the given legal moves
+        [rows, A]; the first `count` rows' results. For a caller that restricts the moves (the
+        arena's backgammon, whose OpenSpiel moves are several pgx moves) or steps the states."""
+        rows = int(legal_mask.shape[0])
+        observation = env_state.observation.astype(jnp.float32)  # [rows, ...]
+        out = self.agent.act(params, key, observation, legal_mask, np.full(rows, greedy), env_state)
+        out, legal_mask = jax.device_get((out, legal_mask))
+        return jax.tree.map(lambda x: x[:count], out), np.asarray(legal_mask)[:count]
 
 
 def _most_visited(visits: np.ndarray, prior_logits: np.ndarray, legal: np.ndarray) -> np.ndarray:

@@ -100,7 +100,8 @@ class SebulbaRuntime(ReplicatedState):
         self.stats = ActorStats()
         self.timer = StageTimer()
         self.prefetch = config.learner.prefetch
-        # Reanalyse: each batch is built on the device its fresh searches run on, with copies of the newest (and the target) parameters published there.
+        # Reanalyse: each batch is built on the device its fresh searches run on, with copies of
+        # the newest (and the target) parameters published there.
         self.build_device = None
         self.context_server = None
         if self.agent.reads_context:

@@ -46,6 +46,57 @@ def random_model(key, batch_size: int, num_actions: int, latent_size: int = 8):
     return params, root, recurrent_fn
 
 
+def random_stochastic_model(
+    key, batch_size: int, num_actions: int, num_chance: int, latent_size: int = 8
+):
+    """A random learned model with chance: (params, root, search.StochasticModel).
+
+    States and afterstates are latent vectors moved by action- and outcome-dependent linear
+    maps; chance logits, values, rewards and priors are linear read-outs. Rows never interact.
+    """
+    import search  # the fakes module serves tests of every package; search only here
+
+    keys = jax.random.split(key, 9)
+    params = {
+        "afterstate": jax.random.normal(keys[0], (num_actions, latent_size, latent_size)) * 0.5,
+        "chance": jax.random.normal(keys[1], (num_chance, latent_size, latent_size)) * 0.5,
+        "policy": jax.random.normal(keys[2], (latent_size, num_actions)),
+        "value": jax.random.normal(keys[3], (latent_size,)),
+        "reward": jax.random.normal(keys[4], (latent_size,)),
+        "chance_logits": jax.random.normal(keys[5], (latent_size, num_chance)),
+        "afterstate_value": jax.random.normal(keys[6], (latent_size,)),
+    }
+    latent = jax.random.normal(keys[7], (batch_size, latent_size))
+
+    def predict(params, latent):
+        return latent @ params["policy"], jnp.tanh(latent @ params["value"])
+
+    def decision_fn(params, rng_key, action, latent):
+        del rng_key
+        afterstate = jnp.tanh(jnp.einsum("bi,bij->bj", latent, params["afterstate"][action]))
+        output = mctx.DecisionRecurrentFnOutput(
+            chance_logits=afterstate @ params["chance_logits"],
+            afterstate_value=jnp.tanh(afterstate @ params["afterstate_value"]),
+        )
+        return output, afterstate
+
+    def chance_fn(params, rng_key, outcome, afterstate):
+        del rng_key
+        next_latent = jnp.tanh(jnp.einsum("bi,bij->bj", afterstate, params["chance"][outcome]))
+        prior_logits, value = predict(params, next_latent)
+        output = mctx.ChanceRecurrentFnOutput(
+            action_logits=prior_logits,
+            value=value,
+            reward=jnp.tanh(next_latent @ params["reward"]),
+            discount=jnp.full((latent.shape[0],), -1.0),
+        )
+        return output, next_latent
+
+    prior_logits, value = predict(params, latent)
+    root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=latent)
+    return params, root, search.StochasticModel(decision_fn, chance_fn)
+
+
 # --- tic-tac-toe: the real rules (pgx) as an exact model, and an exact minimax solver ----------
 
 import functools  # noqa: E402

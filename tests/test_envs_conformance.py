@@ -18,7 +18,7 @@ class Case(NamedTuple):
     lengths: tuple[int, int]  # inclusive range of plausible episode lengths
     returns: frozenset[float] | None  # every possible episode return, None if not a small set
     fresh: str  # how to recognise a new episode's first observation: "reset", "cartpole",
-    #   "breakout", "none"
+    #   "breakout", "2048" (two tiles), "backgammon" (the starting checkers), "none"
 
     @property
     def id(self) -> str:
@@ -27,6 +27,8 @@ class Case(NamedTuple):
 
 
 WIN_DRAW_LOSS = frozenset({-1.0, 0.0, 1.0})
+# pgx scores a backgammon win 1, a gammon 2, a backgammon 3; OpenSpiel's default scores 1.
+BACKGAMMON_SCORES = frozenset({-3.0, -2.0, -1.0, 1.0, 2.0, 3.0})
 CASES = [
     Case("openspiel:tic_tac_toe", 8, 100, {}, 60, (5, 9), WIN_DRAW_LOSS, "reset"),
     Case("openspiel:connect_four", 8, 120, {}, 25, (7, 42), WIN_DRAW_LOSS, "reset"),
@@ -37,6 +39,11 @@ CASES = [
     Case("gymnax:CartPole-v1", 8, 150, {}, 30, (8, 500), None, "cartpole"),
     # The ball starts 6 rows above the paddle's row: no episode is shorter than 6 steps.
     Case("gymnax:Breakout-MinAtar", 4, 60, {}, 10, (6, 1000), None, "breakout"),
+    # Games with chance: the adapters draw the tiles and dice themselves.
+    Case("pgx:2048", 8, 400, {}, 10, (20, 2000), None, "2048"),
+    Case("pgx:backgammon", 8, 800, {}, 10, (40, 3000), BACKGAMMON_SCORES, "backgammon"),
+    Case("openspiel:2048", 8, 300, {}, 8, (20, 2000), None, "2048"),
+    Case("openspiel:backgammon", 8, 300, {}, 8, (30, 1500), WIN_DRAW_LOSS, "backgammon"),
     # A short time limit so that Atari episodes end (by truncation) within a fast test.
     Case("envpool:Pong-v5", 2, 70, {"max_episode_steps": 30}, 4, (30, 30), None, "none"),
 ]
@@ -156,6 +163,21 @@ def test_auto_reset_gives_the_new_episode_in_the_same_step(rollout):
             assert ts.legal_mask[done].all()
         elif case.fresh == "cartpole":  # CartPole starts uniformly within +-0.05
             assert (np.abs(ts.observation[done]) <= 0.05).all()
+        elif case.fresh == "2048" and done.any():  # two tiles, each a 2 or a 4
+            tiles = ts.observation[done].reshape(int(done.sum()), -1)
+            if rollout.env.spec.family == "pgx":  # one-hot planes of log2(tile): 1 or 2
+                planes = ts.observation[done].reshape(int(done.sum()), 16, -1)
+                assert (planes[:, :, 1:3].sum(axis=(1, 2)) == 2).all()
+                assert (planes[:, :, 3:].sum(axis=(1, 2)) == 0).all()
+            else:  # OpenSpiel: the tiles' values
+                assert ((tiles > 0).sum(axis=1) == 2).all() and np.isin(tiles, [0, 2, 4]).all()
+        elif case.fresh == "backgammon":  # every checker on its starting point, none off
+            # pgx: the mover's view (its board's 28 entries); OpenSpiel: x's then o's points
+            # (192 entries), either player to start: one of the boards the resets began with.
+            board = slice(0, 28) if rollout.env.spec.family == "pgx" else slice(0, 192)
+            boards = {tuple(row[board]) for row in rollout.first.observation}
+            assert len(boards) <= 2
+            assert all(tuple(row[board]) in boards for row in ts.observation[done])
         elif case.fresh == "breakout":  # planes paddle, ball, trail, bricks: a full wall of bricks
             paddle, bricks = ts.observation[done, ..., 0], ts.observation[done, ..., 3]
             assert (paddle.sum(axis=(1, 2)) == 1).all() and (paddle[:, 9, 4] == 1).all()
@@ -167,18 +189,22 @@ def test_two_player_rewards_go_to_the_mover_who_wins(rollout):
     spec = rollout.env.spec
     if spec.num_players != 2:
         pytest.skip("one-player env")
-    wins = 0
+    wins = same_player = 0
     for before, _, ts in _each_transition(rollout):
-        # In tic-tac-toe and connect four only the mover's own move can end the game with a line.
+        # In these games only the mover's own move can end the game, with a line, or by bearing
+        # off the last checker (worth 1, 2 or 3 in pgx's backgammon).
         assert (ts.reward[~ts.done] == 0).all()
-        assert np.isin(ts.reward[ts.done], [0.0, 1.0]).all()
-        won = ts.reward == 1.0
+        assert np.isin(ts.reward[ts.done], [0.0, 1.0, 2.0, 3.0]).all()
+        won = ts.reward > 0
         wins += won.sum()
-        expected = np.where(before.to_play == 0, 1.0, -1.0)
+        expected = np.where(before.to_play == 0, ts.reward, -ts.reward)
         np.testing.assert_array_equal(ts.episode_return[won], expected[won])
-        # Players alternate within an episode.
-        np.testing.assert_array_equal(ts.to_play[~ts.done], 1 - before.to_play[~ts.done])
+        same_player += (ts.to_play == before.to_play)[~ts.done].sum()
+        if spec.alternating:  # players alternate within an episode
+            np.testing.assert_array_equal(ts.to_play[~ts.done], 1 - before.to_play[~ts.done])
     assert wins > 0
+    # Backgammon: the mover moves again within a turn (pgx: one move per die; OpenSpiel: doubles).
+    assert spec.alternating or same_player > 0
 
 
 def test_time_limit_truncates(rollout):
@@ -213,7 +239,13 @@ def test_illegal_or_malformed_actions_raise(rollout):
         env.step(np.zeros(env.num_envs + 1, np.int32))
     with pytest.raises(ValueError, match="must be in"):
         env.step(np.full(env.num_envs, env.spec.num_actions, np.int32))
-    if env.spec.num_players == 2:
+    if env.spec.chance:  # an action illegal somewhere, in the env where it is
+        env_index, action = np.argwhere(~ts.legal_mask)[0]
+        actions = np.argmax(ts.legal_mask, axis=1).astype(np.int32)
+        actions[env_index] = action
+        with pytest.raises(ValueError, match="illegal"):
+            env.step(actions)
+    elif env.spec.num_players == 2:
         # Take cell/column 0 in every env, then 0 again where it is no longer legal.
         ts = env.step(np.zeros(env.num_envs, np.int32))
         if not ts.legal_mask[:, 0].all():
@@ -233,7 +265,7 @@ def test_illegal_or_malformed_actions_raise(rollout):
         ("connect_four", "expected '<family>:<id>'"),
         ("gym:CartPole-v1", "family one of openspiel, pgx, envpool, gymnax"),
         ("openspiel:tic_tac_to", "did you mean tic_tac_toe"),
-        ("openspiel:backgammon", "chance nodes"),
+        ("openspiel:leduc_poker", "imperfect information"),
         ("openspiel:kuhn_poker", "imperfect information"),
         ("openspiel:goofspiel", "simultaneous moves"),
         ("openspiel:go(board_siz=9)", "Unknown parameter 'board_siz'"),

@@ -24,13 +24,30 @@ def _random_invalid(key, batch_size, num_actions=NUM_ACTIONS):
     return invalid.at[jnp.arange(batch_size), jnp.arange(batch_size) % num_actions].set(False)
 
 
+NUM_CHANCE = 4
+
+
+def _model(algorithm, key, batch_size):
+    """(params, root, recurrent_fn): a random learned model, with chance for stochastic_muzero."""
+    if algorithm == "stochastic_muzero":
+        return fakes.random_stochastic_model(key, batch_size, NUM_ACTIONS, NUM_CHANCE)
+    return fakes.random_model(key, batch_size, NUM_ACTIONS)
+
+
 @pytest.mark.parametrize(
-    "algorithm, batch_size", [("muzero", 1), ("muzero", 5), ("muzero", 32), ("gumbel_muzero", 7)]
+    "algorithm, batch_size",
+    [
+        ("muzero", 1),
+        ("muzero", 5),
+        ("muzero", 32),
+        ("gumbel_muzero", 7),
+        ("stochastic_muzero", 1),
+        ("stochastic_muzero", 5),
+        ("stochastic_muzero", 32),
+    ],
 )
 def test_equal_to_mctx_without_tree(algorithm, batch_size):
-    params, root, recurrent_fn = fakes.random_model(
-        jax.random.PRNGKey(batch_size), batch_size, NUM_ACTIONS
-    )
+    params, root, recurrent_fn = _model(algorithm, jax.random.PRNGKey(batch_size), batch_size)
     invalid = _random_invalid(jax.random.PRNGKey(1), batch_size)
     config = search.SearchConfig(
         algorithm=algorithm, num_simulations=12, max_num_considered_actions=4, temperature=0.7
@@ -42,6 +59,19 @@ def test_equal_to_mctx_without_tree(algorithm, batch_size):
         reference_fn = jax.jit(
             lambda key: mctx.muzero_policy(
                 params, key, root, recurrent_fn, 12, invalid_actions=invalid, temperature=0.7
+            )
+        )
+    elif algorithm == "stochastic_muzero":
+        reference_fn = jax.jit(
+            lambda key: mctx.stochastic_muzero_policy(
+                params,
+                key,
+                root,
+                recurrent_fn.decision_fn,
+                recurrent_fn.chance_fn,
+                12,
+                invalid_actions=invalid,
+                temperature=0.7,
             )
         )
     else:
@@ -60,7 +90,22 @@ def test_equal_to_mctx_without_tree(algorithm, batch_size):
         key = jax.random.PRNGKey(seed)
         ours, reference = ours_fn(key), reference_fn(key)
         np.testing.assert_array_equal(ours.action, reference.action)
-        summary = reference.search_tree.summary()
+        reference_tree = reference.search_tree
+        if algorithm == "stochastic_muzero":  # the root's statistics: its decision children
+            reference_tree = reference_tree.replace(
+                **{
+                    name: getattr(reference_tree, name)[..., :NUM_ACTIONS]
+                    for name in (
+                        "children_index",
+                        "children_prior_logits",
+                        "children_visits",
+                        "children_rewards",
+                        "children_discounts",
+                        "children_values",
+                    )
+                }
+            )
+        summary = reference_tree.summary()
         np.testing.assert_array_equal(ours.visit_counts, summary.visit_counts)
         # Separately compiled programs may differ in the last bit of float sums.
         np.testing.assert_allclose(
@@ -70,9 +115,10 @@ def test_equal_to_mctx_without_tree(algorithm, batch_size):
         np.testing.assert_allclose(ours.q_values, summary.qvalues, rtol=1e-5, atol=1e-6)
 
 
-def test_jit_and_no_jit_agree():
-    params, root, recurrent_fn = fakes.random_model(jax.random.PRNGKey(0), 4, NUM_ACTIONS)
-    config = search.SearchConfig(num_simulations=6)
+@pytest.mark.parametrize("algorithm", ["muzero", "stochastic_muzero"])
+def test_jit_and_no_jit_agree(algorithm):
+    params, root, recurrent_fn = _model(algorithm, jax.random.PRNGKey(0), 4)
+    config = search.SearchConfig(algorithm=algorithm, num_simulations=6)
     invalid = _random_invalid(jax.random.PRNGKey(2), 4)
     run = functools.partial(
         search.run, recurrent_fn=recurrent_fn, config=config, invalid_actions=invalid
@@ -84,11 +130,11 @@ def test_jit_and_no_jit_agree():
     np.testing.assert_allclose(eager.root_value, jitted.root_value, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("algorithm", ["muzero", "gumbel_muzero"])
+@pytest.mark.parametrize("algorithm", ["muzero", "gumbel_muzero", "stochastic_muzero"])
 def test_batch_rows_do_not_interact(algorithm):
     """Changing every other row (model state and mask) leaves row 0's search unchanged."""
     batch_size = 6
-    params, root, recurrent_fn = fakes.random_model(jax.random.PRNGKey(0), batch_size, NUM_ACTIONS)
+    params, root, recurrent_fn = _model(algorithm, jax.random.PRNGKey(0), batch_size)
     invalid = _random_invalid(jax.random.PRNGKey(1), batch_size)
     config = search.SearchConfig(algorithm=algorithm, num_simulations=10)
     other_root = jax.tree.map(lambda x: x.at[1:].set(-x[1:] * 3.0), root)
@@ -141,29 +187,72 @@ def _tempting_masked_model(batch_size, num_actions):
     return root, recurrent_fn, illegal_for_rows(rows)
 
 
+def _with_chance(recurrent_fn, num_chance=3):
+    """A `search.StochasticModel` around a plain model: the move's afterstate is (state, action),
+    its uniform chance outcomes all lead where `recurrent_fn` leads, its value is that step's."""
+
+    def decision_fn(params, rng_key, action, embedding):
+        output, _ = recurrent_fn(params, rng_key, action, embedding)
+        chance_logits = jnp.zeros(action.shape + (num_chance,))
+        value = output.reward + output.discount * output.value
+        output = mctx.DecisionRecurrentFnOutput(chance_logits=chance_logits, afterstate_value=value)
+        return output, (embedding, action)
+
+    def chance_fn(params, rng_key, outcome, afterstate):
+        del outcome
+        output, next_embedding = recurrent_fn(params, rng_key, afterstate[1], afterstate[0])
+        return (
+            mctx.ChanceRecurrentFnOutput(
+                action_logits=output.prior_logits,
+                value=output.value,
+                reward=output.reward,
+                discount=output.discount,
+            ),
+            next_embedding,
+        )
+
+    return search.StochasticModel(decision_fn, chance_fn)
+
+
 @pytest.mark.parametrize(
     "algorithm, qtransform",
     [
         ("muzero", "by_min_max"),
         ("muzero", "by_parent_and_siblings"),
         ("gumbel_muzero", "completed_by_mix_value"),
+        ("stochastic_muzero", "by_min_max"),
     ],
 )
 def test_illegal_actions_never_chosen_at_root_or_inside(algorithm, qtransform):
     batch_size, num_actions = 5, 6
     root, recurrent_fn, illegal = _tempting_masked_model(batch_size, num_actions)
+    if algorithm == "stochastic_muzero":
+        recurrent_fn = _with_chance(recurrent_fn)
     config = search.SearchConfig(algorithm=algorithm, num_simulations=40, qtransform=qtransform)
     out = jax.jit(functools.partial(search.run, recurrent_fn=recurrent_fn, config=config))(
         (), jax.random.PRNGKey(0), root, invalid_actions=illegal
     )
     tree = out.tree
-    expanded = tree.children_index != mctx.Tree.UNVISITED  # [B, N, A]
     exists = tree.node_visits > 0  # [B, N]
+    if algorithm == "stochastic_muzero":  # decision nodes only, and their A action children
+        exists = exists & tree.embeddings.is_decision_node
+        tree = tree.replace(children_index=tree.children_index[..., :num_actions])
+    expanded = tree.children_index != mctx.Tree.UNVISITED  # [B, N, A]
     assert not np.any(np.asarray(expanded & illegal[:, None, :] & exists[:, :, None]))
     assert not np.any(np.asarray(out.visit_counts)[np.asarray(illegal)])
     assert not np.any(np.asarray(illegal)[np.arange(batch_size), np.asarray(out.action)])
     # The search went below the root, so the interior mask was exercised.
     assert int(jnp.max(jnp.sum(exists, axis=1))) > num_actions
+
+
+def test_stochastic_search_needs_a_stochastic_model():
+    params, root, recurrent_fn = fakes.random_model(jax.random.PRNGKey(0), 2, NUM_ACTIONS)
+    _, _, model = fakes.random_stochastic_model(jax.random.PRNGKey(0), 2, NUM_ACTIONS, NUM_CHANCE)
+    stochastic = search.SearchConfig(algorithm="stochastic_muzero", num_simulations=4)
+    with pytest.raises(ValueError, match="StochasticModel"):
+        search.run(params, jax.random.PRNGKey(0), root, recurrent_fn, stochastic)
+    with pytest.raises(ValueError, match="StochasticModel"):
+        search.run(params, jax.random.PRNGKey(0), root, model, search.SearchConfig())
 
 
 def test_mctx_alone_selects_illegal_interior_actions():

@@ -73,6 +73,14 @@ class EnvSpec:
     discount: float  # the env's own per-step discount of future rewards (1.0 for all supported)
     deterministic: bool  # next state is a function of (state, action): an exact model may search
     max_episode_steps: int | None  # a time limit that truncates episodes, None if none
+    # Two-player games: the player to move changes after every move. False where the mover may
+    # move again (backgammon's moves within a turn): the value targets and a search then take
+    # the sign between two states from who is to move in them, not from the ply's parity.
+    alternating: bool = True
+    # The game has chance events (dice, tile spawns) between a move and the next state, which a
+    # model must represent: an exact model splits the rules there (pgx's 2048 and backgammon),
+    # a learned one needs Stochastic MuZero's afterstates and chance codes.
+    chance: bool = False
 
     @property
     def env_id(self) -> str:

@@ -1,4 +1,4 @@
-"""OpenSpiel adapter: any deterministic perfect-information game by its name, batched on the host.
+"""OpenSpiel adapter: any perfect-information game by its name, batched on the host.
 
 Observations are the game's `observation_tensor` for the player to move, written through
 OpenSpiel's numpy observer (no Python list per step). A game whose tensor is `[C, H, W]` board
@@ -6,6 +6,12 @@ planes is returned channels-last `[H, W, C]`; any other shape is flattened to a 
 two-player games one more plane (or element) holding the player to move (0.0 or 1.0) is appended,
 because many OpenSpiel games (tic_tac_toe, connect_four) encode the board the same way for both
 players and a value network must know whose turn it is; pass `to_play_plane=False` to omit it.
+
+Games with chance (backgammon's dice, 2048's tiles, pig's die) are accepted: the adapter draws each
+chance outcome from the game's own distribution with its seeded generator, right after the move
+that leads to it, so every returned state has a player to move; the mover's reward is read before
+chance acts. In two-player games with chance the mover may move again (backgammon's doubles,
+pig), so `spec.alternating` is False there.
 
 An illegal action raises ValueError before any env is touched. The live `pyspiel.State` of each
 env is `OpenSpielEnv.states` (read it, clone it; do not apply actions to it).
@@ -30,8 +36,8 @@ __all__ = ["OpenSpielEnv", "load_openspiel_game"]
 def load_openspiel_game(game_string: str) -> pyspiel.Game:
     """Loads `game_string` (e.g. "go(board_size=9)") or raises UsageError saying why it is refused.
 
-    Accepted: sequential, deterministic, perfect-information games with one player, or two
-    players and zero-sum utility, that provide an observation tensor.
+    Accepted: sequential, perfect-information games (with chance or without) with one player, or
+    two players and zero-sum utility, that provide an observation tensor.
     """
     short = game_string.split("(", 1)[0].strip()
     names = pyspiel.registered_names()
@@ -51,8 +57,8 @@ def load_openspiel_game(game_string: str) -> pyspiel.Game:
     why = []
     if gtype.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
         why.append("simultaneous moves")
-    if gtype.chance_mode != pyspiel.GameType.ChanceMode.DETERMINISTIC:
-        why.append("chance nodes (dice, cards)")
+    if gtype.chance_mode == pyspiel.GameType.ChanceMode.SAMPLED_STOCHASTIC:
+        why.append("sampled chance (no outcome distribution to draw from)")
     if gtype.information != pyspiel.GameType.Information.PERFECT_INFORMATION:
         why.append("imperfect information")
     if game.num_players() > 2:
@@ -64,8 +70,8 @@ def load_openspiel_game(game_string: str) -> pyspiel.Game:
     if why:
         raise UsageError(
             f"OpenSpiel game {game_string!r} is not supported: it has {' and '.join(why)}; "
-            "supported are sequential, deterministic, perfect-information games with one player "
-            "or two zero-sum players"
+            "supported are sequential, perfect-information games (chance allowed) with one "
+            "player or two zero-sum players"
         )
     return game
 
@@ -90,8 +96,10 @@ class OpenSpielEnv(SyncSendRecv):
         self.game = load_openspiel_game(game_string)
         self.num_envs = num_envs
         self.batch_size = num_envs
-        self._seed = seed  # unused: the accepted games are deterministic
+        self._seed = seed
+        self._rng = np.random.default_rng(seed)  # draws the chance outcomes
         self._num_players = self.game.num_players()
+        chance = self.game.get_type().chance_mode != pyspiel.GameType.ChanceMode.DETERMINISTIC
         self._add_plane = to_play_plane and self._num_players == 2
         self._max_steps = max_episode_steps
         self._num_actions = self.game.num_distinct_actions()
@@ -114,8 +122,10 @@ class OpenSpielEnv(SyncSendRecv):
             num_players=self._num_players,
             two_player_zero_sum=self._num_players == 2,
             discount=1.0,
-            deterministic=True,
+            deterministic=not chance,
             max_episode_steps=max_episode_steps,
+            alternating=not (chance and self._num_players == 2),
+            chance=chance,
         )
         self._states: list[pyspiel.State] = []
         self._reset_stats()
@@ -166,10 +176,21 @@ class OpenSpielEnv(SyncSendRecv):
             obs[..., -1] = to_play.reshape((n,) + (1,) * (obs.ndim - 2)).astype(np.float32)
         return obs
 
+    def _resolve_chance(self, state: pyspiel.State) -> pyspiel.State:
+        """Applies chance outcomes, drawn from their distribution, until a player is to move."""
+        while state.is_chance_node():
+            outcomes, probs = zip(*state.chance_outcomes(), strict=True)
+            state.apply_action(int(self._rng.choice(outcomes, p=np.asarray(probs))))
+        return state
+
+    def _new_game(self) -> pyspiel.State:
+        return self._resolve_chance(self.game.new_initial_state())
+
     def reset(self, seed: int = 0) -> TimeStep:
-        """Starts a new game in every env. `seed` is unused: the games are deterministic."""
+        """Starts a new game in every env; `seed` seeds the chance outcomes (if any)."""
         self._seed = seed
-        self._states = [self.game.new_initial_state() for _ in range(self.num_envs)]
+        self._rng = np.random.default_rng(seed)
+        self._states = [self._new_game() for _ in range(self.num_envs)]
         self._reset_stats()
         self._pending = None
         obs, mask, to_play = self.observe(self._states)
@@ -205,9 +226,10 @@ class OpenSpielEnv(SyncSendRecv):
         mover_rewards, player0_rewards, terminal = [], [], []
         for state, action, mover in zip(states, actions.tolist(), self._to_play, strict=True):
             state.apply_action(action)
-            rewards = state.rewards()
+            rewards = state.rewards()  # before chance acts (2048 repeats it after its tile)
             mover_rewards.append(rewards[mover])
             player0_rewards.append(rewards[0])
+            self._resolve_chance(state)
             terminal.append(state.is_terminal())
         reward = np.array(mover_rewards, np.float32)
         self._returns0 += np.array(player0_rewards, np.float32)
@@ -222,7 +244,7 @@ class OpenSpielEnv(SyncSendRecv):
         self._returns0[done] = 0.0
         self._lengths[done] = 0
         for i in np.flatnonzero(done).tolist():
-            states[i] = self.game.new_initial_state()
+            states[i] = self._new_game()
         obs, mask, to_play = self.observe(states)
         self._mask, self._to_play = mask, to_play.tolist()
         return TimeStep(

@@ -6,6 +6,10 @@ Three ways in, from the most to the least pure:
   `PgxEnvState` pytree, for a fully jitted (Anakin) loop.
 - `pgx_exact_step(env_id)`: the batched rules without auto-reset, `(state, action) -> ExactStep`,
   for a search that steps the real game inside jit (AlphaZero's exact model).
+- `pgx_chance_rules(env_id)`: the same for the games with chance (`2048`, `backgammon`), split
+  at the chance event: `afterstate(state, action)` (the move, and the probabilities of the
+  chance outcomes that follow it) and `chance_step(afterstate, outcome)`, for AlphaZero's exact
+  model of a game with chance (`search.make_exact_stochastic_model`).
 - `PgxEnv`: the host-side `BatchedEnv` (numpy `step`) plus `step_device` (JAX arrays, no transfer)
   and `.state` (the batched pgx State on device).
 
@@ -33,11 +37,15 @@ from configs.errors import UsageError
 from selfplay.envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions
 
 __all__ = [
+    "ChanceRules",
+    "ChanceStep",
+    "PgxAfterstate",
     "ExactStep",
     "PgxEnv",
     "PgxEnvState",
     "PgxFunctions",
     "make_pgx_game",
+    "pgx_chance_rules",
     "pgx_exact_step",
     "pgx_functions",
 ]
@@ -48,6 +56,10 @@ _DETERMINISTIC = frozenset({
     "othello", "shogi", "tic_tac_toe",
 })  # fmt: skip
 _IMPERFECT = frozenset({"kuhn_poker", "leduc_holdem", "sparrow_mahjong", "bridge_bidding"})
+# Games with chance whose rules `pgx_chance_rules` splits at the chance event.
+_CHANCE = frozenset({"2048", "backgammon"})
+# Two-player games whose mover may move again (backgammon: each die is a move of its own).
+_NOT_ALTERNATING = frozenset({"backgammon"})
 
 
 def make_pgx_game(env_id: str) -> pgx.Env:
@@ -160,6 +172,196 @@ def pgx_exact_step(env_id: str) -> Callable[[Any, jax.Array], ExactStep]:
     return step
 
 
+class PgxAfterstate(NamedTuple):
+    """A batch of moves applied, chance not yet (`ChanceRules.afterstate`)."""
+
+    state: Any  # batched pgx State after the move (2048: slid, no new tile; backgammon: the
+    #             checkers moved, the next roll not made)
+    reward: jax.Array  # [B] float32, the mover's reward for the move
+    chance: jax.Array  # [B] bool, chance acts before the next move (backgammon: the turn ended)
+
+
+class ChanceStep(NamedTuple):
+    """The result of `ChanceRules.chance_step`: the chance outcome applied, as `ExactStep`."""
+
+    state: Any  # batched pgx State, as `env.step` would have made it with that outcome
+    observation: jax.Array  # [B, *obs_shape] float32, the new state from its mover's view
+    reward: jax.Array  # [B] float32, the mover's reward for the move
+    terminal: jax.Array  # [B] bool, the new state is terminal
+    legal_mask: jax.Array  # [B, A] bool, legal actions in the new state (all True when terminal)
+    to_play: jax.Array  # [B] int32, pgx player id to move in the new state
+    same_player: jax.Array  # [B] bool, the mover moves again (backgammon within a turn)
+
+    def for_search(self) -> tuple[Any, jax.Array, jax.Array, jax.Array, jax.Array]:
+        """As `search.ChanceStepFn` returns it: (state, reward, terminal, legal, same_player)."""
+        return self.state, self.reward, self.terminal, self.legal_mask, self.same_player
+
+
+class ChanceRules(NamedTuple):
+    """A pgx game with chance split at the chance event: pure, batched, jittable, no auto-reset.
+
+    `afterstate(state, action [B]) -> (PgxAfterstate, chance_probs [B, C])` and
+    `chance_step(afterstate, outcome [B]) -> ChanceStep`; `afterstate` then `chance_step` with
+    an outcome drawn from `chance_probs` is `env.step` (tested outcome by outcome).
+    """
+
+    afterstate: Callable[[Any, jax.Array], tuple[PgxAfterstate, jax.Array]]
+    chance_step: Callable[[PgxAfterstate, jax.Array], ChanceStep]
+    num_outcomes: int  # C
+    outcome_names: tuple[str, ...]  # [C] what each outcome is ("2 at cell 5", "roll 3-5")
+
+
+@functools.cache  # one function per game, so that jit compiles it once
+def pgx_chance_rules(env_id: str) -> ChanceRules:
+    """The rules of a pgx game with chance (`2048`, `backgammon`), split at the chance event.
+
+    2048: the move slides and merges (its reward is the merged tiles' sum); chance then puts a 2
+    (probability 0.9) or a 4 (0.1) on an empty cell, uniformly: C = 32 outcomes, cell * 2 +
+    (0 for a 2, 1 for a 4). Backgammon: a move is one checker's move by one die (pgx's micro
+    actions); when it ends the turn, the opponent rolls: C = 21 outcomes, the rolls (i, j) with
+    i <= j, probability 1/36 for doubles and 2/36 otherwise; a move within the turn involves no
+    chance (all probability on outcome 0). Raises ValueError for other games.
+    """
+    if env_id == "2048":
+        return _rules_2048(make_pgx_game(env_id))
+    if env_id == "backgammon":
+        return _rules_backgammon(make_pgx_game(env_id))
+    raise ValueError(
+        f"pgx game {env_id!r} has no chance rules here; games with chance: "
+        f"{', '.join(sorted(_CHANCE))}"
+    )
+
+
+def _finish(game: pgx.Env, state: Any) -> Any:
+    """What pgx's `Env.step` does after the game's own step: all moves legal at a terminal
+    state, and the observation of the player to move."""
+    state = state.replace(
+        legal_action_mask=jnp.where(
+            state.terminated, jnp.ones_like(state.legal_action_mask), state.legal_action_mask
+        )
+    )
+    return state.replace(observation=game.observe(state))
+
+
+def _chance_step(game: pgx.Env, one_step) -> Callable[[PgxAfterstate, jax.Array], ChanceStep]:
+    """`one_step(afterstate row, outcome) -> (state, same_player)`, batched into a ChanceStep."""
+
+    def chance_step(after: PgxAfterstate, outcome: jax.Array) -> ChanceStep:
+        chex.assert_rank(outcome, 1)
+        state, same_player = jax.vmap(one_step)(after, outcome)
+        state = jax.vmap(functools.partial(_finish, game))(state)
+        return ChanceStep(
+            state=state,
+            observation=state.observation.astype(jnp.float32),
+            reward=after.reward,
+            terminal=state.terminated | state.truncated,
+            legal_mask=state.legal_action_mask,
+            to_play=state.current_player.astype(jnp.int32),
+            same_player=same_player,
+        )
+
+    return chance_step
+
+
+def _rules_2048(game: pgx.Env) -> ChanceRules:
+    from pgx import play2048  # the game's own slide, merge and legal-move rules
+
+    def rotate(board, action, sign):
+        return jax.lax.switch(
+            action, [lambda b, k=k: jnp.rot90(b, sign * k) for k in range(4)], board
+        )
+
+    def afterstate_one(state, action):
+        board = rotate(state._board.reshape((4, 4)), action, 1)
+        board, reward = jax.vmap(play2048._slide_and_merge)(board)
+        board = rotate(board, action, -1).ravel()
+        done = state.terminated | state.truncated  # pgx's step leaves a finished game as it is
+        board = jnp.where(done, state._board, board)
+        reward = jnp.where(done, 0, reward.sum()).astype(jnp.float32)
+        empty = board == 0  # [16]
+        count = jnp.maximum(empty.sum(), 1)
+        probs = (empty[:, None] * jnp.array([0.9, 0.1]) / count).reshape(32)  # [C]
+        # A finished game (no empty cell): a placeholder outcome that changes nothing.
+        probs = jnp.where(done | ~empty.any(), jax.nn.one_hot(0, 32), probs)
+        stepped = state.replace(_board=board, _step_count=state._step_count + jnp.where(done, 0, 1))
+        return PgxAfterstate(stepped, reward, ~done), probs
+
+    def chance_one(after, outcome):
+        state = after.state
+        cell, tile = outcome // 2, 1 + outcome % 2
+        board = state._board
+        board = jnp.where(after.chance & (board[cell] == 0), board.at[cell].set(tile), board)
+        legal = play2048._legal_action_mask(board.reshape((4, 4)))
+        finished = state.terminated | state.truncated
+        state = state.replace(
+            _board=board,
+            rewards=jnp.where(finished, 0.0, after.reward)[None].astype(jnp.float32),
+            legal_action_mask=jnp.where(finished, state.legal_action_mask, legal),
+            terminated=finished | ~legal.any(),
+        )
+        return state, jnp.bool_(True)
+
+    def afterstate(state, action):
+        chex.assert_rank(action, 1)
+        return jax.vmap(afterstate_one)(state, action)
+
+    names = tuple(f"{2 * (1 + o % 2)} at cell {o // 2}" for o in range(32))
+    return ChanceRules(afterstate, _chance_step(game, chance_one), 32, names)
+
+
+# Backgammon's rolls as pgx writes dice (0..5 for 1..6), i <= j: 6 doubles and 15 others.
+_ROLLS = tuple((i, j) for i in range(6) for j in range(i, 6))
+
+
+def _rules_backgammon(game: pgx.Env) -> ChanceRules:
+    from pgx import backgammon  # the game's own move, win and turn rules
+
+    rolls = jnp.array(_ROLLS, jnp.int32)  # [21, 2]
+    roll_probs = jnp.array([1 / 36 if i == j else 2 / 36 for i, j in _ROLLS], jnp.float32)
+
+    def afterstate_one(state, action):
+        done = state.terminated | state.truncated
+        mover = state.current_player
+        moved = backgammon._update_by_action(
+            state.replace(_step_count=state._step_count + 1), action
+        )
+        won = backgammon._is_all_off(moved._board)
+        moved = jax.tree.map(
+            lambda a, b: jnp.where(won, a, b), backgammon._winning_step(moved), moved
+        )
+        turn_over = backgammon._is_turn_end(moved) | (action // 6 == 0)
+        after = jax.tree.map(lambda a, b: jnp.where(done, a, b), state, moved)
+        roll = ~done & ~won & turn_over
+        reward = jnp.where(done, 0.0, moved.rewards[mover]).astype(jnp.float32)
+        probs = jnp.where(roll, roll_probs, jax.nn.one_hot(0, len(_ROLLS)))
+        return PgxAfterstate(after, reward, roll), probs
+
+    def chance_one(after, outcome):
+        state = after.state
+        dice = rolls[outcome]
+        # pgx's _change_turn, with the roll given instead of drawn from a key.
+        turned = state.replace(
+            current_player=(state.current_player + 1) % 2,
+            _board=backgammon._flip_board(state._board),
+            _turn=(state._turn + 1) % 2,
+            _dice=dice,
+            _playable_dice=backgammon._set_playable_dice(dice),
+            _played_dice_num=jnp.int32(0),
+            legal_action_mask=backgammon._legal_action_mask(
+                backgammon._flip_board(state._board), dice
+            ),
+        )
+        state = jax.tree.map(lambda a, b: jnp.where(after.chance, a, b), turned, state)
+        return state, ~after.chance
+
+    def afterstate(state, action):
+        chex.assert_rank(action, 1)
+        return jax.vmap(afterstate_one)(state, action)
+
+    names = tuple(f"roll {i + 1}-{j + 1}" for i, j in _ROLLS)
+    return ChanceRules(afterstate, _chance_step(game, chance_one), len(_ROLLS), names)
+
+
 @functools.cache
 def pgx_functions(env_id: str, num_envs: int) -> PgxFunctions:
     """Pure `reset(key)` and `step(env_state, actions)` for `num_envs` copies of a pgx game."""
@@ -264,6 +466,8 @@ class PgxEnv(SyncSendRecv):
             discount=1.0,
             deterministic=env_id in _DETERMINISTIC,
             max_episode_steps=None,
+            alternating=env_id not in _NOT_ALTERNATING,
+            chance=env_id in _CHANCE,
         )
         self._env_state: PgxEnvState | None = None
         self._mask: np.ndarray | None = None
