@@ -260,8 +260,8 @@ if TYPE_CHECKING:
         n_step_values,
         ply_discount,
         sequence_priorities,
-        value_prefix_targets,
         turn_discount,
+        value_prefix_targets,
         value_priorities,
     )
     from muzero.transforms import (
