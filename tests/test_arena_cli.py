@@ -71,7 +71,7 @@ def test_gauntlet_plays_only_the_first_player(tmp_path, capsys):
         ("random", "tic_tac_toe", "at least two players"),
         ("random,mcts:5", "tic_tac_tow", "unknown game 'tic_tac_tow'"),
         ("random,minimax", "connect_four", "minimax:depth=4"),
-        ("random,mcts:5", "catch", "two-player"),
+        ("random,mcts:5", "kuhn_poker(players=3)", "two-player"),  # catch is one-player: evaluated
     ],
 )
 def test_bad_input_gets_one_line_and_exit_2(tmp_path, capsys, players, game, message):
