@@ -3,8 +3,10 @@ implies, against plain MuZero measured in the same run.
 
     .venv/bin/python benchmarks/reanalyse_cost.py --preset minatar_muzero --rounds 3
 
-For plain MuZero and each option of `minatar_efficientzero` alone (reanalyse, the target network,
-the consistency loss, the value prefix, the off-policy correction) and all of them, on one device
+For plain MuZero and each option of `minatar_efficientzero` alone (reanalyse of every window with
+the newest parameters, and of a quarter with the target network at 8 simulations as the preset
+does; the target network, the consistency loss, the value prefix, the off-policy correction) and
+all of them as the preset sets them, on one device
 of this machine: the time of one update of `--batch` windows with its targets built (the
 `make_batch` of the agent, reanalyse's fresh searches included, then the update, one jitted call
 as Anakin runs it) and of one acting step of `--envs` environments (the search; with the value
@@ -38,17 +40,28 @@ import muzero  # noqa: E402
 from selfplay.agent import make_agent  # noqa: E402
 from selfplay.envs import env_spec  # noqa: E402
 
+_TARGET = ["learner.target_update_every=200"]
 OPTIONS = {
     "plain": [],
     "reanalyse": ["reanalyse.fraction=1"],
-    "target_network": ["reanalyse.value=target_network", "learner.target_update_every=200"],
+    # minatar_efficientzero's reanalyse: a quarter of each batch, 8 simulations, the target network
+    "reanalyse_quarter_target": [
+        "reanalyse.fraction=0.25",
+        "reanalyse.num_simulations=8",
+        "reanalyse.network=target",
+        *_TARGET,
+    ],
+    "target_network": ["reanalyse.value=target_network", *_TARGET],
     "consistency": ["loss.consistency_weight=2"],
     "value_prefix": ["loss.value_prefix_horizon=5"],
     "off_policy_correction": ["loss.td_steps_decay_every=5000"],
+    # minatar_efficientzero's settings
     "all": [
-        "reanalyse.fraction=1",
+        "reanalyse.fraction=0.25",
+        "reanalyse.num_simulations=8",
+        "reanalyse.network=target",
         "reanalyse.value=target_network",
-        "learner.target_update_every=200",
+        *_TARGET,
         "loss.consistency_weight=2",
         "loss.value_prefix_horizon=5",
         "loss.td_steps_decay_every=5000",
