@@ -880,14 +880,25 @@ INFO: dict[str, PresetInfo] = {
     "atari_vtrace": PresetInfo(
         "cpu", "about 130 agent steps/s (530 frames/s) on 2 cores; learning Pong takes hours"
     ),
-    "game2048_stochastic_muzero": PresetInfo("cpu", "not yet measured"),
+    "game2048_stochastic_muzero": PresetInfo(
+        "cpu",
+        "Anakin on pgx's 2048: a mean score of 3,587 on OpenSpiel's 2048 after 30 minutes "
+        "(372k frames on a loaded machine), 1.81x game2048_muzero at equal frames",
+    ),
     "game2048_muzero": PresetInfo(
         "cpu",
         "the control: MuZero's deterministic model on a game with chance (the wrong model); "
-        "not yet measured",
+        "1,982 at 390k frames, 2,712 after 30 minutes (647k frames)",
     ),
-    "backgammon_alphazero": PresetInfo("cpu", "not yet measured"),
-    "backgammon_stochastic_muzero": PresetInfo("cpu", "not yet measured"),
+    "backgammon_alphazero": PresetInfo(
+        "cpu",
+        "Anakin, the true rules: after 30 minutes (588k frames, loaded machine) 0.47 against "
+        "random and 0.01 against pubeval in the arena (the bar, 0.95 against random, not met)",
+    ),
+    "backgammon_stochastic_muzero": PresetInfo(
+        "cpu",
+        "391k frames (a run cut short): 0.47 against random, 0.01 against pubeval",
+    ),
 }
 
 
