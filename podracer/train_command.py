@@ -133,6 +133,7 @@ def run(args) -> int:
             *explicit,
             timeout_s=args.connect_timeout,
             collectives_interface=args.collectives_interface,
+            on_lost=lambda lost: _leave(f"podracer train{_who()}: run stopped: {lost}"),
         )
     _enable_compilation_cache()
     warn_if_sized_for_an_accelerator(config)
@@ -186,6 +187,12 @@ def run(args) -> int:
     if result.stopped_by in LIMITS:
         return 0
     return 130 if "received SIG" in result.stopped_by else 1  # a signal; a failure (elsewhere)
+
+
+def _who() -> str:
+    import jax
+
+    return f" [process {jax.process_index()} of {jax.process_count()}]"
 
 
 def _leave(line: str, code: int = 1) -> NoReturn:

@@ -417,6 +417,33 @@ def test_the_peer_watch_finds_a_silent_process_and_passes_a_stop_on_to_every_pro
     assert told_each == [["process 2 cannot reach process 1"]] * 2 + [[]]
 
 
+def test_an_error_of_the_coordination_service_ends_the_process_with_one_line():
+    """JAX's client aborts with a C++ stack trace when the coordination service fails (the
+    coordinator's host died); the callback `initialize` gives it says one line instead, after
+    the peer watch's moment, and the job's client is made with it."""
+    reasons = []
+    callback = processes.coordination_failed(reasons.append, grace_s=0.0)
+    callback("UNAVAILABLE: Failed to send RPC to coordination service.\n more")
+    assert reasons == [
+        "another process of the job died or stopped answering (the job's coordination service "
+        "failed: UNAVAILABLE: Failed to send RPC to coordination service. more)"
+    ]
+    made = []
+
+    class Jaxlib:
+        other = 7
+
+        def get_distributed_runtime_client(self, address, node_id, **kwargs):
+            made.append((address, node_id, kwargs))
+
+    wrapped = processes._ClientWithCallback(Jaxlib(), callback)
+    wrapped.get_distributed_runtime_client("10.0.0.1:1234", 1, heartbeat_timeout=30)
+    assert made == [
+        ("10.0.0.1:1234", 1, {"heartbeat_timeout": 30, "missed_heartbeat_callback": callback})
+    ]
+    assert wrapped.other == 7  # everything else is jaxlib's
+
+
 def test_a_killed_process_of_a_distributed_job_ends_the_other_within_the_bound(tmp_path):
     """No launcher of ours watches a --distributed job: the survivor finds out by itself (its
     PeerWatch sees the connection close, wherever the run waits: the agreement, a checkpoint's
