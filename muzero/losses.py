@@ -29,6 +29,8 @@ __all__ = [
     "make_muzero_loss",
     "make_alphazero_loss",
     "make_muzero_priority_fn",
+    "cosine_similarity",
+    "logits_entropy",
     "policy_cross_entropy",
     "scale_gradient",
 ]
@@ -110,7 +112,7 @@ def make_muzero_loss(networks: MuZeroNetworks, config: LossConfig) -> LossFn:
             if k > 0 and consistency:
                 assert networks.project is not None and networks.predict_projection is not None
                 predicted = networks.predict_projection(params, networks.project(params, latent))
-                similarity = _cosine(predicted, target_projection[:, k - 1])  # [N]
+                similarity = cosine_similarity(predicted, target_projection[:, k - 1])  # [N]
                 consistency_loss += step_scale * batch.policy_mask[:, k] * -similarity
             if k == 0:
                 root_policy_logits, root_value_logits = policy_logits, value_logits
@@ -140,7 +142,7 @@ def make_muzero_loss(networks: MuZeroNetworks, config: LossConfig) -> LossFn:
             "value_loss": jnp.mean(weight * value_loss),
             "reward_loss": jnp.mean(weight * reward_loss),
             "policy_loss": jnp.mean(weight * policy_loss),
-            "policy_entropy": jnp.mean(_entropy(root_policy_logits)),
+            "policy_entropy": jnp.mean(logits_entropy(root_policy_logits)),
             "value_prediction": jnp.mean(root_value),
             "value_target": jnp.mean(batch.value_target[:, 0]),
             "value_abs_error": jnp.mean(jnp.abs(root_value - batch.value_target[:, 0])),
@@ -170,7 +172,7 @@ def _consistency_targets(params, batch: MuZeroBatch, networks: MuZeroNetworks) -
     return jax.lax.stop_gradient(projection.reshape((n, k, -1)))
 
 
-def _cosine(x: chex.Array, y: chex.Array) -> chex.Array:
+def cosine_similarity(x: chex.Array, y: chex.Array) -> chex.Array:
     """Cosine similarity over the last axis: `[..., P] -> [...]`."""
     chex.assert_equal_shape([x, y])
     x = x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-8)
@@ -218,7 +220,7 @@ def make_alphazero_loss(networks: AlphaZeroNetworks, config: LossConfig) -> Loss
             "loss": loss,
             "value_loss": jnp.mean(weight * value_loss),
             "policy_loss": jnp.mean(weight * policy_loss),
-            "policy_entropy": jnp.sum(batch.mask * _entropy(policy_logits)) / count,
+            "policy_entropy": jnp.sum(batch.mask * logits_entropy(policy_logits)) / count,
             "value_abs_error": jnp.sum(batch.mask * jnp.abs(value - batch.value_target)) / count,
         }
         return loss, metrics
@@ -226,6 +228,7 @@ def make_alphazero_loss(networks: AlphaZeroNetworks, config: LossConfig) -> Loss
     return loss_fn
 
 
-def _entropy(logits: chex.Array) -> chex.Array:
+def logits_entropy(logits: chex.Array) -> chex.Array:
+    """The entropy of softmax(logits) over the last axis: `[..., A] -> [...]`."""
     log_p = jax.nn.log_softmax(logits)
     return -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)

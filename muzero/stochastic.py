@@ -39,7 +39,13 @@ import mctx
 
 import search
 from muzero.config import LossConfig, NetworkConfig, StochasticConfig
-from muzero.losses import LossFn, policy_cross_entropy, scale_gradient
+from muzero.losses import (
+    LossFn,
+    cosine_similarity,
+    logits_entropy,
+    policy_cross_entropy,
+    scale_gradient,
+)
 from muzero.networks import (
     _MLP,
     _action_planes,
@@ -482,7 +488,12 @@ def make_stochastic_loss(
                 target = jax.lax.stop_gradient(
                     networks.represent(params, batch.observation[:, k + 1])
                 )
-                consistency_loss += move_scale * real * _negative_cosine(latent, target)
+                n = latent.shape[0]
+                similarity = cosine_similarity(
+                    latent.reshape((n, -1)).astype(jnp.float32),
+                    target.reshape((n, -1)).astype(jnp.float32),
+                )  # [N] over each example's flattened state
+                consistency_loss -= move_scale * real * similarity
             if learn_turns:
                 turn_loss += (
                     move_scale
@@ -520,12 +531,12 @@ def make_stochastic_loss(
             "afterstate_value_loss": jnp.mean(weight * afterstate_value_loss),
             "chance_loss": jnp.mean(weight * chance_loss),
             "commitment_loss": jnp.mean(weight * commitment_loss),
-            "policy_entropy": jnp.mean(_entropy(root_policy_logits)),
+            "policy_entropy": jnp.mean(logits_entropy(root_policy_logits)),
             "value_prediction": jnp.mean(root_value),
             "value_target": jnp.mean(batch.value_target[:, 0]),
             "value_abs_error": jnp.mean(jnp.abs(root_value - batch.value_target[:, 0])),
             # exp(entropy) of the codes' use: how many codes the encoder effectively uses.
-            "codes_used": jnp.exp(_entropy(jnp.log(jnp.maximum(code_share, 1e-12)))),
+            "codes_used": jnp.exp(logits_entropy(jnp.log(jnp.maximum(code_share, 1e-12)))),
             "code_information": code_information,
             "importance_weight": jnp.mean(weight),
         }
@@ -538,20 +549,6 @@ def make_stochastic_loss(
     return loss_fn
 
 
-def _negative_cosine(x: chex.Array, y: chex.Array) -> chex.Array:
-    """[B, ...] x [B, ...] -> [B]: minus the cosine similarity of each example's flattened pair."""
-    x = x.reshape((x.shape[0], -1)).astype(jnp.float32)
-    y = y.reshape((y.shape[0], -1)).astype(jnp.float32)
-    dot = jnp.sum(x * y, axis=-1)
-    norms = jnp.linalg.norm(x, axis=-1) * jnp.linalg.norm(y, axis=-1)
-    return -dot / jnp.maximum(norms, 1e-8)
-
-
 def _binary_cross_entropy(logit: chex.Array, target: chex.Array) -> chex.Array:
     chex.assert_equal_shape([logit, target])
     return -(target * jax.nn.log_sigmoid(logit) + (1.0 - target) * jax.nn.log_sigmoid(-logit))
-
-
-def _entropy(logits: chex.Array) -> chex.Array:
-    log_p = jax.nn.log_softmax(logits)
-    return -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)

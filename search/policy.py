@@ -251,9 +251,13 @@ def run(
         params, search_key, start, recurrent_fn, selection_fn, config.num_simulations, max_depth
     )
     summary = search_tree.summary()
-    action = select_action(rng_key, summary.visit_probs, config.temperature)
+    return _visit_output(rng_key, summary, config, search_tree)
+
+
+def _visit_output(rng_key, summary, config, search_tree) -> SearchOutput:
+    """The output of a search that acts by its visit counts (at `config.temperature`)."""
     return SearchOutput(
-        action=action,
+        action=select_action(rng_key, summary.visit_probs, config.temperature),
         action_weights=summary.visit_probs,
         visit_counts=summary.visit_counts,
         root_value=summary.value,
@@ -386,15 +390,7 @@ def _stochastic_muzero(
         params, search_key, start, recurrent_fn, selection_fn, config.num_simulations, max_depth
     )
     summary = _mctx_internals.mask_tree(search_tree, num_actions, "decision").summary()
-    action = select_action(rng_key, summary.visit_probs, config.temperature)
-    return SearchOutput(
-        action=action,
-        action_weights=summary.visit_probs,
-        visit_counts=summary.visit_counts,
-        root_value=summary.value,
-        q_values=summary.qvalues,
-        tree=search_tree,
-    )
+    return _visit_output(rng_key, summary, config, search_tree)
 
 
 class _SharedEmbedding(NamedTuple):
