@@ -108,10 +108,23 @@ def run(args) -> int:
             raise UsageError(f"--local-processes must be at least 1, got {args.local_processes}")
         from selfplay.launch import launch_local
 
-        passed = ["--run-dir", run_dir, "--connect-timeout", str(args.connect_timeout)]
-        passed += ["--config", args.config] if args.config else []
-        passed += ["--quiet"] if args.quiet else []
-        return launch_local(passed + list(args.overrides), args.local_processes)
+        return launch_local(_passed_on(args, run_dir), args.local_processes)
+    if joins and not os.environ.get("PODRACER_JOB_PROCESS"):  # selfplay.launch.JOB_PROCESS
+        # JAX aborts a process whose job lost its coordinator: the run goes in a child, watched.
+        from selfplay.launch import supervise
+
+        job = ["--distributed"] if args.distributed else []
+        for flag, value in [
+            ("--coordinator", args.coordinator),
+            ("--num-processes", args.num_processes),
+            ("--process-id", args.process_id),
+            ("--collectives-interface", args.collectives_interface),
+        ]:
+            job += [flag, str(value)] if value is not None else []
+        named = args.process_id is not None and args.num_processes is not None
+        who = f" [process {args.process_id} of {args.num_processes}]" if named else ""
+        command = [sys.executable, "-m", "podracer", "train", *job, *_passed_on(args, run_dir)]
+        return supervise(command, who)
     make_evaluator = None
     if config.evaluation.every_s > 0:  # the arena's players and match code
         extras.require("openspiel", "evaluation during training (or set evaluation.every_s=0)")
@@ -133,7 +146,6 @@ def run(args) -> int:
             *explicit,
             timeout_s=args.connect_timeout,
             collectives_interface=args.collectives_interface,
-            on_lost=lambda lost: _leave(f"podracer train{_who()}: run stopped: {lost}"),
         )
     _enable_compilation_cache()
     warn_if_sized_for_an_accelerator(config)
@@ -189,10 +201,12 @@ def run(args) -> int:
     return 130 if "received SIG" in result.stopped_by else 1  # a signal; a failure (elsewhere)
 
 
-def _who() -> str:
-    import jax
-
-    return f" [process {jax.process_index()} of {jax.process_count()}]"
+def _passed_on(args, run_dir: str) -> list[str]:
+    """The options and overrides a process this command starts gets, the run directory named."""
+    passed = ["--run-dir", run_dir, "--connect-timeout", str(args.connect_timeout)]
+    passed += ["--config", args.config] if args.config else []
+    passed += ["--quiet"] if args.quiet else []
+    return passed + list(args.overrides)
 
 
 def _leave(line: str, code: int = 1) -> NoReturn:

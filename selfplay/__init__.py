@@ -15,47 +15,44 @@ The pieces are public for other runtimes: environment adapters (`make_env`), the
 parameter server, checkpoints, metrics and the thread lifetime.
 """
 
-from selfplay.agent import ActOutput, Agent, make_agent
-from selfplay.checkpoints import Checkpointer, config_differences, restore_params
-from selfplay.envs import BatchedEnv, EnvSpec, TimeStep, make_env
-from selfplay.lifetime import StopSignal, ThreadFailure, ThreadGroup, handle_signals
-from selfplay.metrics import (
-    MetricsLogger,
-    StageTimer,
-    Throughput,
-    Timer,
-    plot_learning_curves,
-    read_metrics,
-)
-from selfplay.params import ParameterServer, ParamsSnapshot
-from selfplay.replay import FifoQueue, RateLimiter, ReplaySample, SequenceReplay, Store
+import importlib
+from typing import Any
 
-__all__ = [
-    "ActOutput",
-    "Agent",
-    "BatchedEnv",
-    "Checkpointer",
-    "EnvSpec",
-    "FifoQueue",
-    "MetricsLogger",
-    "ParameterServer",
-    "ParamsSnapshot",
-    "RateLimiter",
-    "ReplaySample",
-    "SequenceReplay",
-    "Store",
-    "StageTimer",
-    "StopSignal",
-    "ThreadFailure",
-    "ThreadGroup",
-    "Throughput",
-    "Timer",
-    "TimeStep",
-    "config_differences",
-    "handle_signals",
-    "make_agent",
-    "make_env",
-    "plot_learning_curves",
-    "read_metrics",
-    "restore_params",
-]
+# The public names, each from its module, imported when first asked for: the package itself
+# loads nothing (a job's supervisor, `selfplay.launch`, runs without JAX).
+_FROM = {
+    "ActOutput": "agent",
+    "Agent": "agent",
+    "make_agent": "agent",
+    "Checkpointer": "checkpoints",
+    "config_differences": "checkpoints",
+    "restore_params": "checkpoints",
+    "BatchedEnv": "envs",
+    "EnvSpec": "envs",
+    "TimeStep": "envs",
+    "make_env": "envs",
+    "StopSignal": "lifetime",
+    "ThreadFailure": "lifetime",
+    "ThreadGroup": "lifetime",
+    "handle_signals": "lifetime",
+    "MetricsLogger": "metrics",
+    "StageTimer": "metrics",
+    "Throughput": "metrics",
+    "Timer": "metrics",
+    "plot_learning_curves": "metrics",
+    "read_metrics": "metrics",
+    "ParameterServer": "params",
+    "ParamsSnapshot": "params",
+    "FifoQueue": "replay",
+    "RateLimiter": "replay",
+    "ReplaySample": "replay",
+    "SequenceReplay": "replay",
+    "Store": "replay",
+}
+__all__ = sorted(_FROM)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _FROM:
+        raise AttributeError(f"module 'selfplay' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"selfplay.{_FROM[name]}"), name)

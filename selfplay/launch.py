@@ -6,21 +6,42 @@ its share with `sched_setaffinity`); with several GPUs each child sees its share
 (`CUDA_VISIBLE_DEVICES`). The launcher forwards SIGINT, SIGTERM and SIGUSR1 to every child,
 waits for all, names each one that failed, and returns the first failure's exit code (0 when all
 succeeded). A child killed by a signal takes the others with it after `DIED_GRACE_S`.
+
+`podracer train` run as one process of a job it does not launch (`--distributed`, or the explicit
+`--coordinator/--num-processes/--process-id`) runs the training in a child of its own, `supervise`:
+JAX's client aborts a process whose job lost its coordination service (process 0's host died, or
+the link to it is down) from a C++ thread, with a stack trace and no exit Python could make. The
+supervisor relays the child's output without that trace and ends with one line and exit 1.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import IO
 
 from selfplay.lifetime import STOP_SIGNALS
 
-__all__ = ["free_port", "launch_local", "split_evenly"]
+__all__ = ["JOB_PROCESS", "free_port", "launch_local", "split_evenly", "supervise"]
+
+# Set in the environment of a job's process that a launcher or a supervisor of ours watches.
+JOB_PROCESS = "PODRACER_JOB_PROCESS"
+# What JAX's client writes before it aborts a process whose job lost its coordination service,
+# and the lines of the stack trace that follow it (dropped from the relayed output).
+_COORDINATION_LOST = b"JAX distributed service detected fatal errors"
+_STACK_TRACE = re.compile(rb"^(\*\*\* Check failure stack trace|\s+@\s+0x[0-9a-f]+ )")
+COORDINATION_LOST = (
+    "the job lost its coordination service (process 0 died, or its host cannot be reached)"
+)
 
 # Once a child has failed, how long the others get to see it (a collective fails at once; a
 # silent peer takes the heartbeat timeout, selfplay.processes.HEARTBEAT_S) before they are killed.
@@ -67,30 +88,22 @@ def launch_local(train_args: Sequence[str], num_processes: int) -> int:
     gpus = _gpus()
     gpu_shares = split_evenly(gpus, num_processes) if len(gpus) >= num_processes > 1 else None
     children: list[subprocess.Popen] = []
+    relays: list[_Relay] = []
     for i in range(num_processes):
-        env = dict(os.environ)
+        env = dict(os.environ, **{JOB_PROCESS: "1"})
         if gpu_shares is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_shares[i])
         share = core_shares[i] if core_shares is not None else None
-        children.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "podracer", "train", *train_args]
-                + ["--coordinator", f"127.0.0.1:{port}"]
-                + ["--num-processes", str(num_processes), "--process-id", str(i)],
-                env=env,
-                # Their own session: a Ctrl-C reaches them once, from here, not twice.
-                start_new_session=True,
-                preexec_fn=(lambda share=share: os.sched_setaffinity(0, share)) if share else None,
-            )
+        child, relay = _start(
+            [sys.executable, "-m", "podracer", "train", *train_args]
+            + ["--coordinator", f"127.0.0.1:{port}"]
+            + ["--num-processes", str(num_processes), "--process-id", str(i)],
+            env,
+            cores=share,
         )
-
-    def forward(signum, frame) -> None:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signum)
-
-    previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS}
-    try:
+        children.append(child)
+        relays.append(relay)
+    with _forwarding_stop_signals(children):
         failed_at: float | None = None
         grace = GRACE_S
         died: int | None = None  # the first child killed by a signal
@@ -113,13 +126,113 @@ def launch_local(train_args: Sequence[str], num_processes: int) -> int:
                         child.kill()
                 failed_at, grace = None, float("inf")  # killed once; now wait for them
             time.sleep(0.2)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-    # A child killed by signal N reads -N here: report it as a shell would, 128 + N.
-    codes = [code if code >= 0 else 128 - code for code in (c.wait() for c in children)]
-    for i, code in enumerate(codes):
-        if code:
+    codes = [_exit_code(child.wait(), relay) for child, relay in zip(children, relays, strict=True)]
+    for i, (code, relay) in enumerate(zip(codes, relays, strict=True)):
+        if relay.coordination_lost:
+            print(f"podracer train: process {i} of {num_processes}: {COORDINATION_LOST}")
+        elif code:
             name = f" ({signal.Signals(code - 128).name})" if 128 < code < 160 else ""
             print(f"podracer train: process {i} of {num_processes} exited with code {code}{name}")
     return next((code for code in codes if code), 0)
+
+
+def supervise(command: Sequence[str], who: str) -> int:
+    """Runs `command` (one process of a job, `python -m podracer train ...`) as a child: relays
+    its output and the stop signals, and returns its exit code; a child that JAX aborted because
+    the job lost its coordination service ends with one line naming that, `who` its process,
+    and 1."""
+    child, relay = _start(command, dict(os.environ, **{JOB_PROCESS: "1"}))
+    with _forwarding_stop_signals([child]):
+        code = _exit_code(child.wait(), relay)
+    if relay.coordination_lost and not relay.said_why:
+        print(
+            f"podracer train{who}: run stopped: {COORDINATION_LOST}; the saved checkpoints are "
+            "whole: run the job again to resume from the newest",
+            file=sys.stderr,
+            flush=True,
+        )
+    return code
+
+
+class _Relay:
+    """Copies a child's stderr to ours as it comes, less the C++ stack trace of an abort, and
+    notes whether JAX's client aborted it for a lost coordination service, and whether it said
+    itself why it stopped (the peer watch's line can come in the same instant as the abort)."""
+
+    def __init__(self, source: IO[bytes], sink: IO[bytes]):
+        self.coordination_lost = self.said_why = False
+        self._source, self._sink = source, sink
+        self._thread = threading.Thread(target=self._copy, name="relay", daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join(timeout=10.0)
+
+    def _copy(self) -> None:
+        pending = b""
+        while chunk := os.read(self._source.fileno(), 1 << 16):
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                self.coordination_lost |= _COORDINATION_LOST in line
+                self.said_why |= b"run stopped:" in line
+                if not _STACK_TRACE.match(line):
+                    self._sink.write(line + b"\n")
+            # A line still open (a progress line redrawn with \r) goes out as it is.
+            if pending and not _STACK_TRACE.match(pending) and not pending.isspace():
+                self._sink.write(pending)
+                pending = b""
+            self._sink.flush()
+        self._sink.write(pending)
+        self._sink.flush()
+        self._source.close()
+
+
+def _start(
+    command: Sequence[str], env: dict[str, str], cores: Sequence[int] | None = None
+) -> tuple[subprocess.Popen, _Relay]:
+    """`command` in its own session (a Ctrl-C reaches it once, from us, not twice), killed
+    with us (Linux), on `cores`; its stderr relayed."""
+
+    def prepare() -> None:
+        if sys.platform == "linux":  # PR_SET_PDEATHSIG: SIGKILL when the parent dies
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+        if cores:
+            os.sched_setaffinity(0, cores)
+
+    child = subprocess.Popen(
+        list(command),
+        env=env,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=prepare,
+    )
+    assert child.stderr is not None
+    # Our stderr's bytes (a stream replaced by text only, as in a test's capture: its file).
+    sink = getattr(sys.stderr, "buffer", None) or open(2, "wb", closefd=False)  # noqa: SIM115
+    return child, _Relay(child.stderr, sink)
+
+
+@contextlib.contextmanager
+def _forwarding_stop_signals(children: list[subprocess.Popen]) -> Iterator[None]:
+    """While inside, SIGINT, SIGTERM and SIGUSR1 go on to every child still running."""
+
+    def forward(signum, frame) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _exit_code(returncode: int, relay: _Relay) -> int:
+    """A child's exit code as a shell reports it (killed by signal N: 128 + N), its output all
+    relayed; 1 for a child JAX aborted because the job lost its coordination service."""
+    relay.join()
+    if relay.coordination_lost:
+        return 1
+    return returncode if returncode >= 0 else 128 - returncode

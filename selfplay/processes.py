@@ -34,7 +34,6 @@ import os
 import re
 import select
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -74,10 +73,6 @@ HEARTBEAT_S = 30
 # a loaded host's pause, and well before JAX's own heartbeats abort the processes.
 WATCH_BEAT_S = 1.0
 WATCH_SILENCE_S = 10.0
-# When JAX's client finds the coordination service in error (process 0's host gone), the peer
-# watch usually hears of it in the same moment and names the lost process: it gets this long
-# to do so before the client's own line ends the process.
-COORDINATION_GRACE_S = 2.0
 REASON_BYTES = 480  # a stop reason's room in the gather that shares it
 
 
@@ -345,7 +340,6 @@ def initialize(
     *,
     timeout_s: int = 300,
     collectives_interface: str | None = None,
-    on_lost: Callable[[str], None] | None = None,
 ) -> None:
     """Joins the `jax.distributed` job: the explicit coordinator, process count and id, or what
     JAX detects (SLURM's srun, Open MPI's and MPICH's mpirun, a TPU pod slice; MPI jobs other
@@ -360,8 +354,9 @@ def initialize(
     `collectives_interface`'s (`place_collectives`).
 
     Where JAX's client finds the job's coordination service in error (the coordinator's host
-    died), it would end the process with a C++ stack trace; `on_lost(reason)` ends it instead
-    (`coordination_failed`; by default one line on stderr and exit 1)."""
+    died), it aborts the process from a C++ thread (a Python callback cannot stop it: jaxlib
+    cannot hand one the error), so `podracer train` runs a job's process under a supervisor
+    that says so in one line (`selfplay.launch.supervise`)."""
     explicit = (coordinator, num_processes, process_id)
     if any(x is not None for x in explicit) and any(x is None for x in explicit):
         raise UsageError("--coordinator, --num-processes and --process-id go together")
@@ -384,12 +379,6 @@ def initialize(
     if gpus > 1 and _processes_on_this_host() == 1:
         kwargs["local_device_ids"] = list(range(gpus))
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    from jax._src import distributed as jax_distributed  # where JAX makes the job's client
-
-    jaxlib_module = jax_distributed._jax
-    jax_distributed._jax = _ClientWithCallback(  # type: ignore[assignment]
-        jaxlib_module, coordination_failed(on_lost or _leave_with_line)
-    )
     try:
         jax.distributed.initialize(
             coordinator_address=coordinator,
@@ -413,46 +402,7 @@ def initialize(
             f"could not join the job at {where} within {timeout_s} s "
             f"(is process 0 running and reachable?): {first}"
         ) from None
-    finally:
-        jax_distributed._jax = jaxlib_module
     place_collectives(collectives_interface, timeout_s)
-
-
-class _ClientWithCallback:
-    """jaxlib's module as `jax.distributed.initialize` sees it, but for the job's client, which
-    gets `missed_heartbeat_callback` (JAX passes none: the client's default aborts)."""
-
-    def __init__(self, module: Any, callback: Callable[..., None]):
-        self._module, self._callback = module, callback
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._module, name)
-
-    def get_distributed_runtime_client(self, *args, **kwargs):
-        kwargs.setdefault("missed_heartbeat_callback", self._callback)
-        return self._module.get_distributed_runtime_client(*args, **kwargs)
-
-
-def coordination_failed(
-    on_lost: Callable[[str], None], grace_s: float = COORDINATION_GRACE_S
-) -> Callable[..., None]:
-    """The client's callback for an error of the coordination service: after `grace_s` (the
-    peer watch's chance to name the lost process and end this one), `on_lost(reason)`."""
-
-    def callback(*status: Any) -> None:
-        time.sleep(grace_s)
-        detail = " ".join(str(status[0]).split())[:200] if status else "no detail"
-        on_lost(
-            "another process of the job died or stopped answering (the job's coordination "
-            f"service failed: {detail})"
-        )
-
-    return callback
-
-
-def _leave_with_line(reason: str) -> None:
-    print(f"run stopped: {reason}", file=sys.stderr, flush=True)
-    os._exit(1)
 
 
 def _split_address(address: str) -> tuple[str, int]:

@@ -6,13 +6,17 @@ FAULT `none` runs the command as it is; `actor-fails-in-process-1` makes the act
 environments of process 1 raise after a few steps (tests.fakes.FailingEnv).
 """
 
+import os
 import sys
 
 import jax
 
 from podracer import cli
-from selfplay import actors
+from selfplay import actors, launch
 from tests import fakes
+
+# The fault is injected in this process: it trains here, not in a supervised child.
+os.environ[launch.JOB_PROCESS] = "1"
 
 
 def _fail_actors_of_process_1() -> None:

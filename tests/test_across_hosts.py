@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from selfplay.launch import COORDINATION_LOST
 from selfplay.processes import WATCH_SILENCE_S
 from tests.test_multiprocess import (
     QUICK,
@@ -176,10 +177,19 @@ def test_a_two_second_link_flap_is_survived_and_the_coordinators_host_dying_stop
     print(f"process 1 stopped {time.monotonic() - died:.1f} s after host 0 died")  # README
     assert time.monotonic() - died < STOP_BOUND_S, out[-3000:]
     assert code == 1, out[-3000:]
-    assert _stop_lines(out) == [
-        "podracer train [process 1 of 2]: run stopped: another process of the job died or "
-        "stopped answering (process 0: its connection closed without a goodbye)"
-    ], out[-3000:]
+    # The peer watch's line, or the supervisor's where JAX's client aborted the process first
+    # (both see process 0's connections close in the same instant).
+    assert _stop_lines(out) in (
+        [
+            "podracer train [process 1 of 2]: run stopped: another process of the job died or "
+            "stopped answering (process 0: its connection closed without a goodbye)"
+        ],
+        [
+            f"podracer train [process 1 of 2]: run stopped: {COORDINATION_LOST}; the saved "
+            "checkpoints are whole: run the job again to resume from the newest"
+        ],
+    ), out[-3000:]
+    assert "stack trace" not in out, out[-3000:]
 
 
 def test_a_coordinator_that_never_answers_is_refused_within_the_connect_timeout(

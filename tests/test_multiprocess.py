@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 import configs
-from selfplay import anakin, processes
+from selfplay import anakin, launch, processes
 from selfplay.actors import ACTOR_STAGES
 from selfplay.agent import make_agent
 from selfplay.checkpoints import restore_params
@@ -417,31 +418,51 @@ def test_the_peer_watch_finds_a_silent_process_and_passes_a_stop_on_to_every_pro
     assert told_each == [["process 2 cannot reach process 1"]] * 2 + [[]]
 
 
-def test_an_error_of_the_coordination_service_ends_the_process_with_one_line():
-    """JAX's client aborts with a C++ stack trace when the coordination service fails (the
-    coordinator's host died); the callback `initialize` gives it says one line instead, after
-    the peer watch's moment, and the job's client is made with it."""
-    reasons = []
-    callback = processes.coordination_failed(reasons.append, grace_s=0.0)
-    callback("UNAVAILABLE: Failed to send RPC to coordination service.\n more")
-    assert reasons == [
-        "another process of the job died or stopped answering (the job's coordination service "
-        "failed: UNAVAILABLE: Failed to send RPC to coordination service. more)"
-    ]
-    made = []
+# A job's process 0 (the coordination service and its own client) and process 1 (a client),
+# jaxlib's own, with nothing else of JAX: process 1 says when it has joined.
+_COORDINATED = """
+import pathlib, sys, time
+from jax._src.lib import _jax
+address, index, joined = sys.argv[1], int(sys.argv[2]), pathlib.Path(sys.argv[3])
+if index == 0:
+    service = _jax.get_distributed_runtime_service(address, 2)
+client = _jax.get_distributed_runtime_client(address, index, init_timeout=60)
+client.connect()
+print("progress line, no newline yet", end="", file=sys.stderr, flush=True)
+joined.write_text("joined") if index == 1 else None
+time.sleep(120)
+"""
 
-    class Jaxlib:
-        other = 7
 
-        def get_distributed_runtime_client(self, address, node_id, **kwargs):
-            made.append((address, node_id, kwargs))
-
-    wrapped = processes._ClientWithCallback(Jaxlib(), callback)
-    wrapped.get_distributed_runtime_client("10.0.0.1:1234", 1, heartbeat_timeout=30)
-    assert made == [
-        ("10.0.0.1:1234", 1, {"heartbeat_timeout": 30, "missed_heartbeat_callback": callback})
-    ]
-    assert wrapped.other == 7  # everything else is jaxlib's
+def test_a_process_jax_aborts_for_a_lost_coordinator_ends_with_one_line_under_its_supervisor(
+    tmp_path, capfd
+):
+    """JAX's client aborts a process whose job lost its coordination service (process 0's host
+    died) from a C++ thread, with a stack trace. Under its supervisor (what `podracer train`
+    runs a job's process in) the output keeps JAX's line, loses the trace, and ends with ours;
+    the exit code is 1."""
+    address, joined = f"127.0.0.1:{launch.free_port()}", tmp_path / "joined"
+    command = [sys.executable, "-c", _COORDINATED, address]
+    process0 = subprocess.Popen([*command, "0", str(joined)])
+    try:
+        killer = threading.Thread(
+            target=lambda: _eventually(joined.exists, seconds=60) and process0.kill()
+        )
+        killer.start()
+        code = launch.supervise([*command, "1", str(joined)], " [process 1 of 2]")
+        killer.join()
+    finally:
+        process0.kill()
+    err = capfd.readouterr().err
+    assert code == 1, err
+    assert "progress line, no newline yet" in err  # an open line is relayed as it comes
+    assert "JAX distributed service detected fatal errors" in err, err
+    assert "Check failure stack trace" not in err and " @ " not in err, err
+    stopped = [line for line in err.splitlines() if "run stopped" in line]
+    assert stopped == [
+        f"podracer train [process 1 of 2]: run stopped: {launch.COORDINATION_LOST}; the saved "
+        "checkpoints are whole: run the job again to resume from the newest"
+    ], err
 
 
 def test_a_killed_process_of_a_distributed_job_ends_the_other_within_the_bound(tmp_path):
