@@ -1,6 +1,8 @@
 """Test-wide settings: one XLA thread per test process (pytest -n 2 on 2 cores), XLA's fastest
-compilation (LLVM at -O0: the suite's programs are compiled far more than they run, and the tests
-check behaviour, not speed), and a persistent compilation cache so the many small training runs of
+compilation (LLVM at -O0, XLA's older loop emitters instead of its MLIR fusion emitters, one
+codegen module: the suite's programs are compiled far more than they run, and the tests check
+behaviour, not speed; the emitters alone took a third off a MuZero smoke run's CPU time), and a
+persistent compilation cache so the many small training runs of
 the suite compile each program once. All three are environment variables, so the subprocesses the
 tests start (workers, `podracer train`, several processes of one job) share them. The cache keeps
 every program, however quick to compile: the suite compiles the same small programs (an init, a
@@ -12,7 +14,9 @@ import pathlib
 import tempfile
 
 os.environ.setdefault(
-    "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false --xla_backend_optimization_level=0"
+    "XLA_FLAGS",
+    "--xla_cpu_multi_thread_eigen=false --xla_backend_optimization_level=0 "
+    "--xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1",
 )
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _CACHE = pathlib.Path(tempfile.gettempdir()) / "podracer-test-jax-cache"
