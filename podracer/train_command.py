@@ -121,10 +121,8 @@ def run(args) -> int:
             ("--collectives-interface", args.collectives_interface),
         ]:
             job += [flag, str(value)] if value is not None else []
-        named = args.process_id is not None and args.num_processes is not None
-        who = f" [process {args.process_id} of {args.num_processes}]" if named else ""
         command = [sys.executable, "-m", "podracer", "train", *job, *_passed_on(args, run_dir)]
-        return supervise(command, who)
+        return supervise(command, _who_before_joining(args))
     make_evaluator = None
     if config.evaluation.every_s > 0:  # the arena's players and match code
         extras.require("openspiel", "evaluation during training (or set evaluation.every_s=0)")
@@ -207,6 +205,19 @@ def _passed_on(args, run_dir: str) -> list[str]:
     passed += ["--config", args.config] if args.config else []
     passed += ["--quiet"] if args.quiet else []
     return passed + list(args.overrides)
+
+
+def _who_before_joining(args) -> str:
+    """This process as " [process I of N]", from the flags or what srun or mpirun set, or ""."""
+    index, count = args.process_id, args.num_processes
+    for rank, size in [
+        ("SLURM_PROCID", "SLURM_NTASKS"),
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+        ("PMI_RANK", "PMI_SIZE"),
+    ]:
+        if index is None and rank in os.environ and size in os.environ:
+            index, count = os.environ[rank], os.environ[size]
+    return f" [process {index} of {count}]" if index is not None and count is not None else ""
 
 
 def _leave(line: str, code: int = 1) -> NoReturn:

@@ -23,6 +23,7 @@ from selfplay.actors import ACTOR_STAGES
 from selfplay.agent import make_agent
 from selfplay.checkpoints import restore_params
 from selfplay.envs import env_spec
+from selfplay.metrics import read_metrics
 from tests.test_train import TINY
 
 REPO = Path(__file__).resolve().parents[1]
@@ -313,19 +314,6 @@ def _srun_processes(args: list[str], tasks: int = 2) -> list[subprocess.Popen]:
     ]
 
 
-def test_srun_tasks_train_one_job(tmp_path):
-    run = tmp_path / "run"
-    processes = _srun_processes(["--run-dir", str(run), "--quiet", *QUICK, "learner.max_updates=4"])
-    try:
-        outs = [p.communicate(timeout=240)[0] for p in processes]
-    finally:
-        for p in processes:
-            p.kill()
-    assert [p.returncode for p in processes] == [0, 0], outs[-1][-3000:]
-    assert "[process 1 of 2]" in outs[1]
-    _assert_one_job_trained(run, "".join(outs), 4)
-
-
 def _watched_job(
     count: int, silence_s: float = processes.WATCH_SILENCE_S
 ) -> tuple[list[processes.PeerWatch], list[list[str]]]:
@@ -465,15 +453,24 @@ def test_a_process_jax_aborts_for_a_lost_coordinator_ends_with_one_line_under_it
     ], err
 
 
-def test_a_killed_process_of_a_distributed_job_ends_the_other_within_the_bound(tmp_path):
-    """No launcher of ours watches a --distributed job: the survivor finds out by itself (its
-    PeerWatch sees the connection close, wherever the run waits: the agreement, a checkpoint's
-    barrier, a collective) and exits non-zero with one line, in seconds, not at the heartbeats'
-    timeout."""
+def test_srun_tasks_train_one_job_and_a_killed_task_ends_the_other_within_the_bound(tmp_path):
+    """srun's tasks join one job by JAX's SLURM detection, and both act and learn in it. No
+    launcher of ours watches a --distributed job: when a task is killed the survivor finds out
+    by itself (its PeerWatch sees the connection close, wherever the run waits: the agreement, a
+    checkpoint's barrier, a collective) and exits non-zero with one line, in seconds, not at the
+    heartbeats' timeout. (mpirun's test and the two hosts' run such a job to its end.)"""
     run = tmp_path / "run"
     tasks = _srun_processes(["--run-dir", str(run), "--quiet", *QUICK])
+
+    def both_took_part() -> bool:
+        exists = (run / "metrics.jsonl").exists()
+        learned = [r for r in read_metrics(run) if "loss" in r] if exists else []
+        return bool(learned) and learned[-1]["frames/process_1"] > 0 and bool(_steps(run))
+
     try:
-        _wait_for(lambda: (run / "checkpoints").is_dir() and _steps(run), tasks[0])
+        _wait_for(lambda: (run / "checkpoints").is_dir() and both_took_part(), tasks[0])
+        last = [r for r in _records(run) if "loss" in r][-1]
+        assert last["frames"] == last["frames/process_0"] + last["frames/process_1"], last
         tasks[1].kill()
         killed = time.monotonic()
         out, _ = tasks[0].communicate(timeout=150)
@@ -482,6 +479,7 @@ def test_a_killed_process_of_a_distributed_job_ends_the_other_within_the_bound(t
         for p in tasks:
             p.kill()
     assert tasks[0].returncode == 1, out[-3000:]
+    assert "podracer train [process 0 of 2]: tic_tac_toe_alphazero" in out, out[-3000:]
     # The watch's line, or a collective's that saw the peer go in the same instant.
     assert "run stopped: another process of the job died or stopped answering" in out, out[-3000:]
 

@@ -8,17 +8,12 @@ import numpy as np
 import pytest
 
 import configs
-import selfplay.agent
 from arena import progress
 from podracer import cli, train_command
-from selfplay.checkpoints import restore_params
 from selfplay.envs import env_spec
 from selfplay.lifetime import StopSignal
 from selfplay.train import train
-from tests.fakes import OPTIMIZED
 from tests.test_train import TINY
-
-OPTIMIZED_OPTIONS = tuple(OPTIMIZED.items())
 
 
 def _records(run):
@@ -145,41 +140,6 @@ def test_each_frame_mark_is_evaluated_once_even_the_one_the_run_stops_at(tmp_pat
     assert len(marks) == 2 and all(r["eval/return"] >= 1 for r in marks)
     assert marks[0]["eval/frames"] >= 2048 and marks[1]["eval/frames"] >= 6144
     assert marks[1]["eval/frames"] - marks[0]["eval/frames"] >= 6144 - 2048 - 1
-
-
-def test_strength_against_random_rises_over_a_run_that_learns(tmp_path, monkeypatch):
-    # The run's programs compiled optimised: at the suite's -O0 it learns half as fast.
-    monkeypatch.setattr(selfplay.agent, "compiler_options", lambda config: OPTIMIZED_OPTIONS)
-    # One simulation: the evaluated move is the policy network's, so what it learned shows.
-    config = _tic_tac_toe(
-        "learner.max_updates=400",
-        "learner.checkpoint_every=200",
-        "evaluation.every_s=0.2",
-        "evaluation.games=80",
-        "evaluation.opponents=[random]",
-        "evaluation.num_simulations=1",
-        "search.num_simulations=32",
-        "replay.min_size=256",
-        "learner.batch_size=64",
-        "network.channels=16",
-        "optimizer.learning_rate=3e-3",
-        "actors.envs_per_thread=32",
-    )
-    # The run's own evaluator, first on the parameters the run starts from: its searches are
-    # compiled before the run, so its evaluations during the run take milliseconds.
-    evaluator = progress.RunEvaluator(config, env_spec(config.env.name))
-    init_key = jax.random.split(jax.random.PRNGKey(config.seed), 3)[0]  # as selfplay.run's
-    start = jax.jit(evaluator.agent.init)(init_key)
-    before = evaluator.evaluate(start, 0, StopSignal())["eval/random/score"]
-    run = tmp_path / "run"
-    train(config, run, progress=False, make_evaluator=lambda config, spec: evaluator)
-    logged = [(r["step"], r["eval/random/score"]) for r in _records(run) if "eval" in r]
-    assert len(logged) >= 2 and [s for s, _ in logged] == sorted(s for s, _ in logged), logged
-    # On the parameters the run ended with: a count of updates, not of seconds, so a slow
-    # machine learns as much.
-    end = restore_params(run, target=start)
-    after = evaluator.evaluate(end, 400, StopSignal())["eval/random/score"]
-    assert after > before + 0.15, (before, after, logged)
 
 
 def test_an_accelerator_preset_on_a_cpu_says_so_and_how_to_scale_it(capsys):

@@ -346,10 +346,28 @@ def test_uniform_prior_zero_value_finds_wins_and_blocks():
         assert int(action) in answer, (moves, answer, int(action))
 
 
+# The board's 8 rotations and reflections, each as the cells it reads: board[perm] is the image.
+_ROTATE = np.array([6, 3, 0, 7, 4, 1, 8, 5, 2])
+_MIRROR = np.array([2, 1, 0, 5, 4, 3, 8, 7, 6])
+_SYMMETRIES = [
+    functools.reduce(lambda p, q: p[q], [np.arange(9)] + [_ROTATE] * r + [_MIRROR] * m)
+    for r in range(4)
+    for m in range(2)
+]
+
+
 def test_exact_minimax_value_plays_optimally_everywhere():
-    """With the exact value as value function, the move is optimal in every reachable position."""
+    """With the exact value as value function, the move is optimal in every reachable position,
+    one of each class of the board's 8 symmetries (the same game, turned or mirrored)."""
     positions = fakes.reachable_positions()
     assert len(positions) == 4520
+    assert len({tuple(perm) for perm in _SYMMETRIES}) == 8
+    classes = {}
+    for board, moves in positions:
+        images = {tuple(np.asarray(board)[perm]) for perm in _SYMMETRIES}
+        classes.setdefault(min(images), (board, moves))
+    positions = list(classes.values())
+    assert len(positions) == 627  # the non-terminal positions up to symmetry
     table = jnp.asarray(fakes.minimax_value_table())
 
     def minimax_prediction(params, states):
