@@ -222,35 +222,6 @@ def test_updates_inside_the_jit_equal_updates_called_one_by_one():
     )
 
 
-def test_podracer_train_splits_the_cpu_into_devices_for_anakin(tmp_path):
-    # devices.cpu_devices=2 reaches JAX before it starts: every iteration plays on both devices.
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "podracer",
-            "train",
-            "--config",
-            "tic_tac_toe_alphazero",
-            "--run-dir",
-            str(tmp_path / "run"),
-            "--quiet",
-            *TINY,
-            "devices.cpu_devices=2",
-            "learner.max_updates=4",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "no effect" not in proc.stderr
-    config = _tiny()
-    plan = anakin.plan_anakin(config, make_agent(config, env_spec(config.env.name)), 2)
-    frames = (plan.min_iterations + 4 // plan.updates) * plan.examples * 2
-    assert f"at update 4, {frames} frames" in proc.stdout, proc.stdout
-
-
 def test_sigint_stops_an_anakin_run_with_a_final_checkpoint(tmp_path):
     run = tmp_path / "run"
     process = _podracer(

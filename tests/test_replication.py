@@ -20,11 +20,10 @@ def worker_env(device_count: int) -> dict[str, str]:
     """The environment of a worker process with `device_count` CPU devices, one thread each."""
     return {
         **os.environ,
-        # As tests/conftest.py: one thread, and XLA's fastest compilation (these workers compile
-        # far more than they run).
+        # tests/conftest.py's flags (one thread, XLA's fastest compilation: these workers
+        # compile far more than they run), and the devices.
         "XLA_FLAGS": f"--xla_force_host_platform_device_count={device_count} "
-        "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1 "
-        "--xla_backend_optimization_level=0",
+        + os.environ["XLA_FLAGS"],
         "JAX_PLATFORMS": "cpu",
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     }
