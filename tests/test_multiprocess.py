@@ -107,7 +107,7 @@ def _assert_one_job_trained(run: Path, out: str, updates: int, processes: int = 
     assert _steps(run)[-1] == updates
 
 
-def test_two_processes_train_alphazero_and_resume_under_one_and_under_two(tmp_path):
+def test_two_processes_train_alphazero_resume_under_one_and_under_two_and_stop_on_ctrl_c(tmp_path):
     run = tmp_path / "run"
     quick = [*QUICK, "replay.checkpoint=true"]  # each process's replay saved with its checkpoints
     code, out = _train("--local-processes", "2", "--run-dir", str(run), "--quiet", *quick,
@@ -125,14 +125,24 @@ def test_two_processes_train_alphazero_and_resume_under_one_and_under_two(tmp_pa
     assert "resumed from update 6" in out and "stopped (max_updates) at update 8" in out
     assert "replay restored from update 6: " in out, out[-3000:]
 
-    code, out = _train("--local-processes", "2", "--run-dir", str(run), "--quiet", *quick,
-                       "learner.max_updates=10")  # fmt: skip
-    assert code == 0, out[-3000:]
+    # Under two again, stopped by a Ctrl-C to the launcher once it has saved past update 8:
+    # both processes stop at the same update with a final checkpoint.
+    process = _start("--local-processes", "2", "--run-dir", str(run), "--quiet", *quick)
+    _wait_for(lambda: _steps(run)[-1] > 8, process)
+    process.send_signal(signal.SIGINT)
+    out, _ = process.communicate(timeout=120)
+    assert process.returncode == 130, out[-3000:]
     assert out.count("resumed from update 8") == 2, out[-3000:]
     # Process 0 saved at update 8 (alone); process 1 last saved at 6, so it starts empty.
     assert "process 0: replay restored from update 8: " in out, out[-3000:]
     assert "process 1: no replay saved with update 8: the replay starts empty" in out
-    _assert_one_job_trained(run, out, 10)
+    finals = _final_lines(out)
+    assert len(finals) == 2, out[-3000:]
+    # A process whose own signal lands after another's reached the agreement says so by name:
+    # "stopped (process 0: received SIGINT)".
+    assert all("received SIGINT)" in line for line in finals), out[-3000:]
+    stopped_at = {int(line.split(" at update ")[1].split(",")[0]) for line in finals}
+    assert len(stopped_at) == 1 and _steps(run)[-1] == stopped_at.pop()  # the same final step
 
 
 # MuZero with reanalyse (half of each batch searched again with the newest parameters, a target
@@ -209,22 +219,6 @@ def _wait_for(condition, process: subprocess.Popen, timeout: float = 240.0) -> N
             raise AssertionError(f"exited early: {process.communicate()[0][-3000:]}")
         time.sleep(0.3)
     raise AssertionError("timed out")
-
-
-def test_ctrl_c_to_the_launcher_stops_both_with_a_final_checkpoint(tmp_path):
-    run = tmp_path / "run"
-    process = _start("--local-processes", "2", "--run-dir", str(run), "--quiet", *QUICK)
-    _wait_for(lambda: (run / "checkpoints").is_dir() and _steps(run), process)
-    process.send_signal(signal.SIGINT)
-    out, _ = process.communicate(timeout=120)
-    assert process.returncode == 130, out[-3000:]
-    finals = _final_lines(out)
-    assert len(finals) == 2, out[-3000:]
-    # A process whose own signal lands after another's reached the agreement says so by name:
-    # "stopped (process 0: received SIGINT)".
-    assert all("received SIGINT)" in line for line in finals), out[-3000:]
-    stopped_at = {int(line.split(" at update ")[1].split(",")[0]) for line in finals}
-    assert len(stopped_at) == 1 and _steps(run)[-1] == stopped_at.pop()  # the same final step
 
 
 def _child_pid(run: Path, process_id: int) -> int | None:
