@@ -437,3 +437,33 @@ class FakeAsyncEnv:
 
     def close(self) -> None:
         self.closed = True
+
+
+# --- runs: a caller that stops a run ------------------------------------------------------------
+
+import contextlib  # noqa: E402
+import pathlib  # noqa: E402
+import threading  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+
+
+@contextlib.contextmanager
+def stop_once_logged(run_dir, text: str, stop) -> Iterator[None]:
+    """While inside, a thread sets `stop` (a StopSignal) once the run's metrics.jsonl holds
+    `text` (e.g. '"loss"'): a caller's stop, as soon as what a test checks has happened, not
+    after a fixed wait."""
+    metrics, done = pathlib.Path(run_dir) / "metrics.jsonl", threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.2):
+            if metrics.is_file() and text in metrics.read_text():
+                stop.set("stopped by the caller")
+                return
+
+    watcher = threading.Thread(target=watch, name="stop-once-logged")
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()

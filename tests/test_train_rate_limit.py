@@ -7,11 +7,10 @@ a limiter that stops the actors after fewer pushes leaves the learner waiting fo
 no actor may write: both sides wait for ever.
 """
 
-import threading
-
 import configs
 from selfplay.lifetime import StopSignal
 from selfplay.train import train
+from tests import fakes
 
 # Windows of td_steps + 1 = 10 steps from pushes of 2 steps x 4 envs: 5 pushes per stream before
 # the first window, more than one learner batch (16) of inserts at 1 sample per insert.
@@ -46,10 +45,7 @@ def test_the_callers_stop_signal_ends_the_run(tmp_path):
         "tic_tac_toe_alphazero", [*TINY, "learner.max_updates=100000", "learner.max_seconds=150"]
     )
     stop = StopSignal()  # not set when train starts: falsy, still the one used
-    timer = threading.Timer(8.0, stop.set, ["stopped by the caller"])
-    timer.start()
-    try:
+    with fakes.stop_once_logged(tmp_path / "run", '"loss"', stop):  # a run of minutes, cut
         result = train(config, tmp_path / "run", progress=False, stop=stop)
-    finally:
-        timer.cancel()
     assert result.stopped_by == "stopped by the caller"
+    assert 0 < result.updates < 100000
