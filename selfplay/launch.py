@@ -174,7 +174,7 @@ class _Relay:
             *lines, pending = (pending + chunk).split(b"\n")
             for line in lines:
                 self.coordination_lost |= _COORDINATION_LOST in line
-                self.said_why |= b"run stopped:" in line
+                self.said_why |= b"run stopped:" in line or b": error: " in line
                 if not _STACK_TRACE.match(line):
                     self._sink.write(line + b"\n")
             # A line still open (a progress line redrawn with \r) goes out as it is.

@@ -73,6 +73,10 @@ HEARTBEAT_S = 30
 # a loaded host's pause, and well before JAX's own heartbeats abort the processes.
 WATCH_BEAT_S = 1.0
 WATCH_SILENCE_S = 10.0
+# Process 0 holds the job's coordination service, and JAX aborts every other process the moment
+# it goes: where the others are leaving too (a stop passed on), it waits this long first, so
+# they leave with their own line and exit code.
+LEAVE_LAST_S = 1.0
 REASON_BYTES = 480  # a stop reason's room in the gather that shares it
 
 
@@ -149,6 +153,8 @@ class PeerWatch:
             self._closed = True
             line = self.GOODBYE if stop_job is None else self.STOP + b" " + stop_job.encode()
             self._send_all(line.replace(b"\n", b" "))
+        if stop_job is not None and self.index == 0 and self._peers:
+            time.sleep(LEAVE_LAST_S)  # the others stop on this line: they leave first
 
     def _add(self, connection: socket.socket, peer: int) -> None:
         self._peers[connection] = peer
@@ -217,7 +223,8 @@ class PeerWatch:
                 self._drop(connection)
                 return True
             if line.startswith(self.STOP + b" "):
-                self._stop(line[len(self.STOP) + 1 :].decode(errors="replace"), peer)
+                reason = line[len(self.STOP) + 1 :].decode(errors="replace")
+                self._stop(reason, peer, peer_leaving=True)
                 return False
         return True
 
@@ -241,14 +248,18 @@ class PeerWatch:
             f"another process of the job died or stopped answering (process {peer}: {why})", peer
         )
 
-    def _stop(self, message: str, peer: int) -> None:
-        """The job cannot go on (`peer` is lost, or stopped it): `on_lost(message)`, once
-        process 0 has passed `message` on to the others (they hear only from process 0)."""
+    def _stop(self, message: str, peer: int, peer_leaving: bool = False) -> None:
+        """The job cannot go on (`peer` is lost, or stopped it and is `peer_leaving`):
+        `on_lost(message)`, once process 0 has passed `message` on to the others (they hear
+        only from process 0) and, where any of them is still there to leave, given them
+        `LEAVE_LAST_S` to do so."""
         with self._lock:
             if self._closed:
                 return  # this process is leaving anyway
             if self.index == 0:
                 self._send_all(self.STOP + b" " + message.encode(), but=peer)
+        if self.index == 0 and (peer_leaving or self.count > 2):
+            time.sleep(LEAVE_LAST_S)
         self.on_lost(message)
 
 
