@@ -88,21 +88,21 @@ def launch_local(train_args: Sequence[str], num_processes: int) -> int:
     gpus = _gpus()
     gpu_shares = split_evenly(gpus, num_processes) if len(gpus) >= num_processes > 1 else None
     children: list[subprocess.Popen] = []
-    relays: list[_Relay] = []
     for i in range(num_processes):
         env = dict(os.environ, **{JOB_PROCESS: "1"})
         if gpu_shares is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_shares[i])
         share = core_shares[i] if core_shares is not None else None
-        child, relay = _start(
-            [sys.executable, "-m", "podracer", "train", *train_args]
-            + ["--coordinator", f"127.0.0.1:{port}"]
-            + ["--num-processes", str(num_processes), "--process-id", str(i)],
-            env,
-            cores=share,
+        children.append(
+            _start(
+                [sys.executable, "-m", "podracer", "train", *train_args]
+                + ["--coordinator", f"127.0.0.1:{port}"]
+                + ["--num-processes", str(num_processes), "--process-id", str(i)],
+                env,
+                cores=share,
+            )
         )
-        children.append(child)
-        relays.append(relay)
+    relays = [_relay(child) for child in children]
     with _forwarding_stop_signals(children):
         failed_at: float | None = None
         grace = GRACE_S
@@ -141,7 +141,8 @@ def supervise(command: Sequence[str], who: str) -> int:
     its output and the stop signals, and returns its exit code; a child that JAX aborted because
     the job lost its coordination service ends with one line naming that, `who` its process,
     and 1."""
-    child, relay = _start(command, dict(os.environ, **{JOB_PROCESS: "1"}))
+    child = _start(command, dict(os.environ, **{JOB_PROCESS: "1"}))
+    relay = _relay(child)
     with _forwarding_stop_signals([child]):
         code = _exit_code(child.wait(), relay)
     if relay.coordination_lost and not relay.said_why:
@@ -189,27 +190,32 @@ class _Relay:
 
 def _start(
     command: Sequence[str], env: dict[str, str], cores: Sequence[int] | None = None
-) -> tuple[subprocess.Popen, _Relay]:
+) -> subprocess.Popen:
     """`command` in its own session (a Ctrl-C reaches it once, from us, not twice), killed
-    with us (Linux), on `cores`; its stderr relayed."""
+    with us (Linux), on `cores`; its stderr a pipe for a `_relay`. Start every child before
+    any relay: the forked child runs `prepare` alone, with no other thread's lock held."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
 
     def prepare() -> None:
-        if sys.platform == "linux":  # PR_SET_PDEATHSIG: SIGKILL when the parent dies
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+        if prctl is not None:  # PR_SET_PDEATHSIG: SIGKILL when the parent dies
+            prctl(1, signal.SIGKILL)
         if cores:
             os.sched_setaffinity(0, cores)
 
-    child = subprocess.Popen(
+    return subprocess.Popen(
         list(command),
         env=env,
         stderr=subprocess.PIPE,
         start_new_session=True,
         preexec_fn=prepare,
     )
+
+
+def _relay(child: subprocess.Popen) -> _Relay:
     assert child.stderr is not None
     # Our stderr's bytes (a stream replaced by text only, as in a test's capture: its file).
     sink = getattr(sys.stderr, "buffer", None) or open(2, "wb", closefd=False)  # noqa: SIM115
-    return child, _Relay(child.stderr, sink)
+    return _Relay(child.stderr, sink)
 
 
 @contextlib.contextmanager
