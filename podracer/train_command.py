@@ -98,6 +98,8 @@ def run(args) -> int:
     extras.require("train", "podracer train")
     explicit = [args.coordinator, args.num_processes, args.process_id]
     joins = args.distributed or any(x is not None for x in explicit)
+    from selfplay.launch import JOB_PROCESS, launch_local, supervise  # no JAX: loaded lazily
+
     if args.local_processes is not None:
         if joins:
             raise UsageError(
@@ -106,13 +108,9 @@ def run(args) -> int:
             )
         if args.local_processes < 1:
             raise UsageError(f"--local-processes must be at least 1, got {args.local_processes}")
-        from selfplay.launch import launch_local
-
         return launch_local(_passed_on(args, run_dir), args.local_processes)
-    if joins and not os.environ.get("PODRACER_JOB_PROCESS"):  # selfplay.launch.JOB_PROCESS
+    if joins and not os.environ.get(JOB_PROCESS):
         # JAX aborts a process whose job lost its coordinator: the run goes in a child, watched.
-        from selfplay.launch import supervise
-
         job = ["--distributed"] if args.distributed else []
         for flag, value in [
             ("--coordinator", args.coordinator),

@@ -77,6 +77,14 @@ def _steps(run: Path) -> list[int]:
     return sorted(int(p.name) for p in (run / "checkpoints").glob("*") if p.name.isdigit())
 
 
+def _learning_in_both(run: Path, lines: int = 1) -> bool:
+    """Whether the job's metrics hold `lines` learning lines, the newest with process 1's
+    actors' frames in it (read as the run writes: a line cut short is skipped)."""
+    exists = (run / "metrics.jsonl").exists()
+    learned = [r for r in read_metrics(run) if "loss" in r] if exists else []
+    return len(learned) >= lines and learned[-1]["frames/process_1"] > 0
+
+
 def _final_lines(out: str) -> list[str]:
     return [line for line in out.splitlines() if "]: stopped (" in line]
 
@@ -277,13 +285,7 @@ def test_mpirun_trains_one_job_and_stops_on_sigusr1_with_a_final_checkpoint(tmp_
         stderr=subprocess.STDOUT,
         text=True,
     )
-
-    def learning_in_both() -> bool:
-        exists = (run / "metrics.jsonl").exists()
-        learned = [r for r in read_metrics(run) if "loss" in r] if exists else []
-        return len(learned) >= 2 and learned[-1]["frames/process_1"] > 0
-
-    _wait_for(learning_in_both, process)
+    _wait_for(lambda: _learning_in_both(run, lines=2), process)
     process.send_signal(signal.SIGUSR1)
     out, _ = process.communicate(timeout=120)
     assert process.returncode == 130, out[-3000:]  # stopped by a signal, with its checkpoint
@@ -465,17 +467,12 @@ def test_srun_tasks_train_one_job_and_a_killed_task_ends_the_other_within_the_bo
     launcher of ours watches a --distributed job: when a task is killed the survivor finds out
     by itself (its PeerWatch sees the connection close, wherever the run waits: the agreement, a
     checkpoint's barrier, a collective) and exits non-zero with one line, in seconds, not at the
-    heartbeats' timeout. (mpirun's test and the two hosts' run such a job to its end.)"""
+    heartbeats' timeout. (The two hosts' test runs such a job to its end.)"""
     run = tmp_path / "run"
     tasks = _srun_processes(["--run-dir", str(run), "--quiet", *QUICK])
-
-    def both_took_part() -> bool:
-        exists = (run / "metrics.jsonl").exists()
-        learned = [r for r in read_metrics(run) if "loss" in r] if exists else []
-        return bool(learned) and learned[-1]["frames/process_1"] > 0 and bool(_steps(run))
-
     try:
-        _wait_for(lambda: (run / "checkpoints").is_dir() and both_took_part(), tasks[0])
+        saved = (run / "checkpoints").is_dir
+        _wait_for(lambda: saved() and bool(_steps(run)) and _learning_in_both(run), tasks[0])
         last = [r for r in _records(run) if "loss" in r][-1]
         assert last["frames"] == last["frames/process_0"] + last["frames/process_1"], last
         tasks[1].kill()
