@@ -170,22 +170,30 @@ class _Relay:
         self._thread.join(timeout=10.0)
 
     def _copy(self) -> None:
-        pending = b""
+        pending = b""  # the end of the newest chunk, not yet a whole line
+        started = b""  # the part of the line now arriving that already went out (no newline)
         while chunk := os.read(self._source.fileno(), 1 << 16):
             *lines, pending = (pending + chunk).split(b"\n")
             for line in lines:
-                self.coordination_lost |= _COORDINATION_LOST in line
-                self.said_why |= b"run stopped:" in line or b": error: " in line
-                if not _STACK_TRACE.match(line):
+                whole, started = started + line, b""
+                self._note(whole)
+                if not _STACK_TRACE.match(whole):
                     self._sink.write(line + b"\n")
-            # A line still open (a progress line redrawn with \r) goes out as it is.
-            if pending and not _STACK_TRACE.match(pending) and not pending.isspace():
+            # A line still open (a progress line redrawn with \r; a line whose writer was
+            # interrupted, as by an abort's output) goes out as it is; noted once it is whole.
+            if pending and not _STACK_TRACE.match(started + pending) and not pending.isspace():
                 self._sink.write(pending)
-                pending = b""
+                # What a redrawn line last said (one line's worth: a long run redraws for hours).
+                started, pending = (started + pending).rsplit(b"\r", 1)[-1][-4096:], b""
             self._sink.flush()
+        self._note(started + pending)
         self._sink.write(pending)
         self._sink.flush()
         self._source.close()
+
+    def _note(self, line: bytes) -> None:
+        self.coordination_lost |= _COORDINATION_LOST in line
+        self.said_why |= b"run stopped:" in line or b": error: " in line
 
 
 def _start(

@@ -462,6 +462,29 @@ def test_a_process_jax_aborts_for_a_lost_coordinator_ends_with_one_line_under_it
     ], err
 
 
+def test_the_supervisor_notes_a_line_whose_start_was_relayed_before_its_end_came():
+    """A child's own stop line can arrive in two reads (its writer and JAX's abort write at
+    once): the relay sends out the open start at once and still notes what the whole line
+    said, so the supervisor does not add its line to the child's."""
+    import io
+
+    read_end, write_end = os.pipe()
+    sink = io.BytesIO()
+    relay = launch._Relay(os.fdopen(read_end, "rb"), sink)
+    trace = b"*** Check failure stack trace: ***\n    @     0x7f00deadbeef  (unknown)\n"
+    os.write(write_end, b"F1126 client.h:80] JAX distributed service detected fatal errors\n")
+    os.write(write_end, trace + b"podracer train [process 1 of 2]: run sto")
+    assert _eventually(lambda: sink.getvalue().endswith(b"run sto"))
+    os.write(write_end, b"pped: process 0 died\n")
+    os.close(write_end)
+    relay.join()
+    assert relay.coordination_lost and relay.said_why
+    assert sink.getvalue() == (
+        b"F1126 client.h:80] JAX distributed service detected fatal errors\n"
+        b"podracer train [process 1 of 2]: run stopped: process 0 died\n"
+    )
+
+
 def test_srun_tasks_train_one_job_and_a_killed_task_ends_the_other_within_the_bound(tmp_path):
     """srun's tasks join one job by JAX's SLURM detection, and both act and learn in it. No
     launcher of ours watches a --distributed job: when a task is killed the survivor finds out
