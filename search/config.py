@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
-__all__ = ["ALGORITHMS", "QTRANSFORMS", "SearchConfig"]
+__all__ = ["ALGORITHMS", "DECISION_SELECTIONS", "QTRANSFORMS", "SearchConfig"]
 
 ALGORITHMS = ("muzero", "gumbel_muzero", "stochastic_muzero")
+DECISION_SELECTIONS = ("puct", "gumbel")
 QTRANSFORMS = ("by_parent_and_siblings", "by_min_max", "completed_by_mix_value")
 _DEFAULT_QTRANSFORM = {
     "muzero": "by_parent_and_siblings",
@@ -21,8 +22,9 @@ class SearchConfig:
     """Settings of one batched Monte-Carlo tree search (see `search.run`)."""
 
     # "muzero": PUCT at every node (MuZero/AlphaZero); "gumbel_muzero": Gumbel MuZero;
-    # "stochastic_muzero": PUCT at decision nodes and chance nodes between them (Stochastic
-    # MuZero; AlphaZero with chance outcomes), for a model given as `search.StochasticModel`.
+    # "stochastic_muzero": decision nodes (PUCT, or Gumbel's: `decision_selection`) and chance
+    # nodes between them (Stochastic MuZero; AlphaZero with chance outcomes), for a model given
+    # as `search.StochasticModel`.
     algorithm: str = "muzero"
     # Simulations per search; each adds (at most) one node to the tree.
     num_simulations: int = 32
@@ -32,15 +34,21 @@ class SearchConfig:
     pb_c_init: float = 1.25
     # PUCT constant c2.
     pb_c_base: float = 19652.0
-    # Concentration of the Dirichlet noise mixed into the root prior (muzero, stochastic_muzero).
+    # Concentration of the Dirichlet noise mixed into the root prior (PUCT's selection only).
     dirichlet_alpha: float = 0.3
-    # Share of Dirichlet noise in the root prior; 0 turns exploration noise off (not gumbel).
+    # Share of Dirichlet noise in the root prior; 0 turns exploration noise off (PUCT only).
     dirichlet_fraction: float = 0.25
-    # Acting temperature over visit counts (not gumbel_muzero); 0 is greedy.
+    # Acting temperature over visit counts (PUCT only); 0 is greedy.
     temperature: float = 1.0
-    # Actions sampled at the root by Gumbel's sequential halving (gumbel_muzero only).
+    # Selection at the decision nodes of "stochastic_muzero": "puct" (the paper's and mctx's), or
+    # "gumbel": Gumbel MuZero's (sequential halving among sampled actions at the root, its
+    # deterministic selection below, the improved policy softmax(logits + completed Q) as the
+    # policy target and the action). With few simulations PUCT's visits follow the prior, so its
+    # target cannot correct a wrong prior; Gumbel's improves on the prior with any budget.
+    decision_selection: str = "puct"
+    # Actions sampled at the root by Gumbel's sequential halving (Gumbel's selection only).
     max_num_considered_actions: int = 16
-    # Scale of the Gumbel noise; 0 for deterministic evaluation (gumbel_muzero only).
+    # Scale of the Gumbel noise; 0 for deterministic evaluation (Gumbel's selection only).
     gumbel_scale: float = 1.0
     # How Q-values are normalised for selection; None picks the algorithm's default.
     qtransform: str | None = None
@@ -58,6 +66,19 @@ class SearchConfig:
         _check_int(self, "num_simulations", minimum=1)
         if self.max_depth is not None:
             _check_int(self, "max_depth", minimum=1)
+        _check(
+            self.decision_selection in DECISION_SELECTIONS,
+            self,
+            "decision_selection",
+            f"must be one of {DECISION_SELECTIONS}",
+        )
+        _check(
+            self.decision_selection == "puct" or self.algorithm == "stochastic_muzero",
+            self,
+            "decision_selection",
+            "must be 'puct' unless algorithm is 'stochastic_muzero' (for a deterministic model, "
+            "Gumbel's selection is algorithm 'gumbel_muzero')",
+        )
         _check_int(self, "max_num_considered_actions", minimum=1)
         for name in (
             "pb_c_init",
@@ -88,17 +109,25 @@ class SearchConfig:
         # Gumbel MuZero's policy improvement (and its improved-policy target) is defined over
         # completed Q-values; min-max or parent-and-siblings scores would silently change it.
         _check(
-            self.algorithm != "gumbel_muzero"
-            or self.qtransform in (None, "completed_by_mix_value"),
+            not self.uses_gumbel or self.qtransform in (None, "completed_by_mix_value"),
             self,
             "qtransform",
-            "must be None or 'completed_by_mix_value' with algorithm 'gumbel_muzero'",
+            "must be None or 'completed_by_mix_value' with Gumbel's selection (algorithm "
+            "'gumbel_muzero', or decision_selection 'gumbel')",
         )
+
+    @property
+    def uses_gumbel(self) -> bool:
+        """Whether the search selects, targets and acts as Gumbel MuZero does: its `action` is
+        its own choice, its `action_weights` the improved policy (not visit counts)."""
+        return self.algorithm == "gumbel_muzero" or self.decision_selection == "gumbel"
 
     @property
     def qtransform_name(self) -> str:
         """The q-transform in use: the configured one or the algorithm's default."""
-        return self.qtransform or _DEFAULT_QTRANSFORM[self.algorithm]
+        if self.qtransform:
+            return self.qtransform
+        return "completed_by_mix_value" if self.uses_gumbel else _DEFAULT_QTRANSFORM[self.algorithm]
 
     def replace(self, **changes) -> SearchConfig:
         """A new config with `changes` applied (and validated)."""

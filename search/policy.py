@@ -24,7 +24,9 @@ decision function (state, action -> afterstate, with the afterstate's value and 
 outcomes' logits) and a chance function (afterstate, outcome -> state, as a `recurrent_fn`). The
 tree holds both kinds of node, each with A + C children as in mctx: decision nodes select by PUCT
 (masked as above), chance nodes by `prior / (visits + 1)`, so the visits of a chance node's
-outcomes follow their probabilities.
+outcomes follow their probabilities. With `decision_selection="gumbel"` (not in mctx) the
+decision nodes select as Gumbel MuZero's do, and the result is Gumbel's: its action and its
+improved policy.
 """
 
 from __future__ import annotations
@@ -296,16 +298,31 @@ def _gumbel_muzero(
         invalid_actions=invalid_actions,
         extra_data=mctx.GumbelMuZeroExtraData(root_gumbel=gumbel),
     )
-    summary = search_tree.summary()
-    # As mctx: act with the best of the most visited actions by gumbel + logits + completed q.
+    return _gumbel_output(
+        search_tree,
+        search_tree.summary(),
+        gumbel,
+        root.prior_logits,
+        qtransform,
+        invalid_actions,
+        search_tree,
+    )
+
+
+def _gumbel_output(
+    decisions: mctx.Tree, summary, gumbel, prior_logits, qtransform, invalid_actions, tree
+) -> SearchOutput:
+    """Gumbel MuZero's result from the root's decision children (`decisions`, `summary` its
+    summary): the best of the most visited actions by gumbel + logits + completed Q (as mctx),
+    and the improved policy softmax(logits + completed Q) as the weights."""
     considered_visit = jnp.max(summary.visit_counts, axis=-1, keepdims=True)
-    completed_q = jax.vmap(qtransform, in_axes=[0, None])(search_tree, search_tree.ROOT_INDEX)
+    completed_q = jax.vmap(qtransform, in_axes=[0, None])(decisions, decisions.ROOT_INDEX)
     to_argmax = _mctx_internals.score_considered(
-        considered_visit, gumbel, root.prior_logits, completed_q, summary.visit_counts
+        considered_visit, gumbel, prior_logits, completed_q, summary.visit_counts
     )
     action = mctx_masked_argmax(to_argmax, invalid_actions.astype(bool))
     action_weights = jax.nn.softmax(
-        mask_invalid_logits(root.prior_logits + completed_q, invalid_actions)
+        mask_invalid_logits(prior_logits + completed_q, invalid_actions)
     )
     return SearchOutput(
         action=action,
@@ -313,7 +330,7 @@ def _gumbel_muzero(
         visit_counts=summary.visit_counts,
         root_value=summary.value,
         q_values=summary.qvalues,
-        tree=search_tree,
+        tree=tree,
     )
 
 
@@ -338,10 +355,17 @@ def _stochastic_muzero(
     interior selection (one selection here).
     """
     batch_size, num_actions = root.prior_logits.shape
+    gumbel = config.decision_selection == "gumbel"
     # Key use mirrors mctx.stochastic_muzero_policy so that the search matches it exactly.
-    rng_key, dirichlet_key, search_key = jax.random.split(rng_key, 3)
-    noisy_logits = _dirichlet_noisy_logits(dirichlet_key, root.prior_logits, config)
-    prior_logits = mask_invalid_logits(noisy_logits, invalid_actions)  # [B, A]
+    rng_key, noise_key, search_key = jax.random.split(rng_key, 3)
+    if gumbel:  # no Dirichlet noise: Gumbel's own, in the root's selection and its action
+        prior_logits = mask_invalid_logits(root.prior_logits, invalid_actions)  # [B, A]
+        root_gumbel = config.gumbel_scale * jax.random.gumbel(
+            noise_key, shape=prior_logits.shape, dtype=prior_logits.dtype
+        )  # [B, A]
+    else:
+        noisy_logits = _dirichlet_noisy_logits(noise_key, root.prior_logits, config)
+        prior_logits = mask_invalid_logits(noisy_logits, invalid_actions)  # [B, A]
     dummy_action = jnp.zeros([batch_size], jnp.int32)
     decision_shape, afterstate_shape = jax.eval_shape(
         model.decision_fn, params, rng_key, dummy_action, root.embedding
@@ -374,23 +398,50 @@ def _stochastic_muzero(
     root_invalid = jnp.concatenate(
         [invalid_actions, jnp.zeros([batch_size, num_chance], invalid_actions.dtype)], axis=-1
     )
-    decision_selection = functools.partial(
-        _puct_selection,
-        pb_c_init=config.pb_c_init,
-        pb_c_base=config.pb_c_base,
-        qtransform=qtransform,
-    )
+    if gumbel:
+        decision_selection = functools.partial(
+            _gumbel_selection, config=config, qtransform=qtransform
+        )
+        extra_data = mctx.GumbelMuZeroExtraData(root_gumbel=root_gumbel)
+    else:
+        decision_selection = functools.partial(
+            _puct_selection,
+            pb_c_init=config.pb_c_init,
+            pb_c_base=config.pb_c_base,
+            qtransform=qtransform,
+        )
+        extra_data = None
     selection_fn = _mctx_internals.make_stochastic_action_selection_fn(
         decision_selection, num_actions
     )
     start = _mctx_internals.instantiate_tree_from_root(
-        root, config.num_simulations, root_invalid_actions=root_invalid, extra_data=None
+        root, config.num_simulations, root_invalid_actions=root_invalid, extra_data=extra_data
     )
     search_tree = _simulate_from(
         params, search_key, start, recurrent_fn, selection_fn, config.num_simulations, max_depth
     )
-    summary = _mctx_internals.mask_tree(search_tree, num_actions, "decision").summary()
+    decisions = _mctx_internals.mask_tree(search_tree, num_actions, "decision")
+    summary = decisions.summary()
+    if gumbel:
+        return _gumbel_output(
+            decisions, summary, root_gumbel, prior_logits, qtransform, invalid_actions, search_tree
+        )
     return _visit_output(rng_key, summary, config, search_tree)
+
+
+def _gumbel_selection(rng_key, tree, node_index, depth, *, config: SearchConfig, qtransform):
+    """Gumbel MuZero's selection at a decision node of a stochastic tree: sequential halving at
+    the root (its Gumbel noise in `tree.extra_data`), the deterministic selection below."""
+    at_root = mctx.gumbel_muzero_root_action_selection(
+        rng_key,
+        tree,
+        node_index,
+        num_simulations=config.num_simulations,
+        max_num_considered_actions=config.max_num_considered_actions,
+        qtransform=qtransform,
+    )
+    below = _gumbel_interior_selection(rng_key, tree, node_index, depth, qtransform=qtransform)
+    return jnp.where(depth == 0, at_root, below)
 
 
 class _SharedEmbedding(NamedTuple):

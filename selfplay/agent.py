@@ -196,7 +196,7 @@ def _augmented(loss_fn, config: ExperimentConfig, spec: EnvSpec, augment):
 def _select(key, out: search.SearchOutput, config: ExperimentConfig, legal_mask, greedy):
     """The search's action, or the most visited one where `greedy` (late in a board game); with
     `actors.random_move_prob`, a uniformly random legal move instead, where not greedy."""
-    if config.search.algorithm == "gumbel_muzero":
+    if config.search.uses_gumbel:
         action = out.action  # Gumbel's own choice; with gumbel_scale 0 it is deterministic
     else:
         temperature = jnp.where(greedy, 0.0, config.search.temperature)[:, None]  # [B, 1]

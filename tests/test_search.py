@@ -115,6 +115,40 @@ def test_equal_to_mctx_without_tree(algorithm, batch_size):
         np.testing.assert_allclose(ours.q_values, summary.qvalues, rtol=1e-5, atol=1e-6)
 
 
+def test_gumbel_decisions_in_a_stochastic_tree_with_one_outcome_are_gumbel_muzeros():
+    """With a single certain outcome after every move, a stochastic search with Gumbel's
+    decision selection is Gumbel MuZero on the same model: with one simulation per action
+    (each root action visited once), its action and its improved policy are mctx's."""
+    batch_size = 5
+    params, root, recurrent_fn = fakes.random_model(jax.random.PRNGKey(3), batch_size, NUM_ACTIONS)
+    model = _with_chance(recurrent_fn, num_chance=1)
+    config = search.SearchConfig(
+        algorithm="stochastic_muzero",
+        decision_selection="gumbel",
+        num_simulations=NUM_ACTIONS,
+        max_num_considered_actions=NUM_ACTIONS,
+        gumbel_scale=0.0,
+    )
+    assert config.uses_gumbel and config.qtransform_name == "completed_by_mix_value"
+    ours = jax.jit(lambda key: search.run(params, key, root, model, config))(jax.random.PRNGKey(0))
+    reference = jax.jit(
+        lambda key: mctx.gumbel_muzero_policy(
+            params,
+            key,
+            root,
+            recurrent_fn,
+            NUM_ACTIONS,
+            max_num_considered_actions=NUM_ACTIONS,
+            gumbel_scale=0.0,
+        )
+    )(jax.random.PRNGKey(0))
+    np.testing.assert_array_equal(ours.visit_counts, np.ones((batch_size, NUM_ACTIONS)))
+    np.testing.assert_array_equal(ours.action, reference.action)
+    np.testing.assert_allclose(ours.action_weights, reference.action_weights, rtol=1e-5, atol=1e-6)
+    # Not the visit counts, which are uniform here: the policy improved by the Q-values.
+    assert not np.allclose(ours.action_weights, 1 / NUM_ACTIONS, atol=1e-3)
+
+
 @pytest.mark.parametrize("algorithm", ["muzero", "stochastic_muzero"])
 def test_jit_and_no_jit_agree(algorithm):
     params, root, recurrent_fn = _model(algorithm, jax.random.PRNGKey(0), 4)
@@ -215,20 +249,26 @@ def _with_chance(recurrent_fn, num_chance=3):
 
 
 @pytest.mark.parametrize(
-    "algorithm, qtransform",
+    "algorithm, qtransform, decision_selection",
     [
-        ("muzero", "by_min_max"),
-        ("muzero", "by_parent_and_siblings"),
-        ("gumbel_muzero", "completed_by_mix_value"),
-        ("stochastic_muzero", "by_min_max"),
+        ("muzero", "by_min_max", "puct"),
+        ("muzero", "by_parent_and_siblings", "puct"),
+        ("gumbel_muzero", "completed_by_mix_value", "puct"),
+        ("stochastic_muzero", "by_min_max", "puct"),
+        ("stochastic_muzero", "completed_by_mix_value", "gumbel"),
     ],
 )
-def test_illegal_actions_never_chosen_at_root_or_inside(algorithm, qtransform):
+def test_illegal_actions_never_chosen_at_root_or_inside(algorithm, qtransform, decision_selection):
     batch_size, num_actions = 5, 6
     root, recurrent_fn, illegal = _tempting_masked_model(batch_size, num_actions)
     if algorithm == "stochastic_muzero":
         recurrent_fn = _with_chance(recurrent_fn)
-    config = search.SearchConfig(algorithm=algorithm, num_simulations=40, qtransform=qtransform)
+    config = search.SearchConfig(
+        algorithm=algorithm,
+        num_simulations=40,
+        qtransform=qtransform,
+        decision_selection=decision_selection,
+    )
     out = jax.jit(functools.partial(search.run, recurrent_fn=recurrent_fn, config=config))(
         (), jax.random.PRNGKey(0), root, invalid_actions=illegal
     )
@@ -549,8 +589,21 @@ def test_bad_config_names_the_field(field, value):
 def test_gumbel_refuses_a_q_transform_that_is_not_completed():
     with pytest.raises(ValueError, match="SearchConfig.qtransform .*gumbel_muzero"):
         search.SearchConfig(algorithm="gumbel_muzero", qtransform="by_min_max")
+    with pytest.raises(ValueError, match="SearchConfig.qtransform .*decision_selection 'gumbel'"):
+        search.SearchConfig(
+            algorithm="stochastic_muzero", decision_selection="gumbel", qtransform="by_min_max"
+        )
     gumbel = search.SearchConfig(algorithm="gumbel_muzero")
     assert gumbel.qtransform_name == "completed_by_mix_value"
+
+
+def test_gumbel_decision_selection_is_for_the_stochastic_search_only():
+    with pytest.raises(ValueError, match="SearchConfig.decision_selection .*'gumbel_muzero'"):
+        search.SearchConfig(algorithm="muzero", decision_selection="gumbel")
+    with pytest.raises(ValueError, match="SearchConfig.decision_selection must be one of"):
+        search.SearchConfig(algorithm="stochastic_muzero", decision_selection="ucb")
+    puct = search.SearchConfig(algorithm="stochastic_muzero")
+    assert not puct.uses_gumbel and puct.qtransform_name == "by_parent_and_siblings"
 
 
 def test_config_is_frozen_and_replace_validates():
