@@ -91,19 +91,25 @@ def _learned_to(run: Path) -> int:
 
 
 def _updating(run: Path, past: int = 0) -> Callable[[], bool]:
-    """Whether the job learns past update `past`, with a checkpoint saved."""
-    return lambda: _learned_to(run) > past and (run / "checkpoints").is_dir() and bool(_steps(run))
+    """Whether the job learns past update `past`, with a checkpoint saved after it."""
+    return lambda: (
+        _learned_to(run) > past and (run / "checkpoints").is_dir() and _steps(run)[-1:] > [past]
+    )
 
 
 def _stop_lines(out: str) -> list[str]:
     return [line for line in out.splitlines() if "run stopped:" in line or ": error:" in line]
 
 
-def test_two_hosts_train_one_job_each_in_every_checkpoint_and_it_resumes_under_one(
+def test_two_hosts_train_one_job_a_cut_link_stops_both_and_the_run_resumes_under_one(
     two_hosts, tmp_path
 ):
+    """The job trains across the hosts, both processes in every checkpoint; resumed across them,
+    the link is cut mid-run; once it is back the run resumes from the newest checkpoint, under
+    one process."""
     run = tmp_path / "run"
-    limit = ["replay.checkpoint=true", "learner.max_updates=4"]
+    saving = ["replay.checkpoint=true"]
+    limit = [*saving, "learner.max_updates=4"]
     # Process 0 names its interface; process 1 takes its route to the coordinator's address.
     job = _Job(two_hosts, run, [["--collectives-interface", "link0", *limit], limit], "train")
     results = job.wait()
@@ -115,17 +121,8 @@ def test_two_hosts_train_one_job_each_in_every_checkpoint_and_it_resumes_under_o
     for step in _steps(run):  # both processes took part in every checkpoint
         assert {f"process_0-step_{step}.npz", f"process_1-step_{step}.npz"} <= saved, saved
 
-    code, out = _train("--run-dir", str(run), "--quiet", *QUICK, "learner.max_updates=6")
-    assert code == 0, out[-3000:]
-    assert "resumed from update 4" in out and "stopped (max_updates) at update 6" in out, out
-
-
-def test_a_cut_link_stops_both_hosts_with_one_line_and_the_run_resumes_once_it_is_back(
-    two_hosts, tmp_path
-):
-    run = tmp_path / "run"
-    job = _Job(two_hosts, run, [[], []], "cut")
-    job.wait_until(_updating(run))
+    job = _Job(two_hosts, run, [saving, saving], "cut")
+    job.wait_until(_updating(run, past=4))
     two_hosts.cut()
     cut = time.monotonic()
     results = job.wait(timeout=STOP_BOUND_S + 30)
@@ -141,15 +138,14 @@ def test_a_cut_link_stops_both_hosts_with_one_line_and_the_run_resumes_once_it_i
             f"{WATCH_SILENCE_S:g} s)"
         ], out[-3000:]
         assert "Traceback" not in out and "stack trace" not in out, out[-3000:]
-    # The newest checkpoint is whole: the job resumes from it once the link is back.
+    # The newest checkpoint is whole: the run resumes from it once the link is back.
     newest = _steps(run)[-1]
     two_hosts.mend()
-    limit = [f"learner.max_updates={newest + 2}"]
-    results = _Job(two_hosts, run, [limit, limit], "resume").wait()
-    for code, out in results:
-        assert code == 0, out[-3000:]
-        assert f"resumed from update {newest}" in out, out[-3000:]
-        assert f"stopped (max_updates) at update {newest + 2}," in out, out[-3000:]
+    more = f"learner.max_updates={newest + 2}"
+    code, out = _train("--run-dir", str(run), "--quiet", *QUICK, *saving, more)
+    assert code == 0, out[-3000:]
+    assert f"resumed from update {newest}" in out, out[-3000:]
+    assert f"stopped (max_updates) at update {newest + 2}," in out, out[-3000:]
 
 
 def test_a_two_second_link_flap_is_survived_and_the_coordinators_host_dying_stops_the_other(
