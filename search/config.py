@@ -40,11 +40,12 @@ class SearchConfig:
     dirichlet_fraction: float = 0.25
     # Acting temperature over visit counts (PUCT only); 0 is greedy.
     temperature: float = 1.0
-    # Selection at the decision nodes of "stochastic_muzero": "puct" (the paper's and mctx's), or
-    # "gumbel": Gumbel MuZero's (sequential halving among sampled actions at the root, its
-    # deterministic selection below, the improved policy softmax(logits + completed Q) as the
-    # policy target and the action). With few simulations PUCT's visits follow the prior, so its
-    # target cannot correct a wrong prior; Gumbel's improves on the prior with any budget.
+    # Selection at the decision nodes of "stochastic_muzero" (the others ignore it; for a
+    # deterministic model Gumbel's is algorithm "gumbel_muzero"): "puct" (the paper's and
+    # mctx's), or "gumbel": Gumbel MuZero's (sequential halving among sampled actions at the
+    # root, its deterministic selection below, the improved policy softmax(logits + completed Q)
+    # as the policy target and the action). With few simulations PUCT's visits follow the
+    # prior, so its target cannot correct a wrong prior; Gumbel's improves on it at any budget.
     decision_selection: str = "puct"
     # Actions sampled at the root by Gumbel's sequential halving (Gumbel's selection only).
     max_num_considered_actions: int = 16
@@ -71,13 +72,6 @@ class SearchConfig:
             self,
             "decision_selection",
             f"must be one of {DECISION_SELECTIONS}",
-        )
-        _check(
-            self.decision_selection == "puct" or self.algorithm == "stochastic_muzero",
-            self,
-            "decision_selection",
-            "must be 'puct' unless algorithm is 'stochastic_muzero' (for a deterministic model, "
-            "Gumbel's selection is algorithm 'gumbel_muzero')",
         )
         _check_int(self, "max_num_considered_actions", minimum=1)
         for name in (
@@ -120,7 +114,9 @@ class SearchConfig:
     def uses_gumbel(self) -> bool:
         """Whether the search selects, targets and acts as Gumbel MuZero does: its `action` is
         its own choice, its `action_weights` the improved policy (not visit counts)."""
-        return self.algorithm == "gumbel_muzero" or self.decision_selection == "gumbel"
+        if self.algorithm == "stochastic_muzero":
+            return self.decision_selection == "gumbel"
+        return self.algorithm == "gumbel_muzero"
 
     @property
     def qtransform_name(self) -> str:

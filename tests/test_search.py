@@ -597,13 +597,14 @@ def test_gumbel_refuses_a_q_transform_that_is_not_completed():
     assert gumbel.qtransform_name == "completed_by_mix_value"
 
 
-def test_gumbel_decision_selection_is_for_the_stochastic_search_only():
-    with pytest.raises(ValueError, match="SearchConfig.decision_selection .*'gumbel_muzero'"):
-        search.SearchConfig(algorithm="muzero", decision_selection="gumbel")
+def test_gumbel_decision_selection_is_the_stochastic_searchs_only():
     with pytest.raises(ValueError, match="SearchConfig.decision_selection must be one of"):
         search.SearchConfig(algorithm="stochastic_muzero", decision_selection="ucb")
     puct = search.SearchConfig(algorithm="stochastic_muzero")
     assert not puct.uses_gumbel and puct.qtransform_name == "by_parent_and_siblings"
+    # A deterministic search ignores it, as it ignores the other algorithms' settings.
+    muzero = search.SearchConfig(algorithm="muzero", decision_selection="gumbel")
+    assert not muzero.uses_gumbel and muzero.qtransform_name == "by_parent_and_siblings"
 
 
 def test_config_is_frozen_and_replace_validates():
