@@ -902,7 +902,8 @@ INFO: dict[str, PresetInfo] = {
     ),
     "backgammon_stochastic_muzero": PresetInfo(
         "cpu",
-        "391k frames (a run cut short): 0.47 against random, 0.01 against pubeval",
+        "after 30 minutes on 2 cores (5.3M frames) 0.84 against random (AlphaZero with the "
+        "true rules: 1.00) and 0.03 against pubeval in the arena",
     ),
 }
 
