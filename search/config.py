@@ -106,8 +106,8 @@ class SearchConfig:
             not self.uses_gumbel or self.qtransform in (None, "completed_by_mix_value"),
             self,
             "qtransform",
-            "must be None or 'completed_by_mix_value' with Gumbel's selection (algorithm "
-            "'gumbel_muzero', or decision_selection 'gumbel')",
+            "must be None or 'completed_by_mix_value' with algorithm 'gumbel_muzero' or "
+            "decision_selection 'gumbel' (Gumbel's selection)",
         )
 
     @property
