@@ -313,6 +313,21 @@ def cost_per_simulation(
     muzero_step = make_recurrent_fn(muzero_networks, two_player=True)
     stochastic_step = make_stochastic_model(stochastic_networks, two_player=True)
     actions = jnp.arange(batch_size, dtype=jnp.int32) % NUM_ACTIONS
+    # Gumbel's selection at the decision nodes (`decision_selection="gumbel"`, no mctx peer): its
+    # cost against PUCT's in the same stochastic tree, with the same networks.
+    gumbel_config = stochastic_config.replace(decision_selection="gumbel")
+    stochastic_gumbel = jax.jit(
+        lambda key, root, invalid: (
+            search.run(
+                stochastic_params,
+                key,
+                root,
+                stochastic_step,
+                gumbel_config,
+                invalid_actions=invalid,
+            ).action
+        )
+    )
 
     def one_muzero_expansion(key, root, invalid):
         del key, invalid
@@ -330,6 +345,7 @@ def cost_per_simulation(
         "muzero_mctx": (muzero_mctx, muzero_root, num_simulations),
         "stochastic_mctx": (stochastic_mctx, stochastic_root, num_simulations),
         "stochastic_ours": (stochastic_ours, stochastic_root, num_simulations),
+        "stochastic_gumbel_ours": (stochastic_gumbel, stochastic_root, num_simulations),
         "muzero_model_call": (jax.jit(one_muzero_expansion), muzero_root, 1),
         "stochastic_model_calls": (jax.jit(one_stochastic_expansion), stochastic_root, 1),
         "linear_muzero_mctx": (linear_muzero, linear_root, num_simulations),
@@ -358,6 +374,10 @@ def cost_per_simulation(
         # Per simulation, Stochastic MuZero's search over MuZero's (mctx both), at equal sims.
         "stochastic_over_muzero": round(per["stochastic_mctx"] / per["muzero_mctx"], 3),
         "ours_over_mctx_stochastic": round(per["stochastic_ours"] / per["stochastic_mctx"], 3),
+        # Gumbel's selection at the decision nodes over PUCT's, both ours, at equal sims.
+        "gumbel_over_puct_stochastic": round(
+            per["stochastic_gumbel_ours"] / per["stochastic_ours"], 3
+        ),
         # One expansion's model calls: both of Stochastic MuZero's functions over MuZero's one.
         "model_calls_ratio": round(per["stochastic_model_calls"] / per["muzero_model_call"], 3),
         # Of a stochastic simulation, the share that is the two model calls mctx makes.
