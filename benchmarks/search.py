@@ -85,8 +85,9 @@ NETWORK = NetworkConfig(
 # --- throughput: search.run vs mctx --------------------------------------------------------------
 
 
-def make_searches(algorithm: str, num_simulations: int):
-    """(ours, reference, params, root_fn): two jitted `(key, root, invalid) -> action` fns."""
+def make_searches(algorithm: str, num_simulations: int, **config_changes):
+    """(ours, reference, params, root_fn): two jitted `(key, root, invalid) -> action` fns;
+    `config_changes` go to our search's `SearchConfig` (the reference is mctx's as it is)."""
     if algorithm == "stochastic_muzero":
         networks = make_stochastic_networks(NETWORK, OBSERVATION_SHAPE, NUM_ACTIONS, NUM_CODES)
         recurrent_fn = make_stochastic_model(networks, two_player=True)
@@ -96,7 +97,9 @@ def make_searches(algorithm: str, num_simulations: int):
         recurrent_fn = make_recurrent_fn(networks, two_player=True)
         root_fn = make_root_fn(networks)
     params = jax.jit(networks.init)(jax.random.PRNGKey(0))
-    config = search.SearchConfig(algorithm=algorithm, num_simulations=num_simulations)
+    config = search.SearchConfig(
+        algorithm=algorithm, num_simulations=num_simulations, **config_changes
+    )
 
     def ours(key, root, invalid):
         out = search.run(params, key, root, recurrent_fn, config, invalid_actions=invalid)
@@ -273,6 +276,11 @@ def cost_per_simulation(
     stochastic_ours, stochastic_mctx, stochastic_params, stochastic_root_fn = make_searches(
         "stochastic_muzero", num_simulations
     )
+    # Gumbel's selection at the decision nodes (no mctx peer): its cost against PUCT's in the
+    # same stochastic tree, with the same networks and parameters.
+    stochastic_gumbel, _, _, _ = make_searches(
+        "stochastic_muzero", num_simulations, decision_selection="gumbel"
+    )
     muzero_root, invalid = connect_four_roots(muzero_root_fn, muzero_params, batch_size)
     stochastic_root, _ = connect_four_roots(stochastic_root_fn, stochastic_params, batch_size)
     linear_root, linear_fn, linear_model = _linear_models(batch_size)
@@ -313,21 +321,6 @@ def cost_per_simulation(
     muzero_step = make_recurrent_fn(muzero_networks, two_player=True)
     stochastic_step = make_stochastic_model(stochastic_networks, two_player=True)
     actions = jnp.arange(batch_size, dtype=jnp.int32) % NUM_ACTIONS
-    # Gumbel's selection at the decision nodes (`decision_selection="gumbel"`, no mctx peer): its
-    # cost against PUCT's in the same stochastic tree, with the same networks.
-    gumbel_config = stochastic_config.replace(decision_selection="gumbel")
-    stochastic_gumbel = jax.jit(
-        lambda key, root, invalid: (
-            search.run(
-                stochastic_params,
-                key,
-                root,
-                stochastic_step,
-                gumbel_config,
-                invalid_actions=invalid,
-            ).action
-        )
-    )
 
     def one_muzero_expansion(key, root, invalid):
         del key, invalid

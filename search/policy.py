@@ -299,22 +299,17 @@ def _gumbel_muzero(
         extra_data=mctx.GumbelMuZeroExtraData(root_gumbel=gumbel),
     )
     return _gumbel_output(
-        search_tree,
-        search_tree.summary(),
-        gumbel,
-        root.prior_logits,
-        qtransform,
-        invalid_actions,
-        search_tree,
+        search_tree, gumbel, root.prior_logits, qtransform, invalid_actions, search_tree
     )
 
 
 def _gumbel_output(
-    decisions: mctx.Tree, summary, gumbel, prior_logits, qtransform, invalid_actions, tree
+    decisions: mctx.Tree, gumbel, prior_logits, qtransform, invalid_actions, tree
 ) -> SearchOutput:
-    """Gumbel MuZero's result from the root's decision children (`decisions`, `summary` its
-    summary): the best of the most visited actions by gumbel + logits + completed Q (as mctx),
-    and the improved policy softmax(logits + completed Q) as the weights."""
+    """Gumbel MuZero's result from the root's decision children (`decisions`; `tree` is the
+    whole tree returned): the best of the most visited actions by gumbel + logits + completed Q
+    (as mctx), and the improved policy softmax(logits + completed Q) as the weights."""
+    summary = decisions.summary()
     considered_visit = jnp.max(summary.visit_counts, axis=-1, keepdims=True)
     completed_q = jax.vmap(qtransform, in_axes=[0, None])(decisions, decisions.ROOT_INDEX)
     to_argmax = _mctx_internals.score_considered(
@@ -421,12 +416,11 @@ def _stochastic_muzero(
         params, search_key, start, recurrent_fn, selection_fn, config.num_simulations, max_depth
     )
     decisions = _mctx_internals.mask_tree(search_tree, num_actions, "decision")
-    summary = decisions.summary()
     if gumbel:
         return _gumbel_output(
-            decisions, summary, root_gumbel, prior_logits, qtransform, invalid_actions, search_tree
+            decisions, root_gumbel, prior_logits, qtransform, invalid_actions, search_tree
         )
-    return _visit_output(rng_key, summary, config, search_tree)
+    return _visit_output(rng_key, decisions.summary(), config, search_tree)
 
 
 def _gumbel_selection(rng_key, tree, node_index, depth, *, config: SearchConfig, qtransform):

@@ -3,6 +3,7 @@
 this machine; `--distributed` under a real mpirun and with srun's variables. Each run is the real
 command in subprocesses; the flags are those of the README's "Across hosts" recipes."""
 
+import io
 import json
 import os
 import signal
@@ -466,8 +467,6 @@ def test_the_supervisor_notes_a_line_whose_start_was_relayed_before_its_end_came
     """A child's own stop line can arrive in two reads (its writer and JAX's abort write at
     once): the relay sends out the open start at once and still notes what the whole line
     said, so the supervisor does not add its line to the child's."""
-    import io
-
     read_end, write_end = os.pipe()
     sink = io.BytesIO()
     relay = launch._Relay(os.fdopen(read_end, "rb"), sink)
