@@ -11,13 +11,15 @@ unroll K = `--unroll-steps` (5) dynamics steps per sample. The update is the rep
 the learner's compute, not replay or host-to-device transfer. Compilation and one warm-up step
 are excluded; the timed steps end with `jax.block_until_ready`.
 
-With `--tflops`, each line adds the compiled update's FLOPs (XLA's cost analysis, per device),
+With `--tflops`, each line adds the update's FLOPs (XLA's cost analysis of its HLO, per device),
 the achieved TFLOP/s per device, a matmul probe's achieved fp32 (default precision, i.e. TF32
 on recent NVIDIA GPUs) and bf16 TFLOP/s on the same device, and the ratio of the update's rate
-to the probe's fp32 rate (the networks run in fp32).
+to the probe's fp32 rate; with `--compute-dtype bfloat16` (or `both`: one line each) the networks
+compute in bf16 (`network.compute_dtype`) and the line adds the ratio to the probe's bf16 rate.
 """
 
 import argparse
+import dataclasses
 import json
 import time
 
@@ -71,8 +73,11 @@ def synthetic_batch(
     )
 
 
-def _flops(compiled) -> float | None:
-    analysis = compiled.cost_analysis()
+def _flops(lowered) -> float | None:
+    """FLOPs of one device's program, from XLA's analysis of the lowered HLO: the compiled
+    program's analysis misses the convolutions XLA:GPU hands to cuDNN (it gave 34.5 GFLOP per
+    Atari update at batch 256 on an H100, where the HLO holds 9.69 TFLOP)."""
+    analysis = lowered.cost_analysis()
     if isinstance(analysis, list | tuple):  # older jax: one dict per program
         analysis = analysis[0] if analysis else None
     return float(analysis["flops"]) if analysis and "flops" in analysis else None
@@ -100,8 +105,9 @@ def matmul_probe(size: int, dtype, repeats: int = 10) -> float:
     return 2.0 * size**3 * repeats / best / 1e12
 
 
-def bench(name: str, args, probe: dict | None) -> dict:
+def bench(name: str, args, probe: dict | None, compute_dtype: str = "float32") -> dict:
     network_config, obs_shape, obs_dtype, num_actions = NETWORKS[name]
+    network_config = dataclasses.replace(network_config, compute_dtype=compute_dtype)
     devices = jax.local_devices()[: args.devices or None]
     networks = make_muzero_networks(network_config, obs_shape, num_actions)
     loss_fn = make_muzero_loss(networks, LossConfig(unroll_steps=args.unroll_steps))
@@ -123,7 +129,8 @@ def bench(name: str, args, probe: dict | None) -> dict:
     update = make_replicated_update(loss_fn, optimizer, devices)
 
     start = time.perf_counter()
-    compiled = update.lower(state, batch).compile()
+    lowered = update.lower(state, batch)
+    compiled = lowered.compile()
     compile_s = time.perf_counter() - start
     state, metrics = compiled(state, batch)  # warm-up: first-run allocations
     jax.block_until_ready((state, metrics))
@@ -137,6 +144,7 @@ def bench(name: str, args, probe: dict | None) -> dict:
     updates_per_s = args.steps / seconds
     result = {
         "network": name,
+        "compute_dtype": compute_dtype,
         "batch_size": args.batch_size,
         "unroll_steps": args.unroll_steps,
         "devices": len(devices),
@@ -150,7 +158,7 @@ def bench(name: str, args, probe: dict | None) -> dict:
         "loss": round(float(metrics["loss"]), 4),
     }
     if args.tflops:
-        flops = _flops(compiled)  # of one device's program: the batch shard it computes
+        flops = _flops(lowered)  # of one device's program: the batch shard it computes
         if flops is not None:
             achieved = flops * updates_per_s / 1e12
             result["gflops_per_update_per_device"] = round(flops / 1e9, 2)
@@ -158,6 +166,10 @@ def bench(name: str, args, probe: dict | None) -> dict:
             if probe:
                 result.update(probe)
                 result["ratio_to_matmul_fp32"] = round(achieved / probe["matmul_tflops_fp32"], 4)
+                if compute_dtype == "bfloat16":
+                    result["ratio_to_matmul_bf16"] = round(
+                        achieved / probe["matmul_tflops_bf16"], 4
+                    )
     return result
 
 
@@ -168,6 +180,12 @@ def main(argv=None) -> None:
     parser.add_argument("--unroll-steps", type=int, default=5, help="K dynamics steps")
     parser.add_argument("--steps", type=int, default=5, help="timed updates")
     parser.add_argument("--devices", type=int, default=0, help="local devices (0: all)")
+    parser.add_argument(
+        "--compute-dtype",
+        choices=["float32", "bfloat16", "both"],
+        default="float32",
+        help="network.compute_dtype of the timed update (both: one line each)",
+    )
     parser.add_argument(
         "--tflops",
         action="store_true",
@@ -190,8 +208,10 @@ def main(argv=None) -> None:
             "matmul_tflops_bf16": round(matmul_probe(size, jnp.bfloat16), 3),
         }
     names = list(NETWORKS) if args.network == "all" else [args.network]
+    dtypes = ["float32", "bfloat16"] if args.compute_dtype == "both" else [args.compute_dtype]
     for name in names:
-        print(json.dumps(bench(name, args, probe)), flush=True)
+        for compute_dtype in dtypes:
+            print(json.dumps(bench(name, args, probe, compute_dtype)), flush=True)
 
 
 if __name__ == "__main__":

@@ -118,9 +118,10 @@ _EIGEN_CONVOLUTIONS = {
 
 def compiler_options(config: ExperimentConfig) -> tuple[tuple[str, str], ...]:
     """The XLA compile options `config.devices` asks for, as (name, value) pairs for `jax.jit`'s
-    `compiler_options` (`dict(...)`); empty for XLA's defaults, or where this jaxlib does not know
-    the option (with a warning: the run goes on at XLA's defaults)."""
-    if config.devices.cpu_convolutions == "xla":
+    `compiler_options` (`dict(...)`); empty for XLA's defaults, on an accelerator (the options are
+    XLA:CPU's), or where this jaxlib does not know the option (with a warning: the run goes on at
+    XLA's defaults)."""
+    if config.devices.cpu_convolutions == "xla" or jax.default_backend() != "cpu":
         return ()
     options = tuple(_EIGEN_CONVOLUTIONS.items())
     return options if _compiles_with(options) else ()

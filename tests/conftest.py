@@ -12,11 +12,16 @@ test_train, test_anakin and test_progress from cold than with a 0.5 s threshold)
 import os
 import pathlib
 import tempfile
+from importlib import metadata
 
+# XLA aborts the process on a flag it does not know: jaxlib 0.11 has no fusion-emitter switch
+# (its CPU backend has only the newer emitters).
+_JAXLIB = tuple(int(part) for part in metadata.version("jaxlib").split(".")[:2])
 os.environ.setdefault(
     "XLA_FLAGS",
     "--xla_cpu_multi_thread_eigen=false --xla_backend_optimization_level=0 "
-    "--xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1",
+    + ("--xla_cpu_use_fusion_emitters=false " if _JAXLIB < (0, 11) else "")
+    + "--xla_cpu_parallel_codegen_split_count=1",
 )
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _CACHE = pathlib.Path(tempfile.gettempdir()) / "podracer-test-jax-cache"

@@ -10,6 +10,7 @@ import pytest
 
 import configs
 import muzero
+import selfplay.agent as agent_module
 from podracer import cli
 from selfplay.agent import _compiles_with, make_agent
 from selfplay.envs import env_spec, envpool_env
@@ -198,3 +199,14 @@ def test_eigen_convolutions_keep_the_act_and_the_update_out_of_ynnpack():
 def test_an_option_this_jaxlib_lacks_warns_and_leaves_xla_defaults():
     with pytest.warns(UserWarning, match="has no effect with this jaxlib"):
         assert not _compiles_with((("xla_cpu_no_such_option", "1"),))
+
+
+def test_cpu_convolution_options_are_left_out_on_an_accelerator(monkeypatch):
+    config = configs.load_config("atari_vtrace")  # devices.cpu_convolutions="eigen"
+    monkeypatch.setattr(agent_module.jax, "default_backend", lambda: "gpu")
+
+    def tried(options):
+        raise AssertionError(f"XLA:CPU options tried on an accelerator: {options}")
+
+    monkeypatch.setattr(agent_module, "_compiles_with", tried)
+    assert agent_module.compiler_options(config) == ()

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The GPU checklist's throughput figures in one call, each step under its own time limit and all
+# of them under one budget, so a broken step costs its own time only and the rest still run.
+#
+#   OUT=/tmp/gpu BUDGET=480 bash benchmarks/gpu.sh [step ...]   # steps: below; none: all, in order
+#
+# Offline machines: `SITE=path/to/site.tgz` is unpacked to /tmp/site and put on PYTHONPATH first
+# (the project's extras, trimmed to what these steps import; README "Offline"). Every step's
+# output goes to $OUT/gpu.log, its JSON lines also to $OUT/results.jsonl (one file each: the
+# device tool brings back at most 8 files).
+set -u
+OUT=${OUT:-runs/gpu}
+mkdir -p "$OUT"
+LOG="$OUT/gpu.log"
+RESULTS="$OUT/results.jsonl"
+PY=${PY:-python3}
+DEADLINE=$((SECONDS + ${BUDGET:-480}))
+export PYTHONUNBUFFERED=1
+if [ -n "${SITE:-}" ] && [ -f "$SITE" ]; then
+    mkdir -p /tmp/site && tar xzf "$SITE" -C /tmp/site
+    export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+else
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
+# step NAME LIMIT_S COMMAND...: runs COMMAND for at most LIMIT_S (less if the budget runs out).
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local left=$((DEADLINE - SECONDS))
+    if [ "$left" -lt 20 ]; then
+        echo "== $name: skipped, the budget is spent" | tee -a "$LOG"
+        return
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    echo "== $name ($(date +%T), limit ${limit}s): $*" | tee -a "$LOG"
+    local start=$SECONDS
+    timeout -k 5 "$limit" "$@" >"$OUT/step.log" 2>&1
+    local rc=$?
+    cat "$OUT/step.log" >>"$LOG"
+    grep '^{' "$OUT/step.log" | sed "s/^{/{\"step\": \"$name\", /" | tee -a "$RESULTS"
+    echo "== $name: rc $rc after $((SECONDS - start)) s" | tee -a "$LOG"
+    [ "$rc" = 0 ] || grep -v '^{' "$OUT/step.log" | tail -8
+    rm -f "$OUT/step.log"
+}
+
+env_check() {
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+    "$PY" - <<'EOF'
+import importlib, json, os, platform
+import jax
+names = ["jax", "jaxlib", "flax", "optax", "chex", "orbax.checkpoint", "numpy", "mctx", "pgx",
+         "gymnax", "envpool", "pyspiel", "tensorboardX"]
+versions = {}
+for name in names:
+    try:
+        module = importlib.import_module(name)
+        versions[name] = getattr(module, "__version__", "?")
+    except Exception as error:  # noqa: BLE001 - report every missing part at once
+        versions[name] = f"FAILED: {type(error).__name__}: {error}"
+for name in ["search", "muzero", "configs", "selfplay.train", "arena"]:
+    importlib.import_module(name)
+print(json.dumps({"python": platform.python_version(), "devices": [str(d) for d in jax.devices()],
+                  "device_kind": jax.devices()[0].device_kind, "cpus": os.cpu_count(), **versions}))
+EOF
+}
+export -f env_check
+
+C4="--only az_connect_four_2x64 --set actors.threads_per_device=1 actors.envs_per_thread=1024"
+ALL="env learner search selfplay anakin atari atari_muzero prefetch"
+for name in ${@:-$ALL}; do
+    case $name in
+    env) step env 90 bash -c env_check ;;
+    learner)
+        step learner 200 "$PY" benchmarks/learner.py --network atari --batch-size 256 \
+            --steps 10 --tflops --compute-dtype both ;;
+    search)
+        step search 90 "$PY" benchmarks/search.py --algorithm muzero --batch-size 1024 \
+            --simulations 32 --rounds 3 --min-seconds 0.5 --clock wall --reuse-games 0 ;;
+    selfplay)
+        # shellcheck disable=SC2086
+        step selfplay 150 "$PY" benchmarks/selfplay.py $C4 --pgx-loop --seconds 20 --warmup 5 \
+            --max-seconds 120 --compile-cache '' ;;
+    anakin)
+        # shellcheck disable=SC2086
+        step anakin 120 "$PY" benchmarks/selfplay.py $C4 runtime=anakin --seconds 20 --warmup 5 \
+            --max-seconds 100 --compile-cache '' ;;
+    atari)
+        # V-trace at 2 x 32 envs; MuZero's small network (pong_muzero_small) at 50 simulations.
+        step atari 240 "$PY" benchmarks/atari.py --modes ceiling,vtrace,muzero --seconds 40 \
+            --warmup 30 --override actors.envs_per_thread=32 \
+            --override search.algorithm=muzero --override search.num_simulations=50 ;;
+    atari_muzero)
+        step atari_muzero 150 "$PY" benchmarks/atari.py --modes muzero --muzero-preset atari_muzero \
+            --seconds 40 --warmup 60 --override replay.min_size=5000 ;;
+    prefetch)
+        step prefetch 200 "$PY" benchmarks/atari.py --modes vtrace --seconds 30 --warmup 20 \
+            --override actors.envs_per_thread=32 --prefetch 0 2 --rounds 2 ;;
+    *) echo "unknown step $name; steps: $ALL" && exit 2 ;;
+    esac
+done
+echo "== done after $SECONDS s" | tee -a "$LOG"
