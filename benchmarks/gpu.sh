@@ -67,12 +67,15 @@ EOF
 export -f env_check
 
 C4="--only az_connect_four_2x64 --set actors.threads_per_device=1 actors.envs_per_thread=1024"
-ALL="env learner search selfplay anakin atari atari_muzero prefetch"
+# In the order of ../shared/GPU.md; a session that goes on from an earlier one names the steps
+# still open (the H100 session of 2026-11-26 left atari_muzero, vtrace_threads, muzero_batch,
+# prefetch and the learning checks).
+ALL="env atari learner search selfplay anakin atari_muzero vtrace_threads muzero_batch prefetch"
 for name in ${@:-$ALL}; do
     case $name in
     env) step env 90 bash -c env_check ;;
     learner)
-        step learner 200 "$PY" benchmarks/learner.py --network atari --batch-size 256 \
+        step learner 260 "$PY" benchmarks/learner.py --network atari --batch-size 256 \
             --steps 10 --tflops --compute-dtype both ;;
     search)
         step search 90 "$PY" benchmarks/search.py --algorithm muzero --batch-size 1024 \
@@ -90,6 +93,15 @@ for name in ${@:-$ALL}; do
         step atari 240 "$PY" benchmarks/atari.py --modes ceiling,vtrace,muzero --seconds 40 \
             --warmup 30 --override actors.envs_per_thread=32 \
             --override search.algorithm=muzero --override search.num_simulations=50 ;;
+    vtrace_threads)
+        # What bounded V-trace on the H100 (2026-11-26: 0.41 of the ceiling): two actor threads.
+        step vtrace_threads 200 "$PY" benchmarks/atari.py --modes ceiling,vtrace --seconds 30 \
+            --warmup 20 --override actors.threads_per_device=8 --override actors.envs_per_thread=16 ;;
+    muzero_batch)
+        # What bounded MuZero's small network there: 40 updates/s of 32 at the replay ratio.
+        step muzero_batch 200 "$PY" benchmarks/atari.py --modes muzero --seconds 40 --warmup 30 \
+            --override actors.envs_per_thread=64 --override search.algorithm=muzero \
+            --override search.num_simulations=50 --override learner.batch_size=256 ;;
     atari_muzero)
         step atari_muzero 150 "$PY" benchmarks/atari.py --modes muzero --muzero-preset atari_muzero \
             --seconds 40 --warmup 60 --override replay.min_size=5000 ;;
