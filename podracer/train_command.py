@@ -223,9 +223,17 @@ def _leave(line: str, code: int = 1) -> NoReturn:
     shutdown would wait on the lost process, then abort; the saved checkpoints are whole (each
     is written apart and renamed into place)."""
     _leaving.acquire()  # one line: a second thread that finds a lost peer waits for the exit
-    print(line, file=sys.stderr, flush=True)
+    say_whole(line)
     sys.stdout.flush()
     os._exit(code)
+
+
+def say_whole(line: str) -> None:
+    """Writes `line` to stderr in one system call. `print` writes a line and its newline apart
+    when Python runs unbuffered, and JAX's C++ logging, which writes to the same descriptor from
+    its own threads as a peer is lost, has landed between the two (seen in the two hosts' tests)."""
+    sys.stderr.flush()
+    os.write(sys.stderr.fileno(), f"{line}\n".encode())
 
 
 _leaving = threading.Lock()

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from podracer import cli
+from podracer import cli, train_command
 from podracer.train_command import make_parser
 
 HEAVY = ("flax", "optax", "orbax", "pyspiel", "open_spiel", "pgx", "envpool", "tensorboardX")
@@ -68,3 +68,14 @@ def test_a_missing_or_unknown_command_is_a_usage_error(args, capsys):
         cli.main(args)
     assert exit_info.value.code == 2
     assert "usage: podracer" in capsys.readouterr().err
+
+
+def test_a_stop_line_goes_out_in_one_write_with_its_newline(monkeypatch):
+    # JAX's C++ logging writes to the same descriptor from other threads; a line written in two
+    # parts (print: the text, then its newline) has had a log line land between them.
+    writes = []
+    monkeypatch.setattr(train_command.os, "write", lambda fd, data: writes.append((fd, data)))
+    train_command.say_whole("podracer train [process 1 of 2]: run stopped: a peer is lost")
+    assert writes == [
+        (sys.stderr.fileno(), b"podracer train [process 1 of 2]: run stopped: a peer is lost\n")
+    ]
