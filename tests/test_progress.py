@@ -35,8 +35,8 @@ def test_a_run_stopped_while_the_replay_fills_says_so(tmp_path, capsys):
             "replay.capacity=100000",
             "replay.min_size=50000",
             "learner.max_updates=0",
-            "learner.max_seconds=8",
-            "learner.log_every_s=0.5",
+            "learner.max_seconds=4",
+            "learner.log_every_s=0.25",
             "evaluation.every_s=0",
         ]
     )
