@@ -13,7 +13,7 @@ OUT=${OUT:-runs/gpu}
 mkdir -p "$OUT"
 LOG="$OUT/gpu.log"
 RESULTS="$OUT/results.jsonl"
-PY=${PY:-python3}
+export PY=${PY:-python3}
 DEADLINE=$((SECONDS + ${BUDGET:-480}))
 export PYTHONUNBUFFERED=1
 if [ -n "${SITE:-}" ] && [ -f "$SITE" ]; then
@@ -68,9 +68,11 @@ export -f env_check
 
 C4="--only az_connect_four_2x64 --set actors.threads_per_device=1 actors.envs_per_thread=1024"
 # In the order of ../shared/GPU.md; a session that goes on from an earlier one names the steps
-# still open (the H100 session of 2026-11-26 left atari_muzero, vtrace_threads, muzero_batch,
+# still open (the H100 session of 2026-11-26 left atari_muzero, vtrace_threads, vtrace_async,
+# muzero_batch,
 # prefetch and the learning checks).
-ALL="env atari learner search selfplay anakin atari_muzero vtrace_threads muzero_batch prefetch"
+ALL="env atari learner search selfplay anakin atari_muzero vtrace_threads vtrace_async muzero_batch
+prefetch"
 for name in ${@:-$ALL}; do
     case $name in
     env) step env 90 bash -c env_check ;;
@@ -97,6 +99,11 @@ for name in ${@:-$ALL}; do
         # What bounded V-trace on the H100 (2026-11-26: 0.41 of the ceiling): two actor threads.
         step vtrace_threads 200 "$PY" benchmarks/atari.py --modes ceiling,vtrace --seconds 30 \
             --warmup 20 --override actors.threads_per_device=8 --override actors.envs_per_thread=16 ;;
+    vtrace_async)
+        # The same two threads in envpool's async mode: each acts on the first half of its envs
+        # to finish while the other half steps.
+        step vtrace_async 200 "$PY" benchmarks/atari.py --modes vtrace --seconds 30 --warmup 20 \
+            --override actors.envs_per_thread=64 --override actors.envs_per_step=32 ;;
     muzero_batch)
         # What bounded MuZero's small network there: 40 updates/s of 32 at the replay ratio.
         step muzero_batch 200 "$PY" benchmarks/atari.py --modes muzero --seconds 40 --warmup 30 \
