@@ -69,10 +69,9 @@ export -f env_check
 C4="--only az_connect_four_2x64 --set actors.threads_per_device=1 actors.envs_per_thread=1024"
 # In the order of ../shared/GPU.md; a session that goes on from an earlier one names the steps
 # still open (the H100 session of 2026-11-26 left atari_muzero, vtrace_threads, vtrace_async,
-# muzero_batch,
-# prefetch and the learning checks).
-ALL="env atari learner search selfplay anakin atari_muzero vtrace_threads vtrace_async muzero_batch
-prefetch"
+# muzero_batch, prefetch and the learning checks).
+ALL="env atari learner search selfplay anakin atari_muzero vtrace_threads vtrace_async"
+ALL="$ALL muzero_batch prefetch"
 for name in ${@:-$ALL}; do
     case $name in
     env) step env 90 bash -c env_check ;;
