@@ -89,6 +89,8 @@ def _rates(records: list[dict], warmup: float) -> dict:
     end = window[-1]
     seconds = end["time"] - start["time"]
     steps = end["frames"] - start["frames"]
+    if steps <= 0:
+        raise RuntimeError("no agent steps in the measured window; give it more --seconds")
     totals: dict[str, float] = {}
     for record in window:
         for key, value in record.items():
@@ -103,6 +105,8 @@ def _rates(records: list[dict], warmup: float) -> dict:
             for k, v in sorted(totals.items())
             if k.startswith(prefix)
         }
+    # Records logged before the learner's first update carry no lag.
+    lags = [r["policy_lag"] for r in window if "policy_lag" in r]
     return {
         "learner_wait_share": stages["learner"].get("wait", 0.0),
         "agent_steps_per_s": steps / seconds,
@@ -110,7 +114,7 @@ def _rates(records: list[dict], warmup: float) -> dict:
         "updates_per_s": (end["step"] - start["step"]) / seconds,
         "measured_s": seconds,
         "stage_shares": stages,
-        "policy_lag": float(np.mean([r["policy_lag"] for r in window])),
+        "policy_lag": float(np.mean(lags)) if lags else None,
     }
 
 

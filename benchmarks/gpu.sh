@@ -68,8 +68,8 @@ export -f env_check
 
 C4="--only az_connect_four_2x64 --set actors.threads_per_device=1 actors.envs_per_thread=1024"
 # In the order of ../shared/GPU.md; a session that goes on from an earlier one names the steps
-# still open (the H100 session of 2026-11-26 left atari_muzero, vtrace_threads, vtrace_async,
-# muzero_batch, prefetch and the learning checks).
+# still open (the first H100 session of 2026-11-26 left atari_muzero, vtrace_threads,
+# vtrace_async, muzero_batch, prefetch and the learning checks).
 ALL="env atari learner search selfplay anakin atari_muzero vtrace_threads vtrace_async"
 ALL="$ALL muzero_batch prefetch"
 for name in ${@:-$ALL}; do
@@ -96,8 +96,11 @@ for name in ${@:-$ALL}; do
             --override search.algorithm=muzero --override search.num_simulations=50 ;;
     vtrace_threads)
         # What bounded V-trace on the H100 (2026-11-26: 0.41 of the ceiling): two actor threads.
-        step vtrace_threads 200 "$PY" benchmarks/atari.py --modes ceiling,vtrace --seconds 30 \
-            --warmup 20 --override actors.threads_per_device=8 --override actors.envs_per_thread=16 ;;
+        # Each update learns from two threads' segments; the learner's input pipeline alternates
+        # off (0) and on (2) (the checklist's item 3).
+        step vtrace_threads 200 "$PY" benchmarks/atari.py --modes ceiling,vtrace --seconds 25 \
+            --warmup 20 --override actors.threads_per_device=8 --override actors.envs_per_thread=16 \
+            --override learner.batch_size=2 --prefetch 0 2 ;;
     vtrace_async)
         # The same two threads in envpool's async mode: each acts on the first half of its envs
         # to finish while the other half steps.
@@ -105,9 +108,10 @@ for name in ${@:-$ALL}; do
             --override actors.envs_per_thread=64 --override actors.envs_per_step=32 ;;
     muzero_batch)
         # What bounded MuZero's small network there: 40 updates/s of 32 at the replay ratio.
-        step muzero_batch 200 "$PY" benchmarks/atari.py --modes muzero --seconds 40 --warmup 30 \
+        # The input pipeline alternates off and on here too.
+        step muzero_batch 220 "$PY" benchmarks/atari.py --modes muzero --seconds 30 --warmup 30 \
             --override actors.envs_per_thread=64 --override search.algorithm=muzero \
-            --override search.num_simulations=50 --override learner.batch_size=256 ;;
+            --override search.num_simulations=50 --override learner.batch_size=256 --prefetch 0 2 ;;
     atari_muzero)
         step atari_muzero 150 "$PY" benchmarks/atari.py --modes muzero --muzero-preset atari_muzero \
             --seconds 40 --warmup 60 --override replay.min_size=5000 ;;
