@@ -24,6 +24,8 @@ including waiting for the device, `queue`) and of the learner (`wait`, `build`, 
 `agent_steps_per_update_at_ratio` says whether a MuZero window measured the rate a long run
 settles at (the replay's rate limiter lets either side run free until its buffer is used up).
 `load_avg` is the machine's 1-minute load average at the end (other jobs share the cores).
+`--progress` prints each training run's progress lines (compiling, filling the replay,
+learning) as it goes, for a run that a time limit may stop before its JSON line.
 For V-trace the line adds where the CPU goes: the process CPU ms per agent step of the whole run
 (`cpu_ms_per_step`) next to the CPU ms per step of its parts measured alone (`act_cpu_ms_per_step`,
 `learn_cpu_ms_per_step`, `env_cpu_ms_per_step`), and the compute bound they imply for this
@@ -190,7 +192,12 @@ def vtrace_costs(config: configs.ExperimentConfig, repeats: int = 5) -> dict:
 
 
 def train_mode(
-    preset: str, overrides: list[str], seconds: float, warmup: float, log_every: float
+    preset: str,
+    overrides: list[str],
+    seconds: float,
+    warmup: float,
+    log_every: float,
+    progress: bool = False,
 ) -> dict:
     """Trains `preset` for `warmup + seconds` in a temporary run directory; its throughput."""
     from selfplay.replay import steps_per_update_at_ratio
@@ -209,7 +216,7 @@ def train_mode(
     with tempfile.TemporaryDirectory() as run_dir:
         cpu = time.process_time()
         start = time.perf_counter()
-        result = train(config, run_dir, progress=False)
+        result = train(config, run_dir, progress=progress)
         cpu_busy = (time.process_time() - cpu) / (time.perf_counter() - start)
         lines = (pathlib.Path(run_dir) / "metrics.jsonl").read_text().splitlines()
     rates = _rates([json.loads(line) for line in lines], warmup)
@@ -268,6 +275,12 @@ def main(argv: list[str] | None = None) -> None:
         default=1,
         help="repeat the training modes, alternating the --prefetch values within each round",
     )
+    parser.add_argument(
+        "--progress",
+        action="store_true",
+        help="print each run's progress lines (its status: compiling, filling the replay, "
+        "learning) so a run stopped by a time limit shows how far it got",
+    )
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     presets = {"vtrace": args.vtrace_preset, "muzero": args.muzero_preset}
@@ -300,7 +313,12 @@ def main(argv: list[str] | None = None) -> None:
             line = {
                 "mode": mode,
                 **train_mode(
-                    presets[mode], [*overrides, *extra], args.seconds, args.warmup, args.log_every
+                    presets[mode],
+                    [*overrides, *extra],
+                    args.seconds,
+                    args.warmup,
+                    args.log_every,
+                    progress=args.progress,
                 ),
             }
             line["cpu_ms_per_step"] = line["cpu_cores_busy"] * 1000 / line["agent_steps_per_s"]

@@ -68,8 +68,7 @@ export -f env_check
 
 C4="--only az_connect_four_2x64 --set actors.threads_per_device=1 actors.envs_per_thread=1024"
 # In the order of ../shared/GPU.md; a session that goes on from an earlier one names the steps
-# still open (the first H100 session of 2026-11-26 left atari_muzero, vtrace_threads,
-# vtrace_async, muzero_batch, prefetch and the learning checks).
+# still open (after the two H100 sessions of 2026-11-26: atari_muzero and the learning checks).
 ALL="env atari learner search selfplay anakin atari_muzero vtrace_threads vtrace_async"
 ALL="$ALL muzero_batch prefetch"
 for name in ${@:-$ALL}; do
@@ -113,8 +112,10 @@ for name in ${@:-$ALL}; do
             --override actors.envs_per_thread=64 --override search.algorithm=muzero \
             --override search.num_simulations=50 --override learner.batch_size=256 --prefetch 0 2 ;;
     atari_muzero)
-        step atari_muzero 150 "$PY" benchmarks/atari.py --modes muzero --muzero-preset atari_muzero \
-            --seconds 40 --warmup 60 --override replay.min_size=5000 ;;
+        # 150 s (and 140 s) ran out before its first line on the H100: compilation, the replay's
+        # first steps and the warmup; --progress shows where it stands when stopped.
+        step atari_muzero 330 "$PY" benchmarks/atari.py --modes muzero --muzero-preset atari_muzero \
+            --seconds 40 --warmup 60 --override replay.min_size=5000 --progress ;;
     prefetch)
         step prefetch 200 "$PY" benchmarks/atari.py --modes vtrace --seconds 30 --warmup 20 \
             --override actors.envs_per_thread=32 --prefetch 0 2 --rounds 2 ;;
