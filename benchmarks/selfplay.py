@@ -387,7 +387,9 @@ def bench_jitted(name: str, args) -> dict | None:
         def body(env_state, key):
             legal = env_state.game.legal_action_mask
             greedy = jnp.zeros(num_envs, bool)
-            out = agent.act(params, key, env_state.game.observation, legal, greedy, env_state.game)
+            out = agent.act_inside_jit(
+                params, key, env_state.game.observation, legal, greedy, env_state.game
+            )
             env_state, timestep = functions.step(env_state, out.action)
             return env_state, (out, timestep.done)
 
@@ -451,7 +453,7 @@ def bench_pgx_loop(name: str, args) -> dict | None:
         def body(env_state, key):
             game_state = env_state.game
             greedy = jnp.zeros(num_envs, bool)
-            out = agent.act(
+            out = agent.act_inside_jit(
                 params,
                 key,
                 game_state.observation,

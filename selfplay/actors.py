@@ -404,7 +404,7 @@ def fused_pgx_act_step(agent: Agent, env) -> Callable | None:
 def _fused_pgx_jit(agent: Agent, functions) -> Callable:
     def act_step(params, key, env_state, greedy):
         game = env_state.game
-        out = agent.act(
+        out = agent.act_inside_jit(
             params, key, game.observation.astype(jnp.float32), game.legal_action_mask, greedy, game
         )
         env_state, timestep = functions.step(env_state, out.action)

@@ -46,6 +46,10 @@ class Agent(NamedTuple):
     init: Callable[[chex.PRNGKey], Any]  # key -> params
     # act(params, key, observation [B, ...], legal_mask [B, A], greedy [B], env_state) -> ActOutput
     act: Callable[..., ActOutput]
+    # The same function unjitted, for programs that trace it inside their own jit (Anakin's
+    # iteration, the fused act+step) and pass the compile options there: jax 0.11 refuses
+    # compile options on a nested jit
+    act_inside_jit: Callable[..., ActOutput]
     loss_fn: muzero.learner.LossFn  # (params, batch, key) -> (loss, metrics)
     # make_batch(sample leaves [L, N, ...], importance_weight [N], context) -> (batch,
     # priorities [N]); `context` (muzero.BatchContext: the newest and target parameters, a key,
@@ -489,6 +493,7 @@ def _search_agent(
     return Agent(
         init=init,
         act=act,
+        act_inside_jit=act,
         loss_fn=loss_fn,
         make_batch=jax.jit(make_batch),
         window_length=window_length,
@@ -526,6 +531,7 @@ def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
     return Agent(
         init=networks.init,
         act=act,
+        act_inside_jit=act,
         loss_fn=loss_fn,
         make_batch=jax.jit(make_batch),
         window_length=length,

@@ -219,7 +219,7 @@ def make_anakin_iteration(
                 env_state.episode_length >= greedy_after if greedy_after else jnp.zeros(games, bool)
             )  # [B]
             exact = env_state.game if agent.uses_env_state else None  # AlphaZero's pgx rules
-            out = agent.act(params, act_key, observation, legal, greedy, exact)
+            out = agent.act_inside_jit(params, act_key, observation, legal, greedy, exact)
             record_state = env_state.game if keep_states else None
             env_state, next_timestep = functions.step(env_state, out.action)
             record = muzero.Trajectory(
@@ -359,6 +359,15 @@ def learn_in_jit(config: ExperimentConfig, devices) -> bool:
     return accelerator_paths(config, devices)
 
 
+def shardy_crashes(devices) -> bool:
+    """Whether XLA's Shardy partitioner is known to crash compiling Anakin's iteration over
+    `devices`: jax 0.11's, over two or more CPU devices (a segmentation fault in its SPMD
+    pipeline while compiling a search agent's first iteration; found with 0.11.2 on 2026-11-26).
+    GSPMD compiles the same program, as do jax 0.10.2 and one device."""
+    major_minor = tuple(int(part) for part in jax.__version__.split(".")[:2])
+    return major_minor >= (0, 11) and len(devices) > 1 and devices[0].platform == "cpu"
+
+
 def anakin_devices(config: ExperimentConfig) -> list[jax.Device]:
     """The mesh: `devices.learner_devices` (local indices) of every host, or all devices."""
     ids = config.devices.learner_devices or None
@@ -445,6 +454,8 @@ class AnakinRuntime(ReplicatedState):
 
     def __init__(self, config: ExperimentConfig, optimizer):
         self.devices = anakin_devices(config)
+        if shardy_crashes(self.devices) and jax.config.jax_use_shardy_partitioner:
+            jax.config.update("jax_use_shardy_partitioner", False)  # GSPMD instead
         self.program = make_anakin_program(config, optimizer, self.devices)
         self.agent, self.plan, self.spec = self.program.agent, self.program.plan, self.program.spec
         self.inside = learn_in_jit(config, self.devices)

@@ -262,3 +262,14 @@ def test_several_cpu_devices_wait_longer_at_a_collective_before_xla_aborts(monke
         warnings.simplefilter("ignore")
         run.split_cpu(2)
     assert os.environ["XLA_FLAGS"] == mine
+
+
+def test_several_cpu_devices_take_gspmd_on_the_jax_whose_shardy_crashes(monkeypatch):
+    # jax 0.11.2's Shardy partitioner segfaults compiling a search agent's iteration over two
+    # CPU devices; the runtime switches to GSPMD there and only there.
+    cpu = jax.devices("cpu")[0]
+    monkeypatch.setattr(jax, "__version__", "0.11.2")
+    assert anakin.shardy_crashes([cpu, cpu])
+    assert not anakin.shardy_crashes([cpu])
+    monkeypatch.setattr(jax, "__version__", "0.10.2")
+    assert not anakin.shardy_crashes([cpu, cpu])

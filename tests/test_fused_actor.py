@@ -62,3 +62,30 @@ def test_other_envs_keep_the_host_step():
     config = configs.load_config("tic_tac_toe_muzero", TINY)
     env = make_env(config.env.name, 2, seed=0)
     assert fused_pgx_act_step(make_agent(config, env.spec), env) is None
+
+
+def test_programs_that_trace_act_inside_their_jit_take_the_cpu_compile_options():
+    # `devices.cpu_convolutions=eigen` jits `agent.act` with XLA:CPU options; jax refuses
+    # options on a nested jit, so the fused act+step (and Anakin's iteration) trace
+    # `act_inside_jit` and pass the options to their own jit.
+    config = configs.load_config("tic_tac_toe_alphazero", [*TINY, "devices.cpu_convolutions=eigen"])
+    env = make_env(config.env.name, 2, seed=0)
+    agent = make_agent(config, env.spec)
+    assert agent.compiler_options  # this jaxlib takes the option: else nothing to check
+    params = jax.jit(agent.init)(jax.random.PRNGKey(0))
+    env.reset(0)
+    fused = fused_pgx_act_step(agent, env)
+    lowered = fused.lower(params, jax.random.PRNGKey(1), env.env_state, np.zeros(2, bool))
+    jaxpr = jax.make_jaxpr(agent.act_inside_jit)(
+        params,
+        jax.random.PRNGKey(1),
+        np.zeros((2, *env.spec.observation_shape), np.float32),
+        np.ones((2, env.spec.num_actions), bool),
+        np.zeros(2, bool),
+        env.env_state.game,
+    )
+    nested = [
+        e.params["compiler_options_kvs"] for e in jaxpr.eqns if "compiler_options_kvs" in e.params
+    ]
+    assert not any(nested), nested
+    assert lowered.as_text()
