@@ -68,9 +68,10 @@ export -f env_check
 
 C4="--only az_connect_four_2x64 --set actors.threads_per_device=1 actors.envs_per_thread=1024"
 # In the order of ../shared/GPU.md; a session that goes on from an earlier one names the steps
-# still open (after the two H100 sessions of 2026-11-26: atari_muzero and the learning checks).
+# still open (after the two H100 sessions of 2026-11-26: atari_muzero, atari100k and the
+# learning checks).
 ALL="env atari learner search selfplay anakin atari_muzero vtrace_threads vtrace_async"
-ALL="$ALL muzero_batch prefetch"
+ALL="$ALL muzero_batch prefetch atari100k"
 for name in ${@:-$ALL}; do
     case $name in
     env) step env 90 bash -c env_check ;;
@@ -116,6 +117,12 @@ for name in ${@:-$ALL}; do
         # first steps and the warmup; --progress shows where it stands when stopped.
         step atari_muzero 330 "$PY" benchmarks/atari.py --modes muzero --muzero-preset atari_muzero \
             --seconds 40 --warmup 60 --override replay.min_size=5000 --progress ;;
+    atari100k)
+        # Issue 37's protocol (120k updates of 256, 99% reanalysed) is hours long, past any one
+        # session's device time: this measures its updates/s and frames/s, so its wall time
+        # on this card can be projected.
+        step atari100k 330 "$PY" benchmarks/atari.py --modes muzero \
+            --muzero-preset atari100k_efficientzero --seconds 60 --warmup 90 --progress ;;
     prefetch)
         step prefetch 200 "$PY" benchmarks/atari.py --modes vtrace --seconds 30 --warmup 20 \
             --override actors.envs_per_thread=32 --prefetch 0 2 --rounds 2 ;;
