@@ -47,8 +47,8 @@ class Agent(NamedTuple):
     # act(params, key, observation [B, ...], legal_mask [B, A], greedy [B], env_state) -> ActOutput
     act: Callable[..., ActOutput]
     # The same function unjitted, for programs that trace it inside their own jit (Anakin's
-    # iteration, the fused act+step) and pass the compile options there: jax 0.11 refuses
-    # compile options on a nested jit
+    # iteration, the fused act+step) and pass the compile options there: jax refuses compile
+    # options on a nested jit
     act_inside_jit: Callable[..., ActOutput]
     loss_fn: muzero.learner.LossFn  # (params, batch, key) -> (loss, metrics)
     # make_batch(sample leaves [L, N, ...], importance_weight [N], context) -> (batch,
