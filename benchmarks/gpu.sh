@@ -66,10 +66,31 @@ EOF
 }
 export -f env_check
 
+# The V-trace Pong learning check (at least 10 minutes of training) outlasts one device call (600 s
+# with the start), so it spans two calls on the same warm machine: `learn_start learn_wait` in the
+# first (it trains in a session of its own, which outlives the call, and the call waits until its
+# budget is spent), then at once (the machine goes back after 30 s idle) `learn_collect` in the
+# second, which waits for the run's end and brings back its metrics, curves and log.
+LEARN_RUN=${LEARN_RUN:-/tmp/podracer-pong-vtrace}
+learn_wait() {
+    sleep "$1"
+    tail -n 3 "$LEARN_RUN.log"
+}
+learn_collect() {
+    while pgrep -f -- "--run-dir $LEARN_RUN" >/dev/null; do sleep 5; done
+    cp "$LEARN_RUN/metrics.jsonl" "$OUT/pong_vtrace_metrics.jsonl"
+    cp "$LEARN_RUN/learning_curves.png" "$OUT/pong_vtrace_learning_curves.png"
+    cp "$LEARN_RUN.log" "$OUT/pong_vtrace.log"
+    tail -n 4 "$LEARN_RUN.log"
+}
+export -f learn_wait learn_collect
+export LEARN_RUN OUT
+
 C4="--only az_connect_four_2x64 --set actors.threads_per_device=1 actors.envs_per_thread=1024"
 # In the order of ../shared/GPU.md; a session that goes on from an earlier one names the steps
-# still open (after the two H100 sessions of 2026-11-26: atari_muzero, atari100k and the
-# learning checks).
+# still open (after the two H100 sessions of 2026-11-26: atari_muzero, atari100k, and the
+# learning check, which takes a session's device time nearly alone: learn_start learn_wait, then
+# learn_collect).
 ALL="env atari learner search selfplay anakin atari_muzero vtrace_threads vtrace_async"
 ALL="$ALL muzero_batch prefetch atari100k"
 for name in ${@:-$ALL}; do
@@ -123,10 +144,18 @@ for name in ${@:-$ALL}; do
         # on this card can be projected.
         step atari100k 330 "$PY" benchmarks/atari.py --modes muzero \
             --muzero-preset atari100k_efficientzero --seconds 60 --warmup 90 --progress ;;
+    learn_start)
+        mkdir -p "$LEARN_RUN"
+        setsid nohup "$PY" -m podracer train --config atari_vtrace --run-dir "$LEARN_RUN" --quiet \
+            actors.envs_per_thread=32 "learner.max_seconds=${LEARN_SECONDS:-630}" \
+            >"$LEARN_RUN.log" 2>&1 </dev/null &
+        echo "== learn_start: V-trace on Pong for ${LEARN_SECONDS:-630} s in $LEARN_RUN" | tee -a "$LOG" ;;
+    learn_wait) step learn_wait 600 bash -c "learn_wait $((DEADLINE - SECONDS - 15))" ;;
+    learn_collect) step learn_collect 600 bash -c learn_collect ;;
     prefetch)
         step prefetch 200 "$PY" benchmarks/atari.py --modes vtrace --seconds 30 --warmup 20 \
             --override actors.envs_per_thread=32 --prefetch 0 2 --rounds 2 ;;
-    *) echo "unknown step $name; steps: $ALL" && exit 2 ;;
+    *) echo "unknown step $name; steps: $ALL learn_start learn_wait learn_collect" && exit 2 ;;
     esac
 done
 echo "== done after $SECONDS s" | tee -a "$LOG"
