@@ -433,6 +433,9 @@ class AnakinProgram(NamedTuple):
 
 def make_anakin_program(config: ExperimentConfig, optimizer, devices) -> AnakinProgram:
     """The agent, plan and sharded (unjitted) functions of `config` over `devices`."""
+    if shardy_crashes(devices) and jax.config.jax_use_shardy_partitioner:
+        # GSPMD for whatever compiles on this mesh (the runtime, the benchmarks, the tests)
+        jax.config.update("jax_use_shardy_partitioner", False)
     mesh = muzero.make_mesh(devices)
     spec = env_spec(config.env.name, seed=config.seed, **config.env.options)
     agent = make_agent(config, spec)
@@ -454,8 +457,6 @@ class AnakinRuntime(ReplicatedState):
 
     def __init__(self, config: ExperimentConfig, optimizer):
         self.devices = anakin_devices(config)
-        if shardy_crashes(self.devices) and jax.config.jax_use_shardy_partitioner:
-            jax.config.update("jax_use_shardy_partitioner", False)  # GSPMD instead
         self.program = make_anakin_program(config, optimizer, self.devices)
         self.agent, self.plan, self.spec = self.program.agent, self.program.plan, self.program.spec
         self.inside = learn_in_jit(config, self.devices)
