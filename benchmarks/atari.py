@@ -91,8 +91,12 @@ def _rates(records: list[dict], warmup: float) -> dict:
     end = window[-1]
     seconds = end["time"] - start["time"]
     steps = end["frames"] - start["frames"]
-    if steps <= 0:
-        raise RuntimeError("no agent steps in the measured window; give it more --seconds")
+    # A learner-bound run at a high replay ratio (Atari 100k: 1.2 updates per agent step) holds
+    # its actors at the rate limiter for longer than a short window: updates without steps.
+    if steps <= 0 and end["step"] <= start["step"]:
+        raise RuntimeError(
+            "no agent steps and no updates in the measured window; give it more --seconds"
+        )
     totals: dict[str, float] = {}
     for record in window:
         for key, value in record.items():
@@ -222,12 +226,21 @@ def train_mode(
     rates = _rates([json.loads(line) for line in lines], warmup)
     actors = config.actors
     updates_per_s = rates["updates_per_s"]
+    at_ratio = steps_per_update_at_ratio(config)
+    # Where the rate limiter holds its ratio, a long run makes `updates/s x steps per update` agent
+    # steps a second whichever side bounds it; a window shorter than the actors' bursts measures
+    # the updates well and the steps poorly, so the projection uses the updates.
+    steps_at_ratio = updates_per_s * at_ratio if at_ratio and updates_per_s else None
+    limit = config.learner.max_frames
     return {
         **rates,
         "agent_steps_per_update": rates["agent_steps_per_s"] / updates_per_s
         if updates_per_s
         else None,
-        "agent_steps_per_update_at_ratio": steps_per_update_at_ratio(config),
+        "agent_steps_per_update_at_ratio": at_ratio,
+        "agent_steps_per_s_at_ratio": steps_at_ratio,
+        "max_frames": limit or None,
+        "projected_s_to_max_frames": limit / steps_at_ratio if limit and steps_at_ratio else None,
         "cpu_cores_busy": cpu_busy,
         "updates": result.updates,
         "samples_per_s": rates["updates_per_s"] * config.learner.batch_size,

@@ -88,9 +88,8 @@ export LEARN_RUN OUT
 
 C4="--only az_connect_four_2x64 --set actors.threads_per_device=1 actors.envs_per_thread=1024"
 # In the order of ../shared/GPU.md; a session that goes on from an earlier one names the steps
-# still open (after the two H100 sessions of 2026-11-26: atari_muzero, atari100k, and the
-# learning check, which takes a session's device time nearly alone: learn_start learn_wait, then
-# learn_collect).
+# still open (after the three H100 sessions of 2026-11-26: atari_muzero alone, go 9x9 and the
+# connect four match; the learning check is done, and atari100k's protocol is hours long).
 ALL="env atari learner search selfplay anakin atari_muzero vtrace_threads vtrace_async"
 ALL="$ALL muzero_batch prefetch atari100k"
 for name in ${@:-$ALL}; do
@@ -134,8 +133,9 @@ for name in ${@:-$ALL}; do
             --override actors.envs_per_thread=64 --override search.algorithm=muzero \
             --override search.num_simulations=50 --override learner.batch_size=256 --prefetch 0 2 ;;
     atari_muzero)
-        # 150 s (and 140 s) ran out before its first line on the H100: compilation, the replay's
-        # first steps and the warmup; --progress shows where it stands when stopped.
+        # 150 s (and 140 s) ran out before its first line on the H100; with 330 s beside the
+        # learning check the first update (batch 1,024, compiled and autotuned) had not ended
+        # 285 s after the replay's first segments. Run it alone; --progress shows where it stands.
         step atari_muzero 330 "$PY" benchmarks/atari.py --modes muzero --muzero-preset atari_muzero \
             --seconds 40 --warmup 60 --override replay.min_size=5000 --progress ;;
     atari100k)
