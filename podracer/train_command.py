@@ -98,7 +98,12 @@ def run(args) -> int:
     extras.require("train", "podracer train")
     explicit = [args.coordinator, args.num_processes, args.process_id]
     joins = args.distributed or any(x is not None for x in explicit)
-    from selfplay.launch import JOB_PROCESS, launch_local, supervise  # no JAX: loaded lazily
+    from selfplay.launch import (  # no JAX: loaded lazily
+        JOB_PROCESS,
+        check_job_flags,
+        launch_local,
+        supervise,
+    )
 
     if args.local_processes is not None:
         if joins:
@@ -109,6 +114,7 @@ def run(args) -> int:
         if args.local_processes < 1:
             raise UsageError(f"--local-processes must be at least 1, got {args.local_processes}")
         return launch_local(_passed_on(args, run_dir), args.local_processes)
+    check_job_flags(*explicit)
     if joins and not os.environ.get(JOB_PROCESS):
         # JAX aborts a process whose job lost its coordinator: the run goes in a child, watched.
         job = ["--distributed"] if args.distributed else []

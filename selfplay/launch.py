@@ -29,9 +29,17 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import IO
 
+from configs import UsageError
 from selfplay.lifetime import STOP_SIGNALS
 
-__all__ = ["JOB_PROCESS", "free_port", "launch_local", "split_evenly", "supervise"]
+__all__ = [
+    "JOB_PROCESS",
+    "check_job_flags",
+    "free_port",
+    "launch_local",
+    "split_evenly",
+    "supervise",
+]
 
 # Set in the environment of a job's process that a launcher or a supervisor of ours watches.
 JOB_PROCESS = "PODRACER_JOB_PROCESS"
@@ -50,6 +58,20 @@ GRACE_S = 90.0
 # go on without it, and one waiting in the agreement would only learn of it at the heartbeat
 # timeout, so they get this long to say what they saw.
 DIED_GRACE_S = 5.0
+
+
+def check_job_flags(
+    coordinator: str | None, num_processes: int | None, process_id: int | None
+) -> None:
+    """Refuses explicit job flags that cannot name a job, before anything imports JAX (one line
+    in a fraction of a second, not after the seconds JAX's import takes)."""
+    explicit = (coordinator, num_processes, process_id)
+    if any(x is not None for x in explicit) and any(x is None for x in explicit):
+        raise UsageError("--coordinator, --num-processes and --process-id go together")
+    if num_processes is not None and num_processes < 1:
+        raise UsageError(f"--num-processes must be at least 1, got {num_processes}")
+    if process_id is not None and not 0 <= process_id < (num_processes or 0):
+        raise UsageError(f"--process-id {process_id} is not in 0..{(num_processes or 1) - 1}")
 
 
 def free_port() -> int:
@@ -79,9 +101,13 @@ def _gpus() -> list[str]:
     )
 
 
-def launch_local(train_args: Sequence[str], num_processes: int) -> int:
+def launch_local(
+    train_args: Sequence[str], num_processes: int, program: Sequence[str] | None = None
+) -> int:
     """Runs `podracer train *train_args` as `num_processes` processes of one job; returns the
-    exit code of the first child that failed, or 0."""
+    exit code of the first child that failed, or 0. `program` replaces `python -m podracer
+    train` (the launcher's own tests run stand-ins that need no JAX)."""
+    program = list(program or [sys.executable, "-m", "podracer", "train"])
     port = free_port()
     cores = sorted(os.sched_getaffinity(0))
     core_shares = split_evenly(cores, num_processes) if len(cores) >= num_processes else None
@@ -95,7 +121,7 @@ def launch_local(train_args: Sequence[str], num_processes: int) -> int:
         share = core_shares[i] if core_shares is not None else None
         children.append(
             _start(
-                [sys.executable, "-m", "podracer", "train", *train_args]
+                [*program, *train_args]
                 + ["--coordinator", f"127.0.0.1:{port}"]
                 + ["--num-processes", str(num_processes), "--process-id", str(i)],
                 env,

@@ -44,6 +44,7 @@ import numpy as np
 
 from configs import UsageError
 from selfplay.checkpoints import flatten_dict
+from selfplay.launch import check_job_flags
 
 __all__ = [
     "HEARTBEAT_S",
@@ -368,13 +369,7 @@ def initialize(
     died), it aborts the process from a C++ thread (a Python callback cannot stop it: jaxlib
     cannot hand one the error), so `podracer train` runs a job's process under a supervisor
     that says so in one line (`selfplay.launch.supervise`)."""
-    explicit = (coordinator, num_processes, process_id)
-    if any(x is not None for x in explicit) and any(x is None for x in explicit):
-        raise UsageError("--coordinator, --num-processes and --process-id go together")
-    if num_processes is not None and num_processes < 1:
-        raise UsageError(f"--num-processes must be at least 1, got {num_processes}")
-    if process_id is not None and not 0 <= process_id < (num_processes or 0):
-        raise UsageError(f"--process-id {process_id} is not in 0..{(num_processes or 1) - 1}")
+    check_job_flags(coordinator, num_processes, process_id)
     if collectives_interface is not None:
         _interface_address(collectives_interface)  # refused before joining the job
     # JAX aborts the process (no exception, a stack trace) when the coordinator never answers:
