@@ -38,11 +38,9 @@ def _model(algorithm, key, batch_size):
     "algorithm, batch_size",
     [
         ("muzero", 1),
-        ("muzero", 5),
         ("muzero", 32),
         ("gumbel_muzero", 7),
         ("stochastic_muzero", 1),
-        ("stochastic_muzero", 5),
         ("stochastic_muzero", 32),
     ],
 )

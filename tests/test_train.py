@@ -109,11 +109,12 @@ def _podracer(*args, **kwargs):
     )
 
 
-def _wait_for_checkpoint(run: pathlib.Path, process, timeout=240.0):
+def _wait_for_checkpoint(run: pathlib.Path, process, timeout=240.0, after: int = -1):
+    """Waits for a checkpoint of an update later than `after`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         steps = [p for p in (run / "checkpoints").glob("*") if p.name.isdigit()]
-        if steps:
+        if any(int(p.name) > after for p in steps):
             return
         if process.poll() is not None:
             raise AssertionError(f"training exited early: {process.communicate()}")

@@ -1,5 +1,5 @@
-"""Training on games with chance: Stochastic MuZero on 2048 (runs, checkpoints, resumes, plays in
-the arena), AlphaZero with chance outcomes on backgammon, both runtimes, and bad input."""
+"""Training on games with chance: Stochastic MuZero on 2048 (runs, checkpoints, plays in the
+arena), AlphaZero with chance outcomes on backgammon, both runtimes, and bad input."""
 
 import json
 import subprocess
@@ -39,20 +39,18 @@ TINY = [
 
 @pytest.fixture(scope="module")
 def game2048_run(tmp_path_factory):
-    """A tiny game2048_stochastic_muzero run (Anakin) of 2 updates, and its resumption to 4."""
+    """A tiny game2048_stochastic_muzero run (Anakin) of 2 updates. (Resuming is the runtime's,
+    whatever the model: tests/test_anakin.py and tests/test_reanalyse.py resume Anakin runs; the
+    arena's game below restores this run's checkpoint.)"""
     run = tmp_path_factory.mktemp("chance") / "g2048"
     config = configs.load_config("game2048_stochastic_muzero", [*TINY, "learner.max_updates=2"])
-    first = train_module.train(config, run, progress=False)
-    more = configs.load_config("game2048_stochastic_muzero", [*TINY, "learner.max_updates=4"])
-    second = train_module.train(more, run, progress=False)
-    return run, first, second
+    return run, train_module.train(config, run, progress=False)
 
 
-def test_2048_stochastic_muzero_trains_checkpoints_and_resumes(game2048_run):
-    run, first, second = game2048_run
+def test_2048_stochastic_muzero_trains_and_checkpoints(game2048_run):
+    run, first = game2048_run
     assert first.stopped_by == "max_updates" and first.updates >= 2
     assert (run / "checkpoints" / str(first.updates)).is_dir()
-    assert second.resumed_from == first.updates and second.updates >= 4
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     learned = [r for r in records if "chance_loss" in r]
     assert learned and all(np.isfinite(r["loss"]) for r in learned)
@@ -61,7 +59,7 @@ def test_2048_stochastic_muzero_trains_checkpoints_and_resumes(game2048_run):
 
 
 def test_the_2048_run_plays_in_the_arena(game2048_run):
-    run, _, _ = game2048_run
+    run, _ = game2048_run
     game = pyspiel.load_game("2048(max_tile=131072)")
     result = arena.evaluate_solo(game, f"ckpt:{run},sims=4", 1, seed=0)
     assert result.scores.shape == (1,) and result.scores[0] > 0 and result.lengths[0] > 10
