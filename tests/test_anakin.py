@@ -35,6 +35,7 @@ TINY = [
     "replay.samples_per_insert=1",
     "learner.log_every_s=0.1",
     "learner.checkpoint_every=4",
+    "loss.unroll_steps=2",  # a shorter unrolled update: less to trace and compile
 ]
 
 

@@ -29,6 +29,7 @@ TINY = [
     "network.head_hidden=8",
     "learner.log_every_s=0.5",
     "learner.checkpoint_every=2",
+    "loss.unroll_steps=2",  # a shorter unrolled update: less to trace and compile
 ]
 
 
