@@ -136,8 +136,11 @@ for name in ${@:-$ALL}; do
         # 150 s (and 140 s) ran out before its first line on the H100; with 330 s beside the
         # learning check the first update (batch 1,024, compiled and autotuned) had not ended
         # 285 s after the replay's first segments. Run it alone; --progress shows where it stands.
+        # 50-step segments, not the preset's 200: the first windows reach the replay after 12,800
+        # agent steps instead of 51,200 (a minute of acting there), the rest of the run alike.
         step atari_muzero 330 "$PY" benchmarks/atari.py --modes muzero --muzero-preset atari_muzero \
-            --seconds 40 --warmup 60 --override replay.min_size=5000 --progress ;;
+            --seconds 40 --warmup 60 --override replay.min_size=5000 \
+            --override actors.unroll_length=50 --progress ;;
     atari100k)
         # Issue 37's protocol (120k updates of 256, 99% reanalysed) is hours long, past any one
         # session's device time: this measures its updates/s and frames/s, so its wall time
