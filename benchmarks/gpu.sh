@@ -152,11 +152,13 @@ for name in ${@:-$ALL}; do
         # takes a fixed part of its memory (JAX's default preallocates 75% for the first alone).
         mkdir -p "$LEARN_RUN"
         export XLA_PYTHON_CLIENT_MEM_FRACTION=0.5
-        XLA_PYTHON_CLIENT_MEM_FRACTION=0.4 setsid nohup "$PY" -m podracer train --config atari_vtrace --run-dir "$LEARN_RUN" --quiet \
-            actors.envs_per_thread=32 "learner.max_seconds=${LEARN_SECONDS:-630}" \
+        XLA_PYTHON_CLIENT_MEM_FRACTION=0.4 setsid nohup "$PY" -m podracer train \
+            --config atari_vtrace --run-dir "$LEARN_RUN" --quiet actors.envs_per_thread=32 \
+            "learner.max_seconds=${LEARN_SECONDS:-630}" \
             >"$LEARN_RUN.log" 2>&1 </dev/null &
         echo "== learn_start: V-trace on Pong for ${LEARN_SECONDS:-630} s in $LEARN_RUN" \
-            "(steps after this one in the call run beside it: their rates are lower bounds)" | tee -a "$LOG" ;;
+            "(steps after this one in the call run beside it: their rates are lower bounds)" |
+            tee -a "$LOG" ;;
     learn_wait) step learn_wait 600 bash -c "learn_wait $((DEADLINE - SECONDS - 15))" ;;
     learn_collect) step learn_collect 600 bash -c learn_collect ;;
     prefetch)

@@ -20,7 +20,7 @@ from selfplay import anakin
 from selfplay import train as train_module
 from selfplay.agent import make_agent
 from selfplay.envs import env_spec
-from tests.test_train import _podracer, _wait_for_checkpoint
+from tests.test_train import _podracer, _wait_for_checkpoint, checkpoint_steps
 
 TINY = [
     "runtime=anakin",
@@ -99,14 +99,18 @@ def test_plan_sizes_updates_and_refuses_what_cannot_work():
 
 
 @pytest.mark.parametrize(
-    "preset, extra",
+    "preset, extra, ctrl_c",
     [
-        ("tic_tac_toe_alphazero", []),
-        ("tic_tac_toe_muzero", ["env.name=pgx:tic_tac_toe", "learner.augment_symmetries=false"]),
+        ("tic_tac_toe_alphazero", [], True),
+        (
+            "tic_tac_toe_muzero",
+            ["env.name=pgx:tic_tac_toe", "learner.augment_symmetries=false"],
+            False,
+        ),
     ],
     ids=["alphazero", "muzero"],
 )
-def test_smoke_run_learns_logs_saves_and_resumes(preset, extra, tmp_path):
+def test_smoke_run_learns_logs_saves_and_resumes(preset, extra, ctrl_c, tmp_path):
     config = _tiny(preset, "learner.max_updates=8", *extra)
     run = tmp_path / "run"
     result = train_module.train(config, run, progress=False)
@@ -125,22 +129,22 @@ def test_smoke_run_learns_logs_saves_and_resumes(preset, extra, tmp_path):
     )
     assert (run / "checkpoints" / "8").is_dir() and (run / "learning_curves.png").is_file()
 
-    if preset == "tic_tac_toe_muzero":
+    if not ctrl_c:
         more = config.replace(learner=dataclasses.replace(config.learner, max_updates=12))
         again = train_module.train(more, run, progress=False)
         assert again.resumed_from == 8 and again.updates == 12
         return
-    # AlphaZero's run resumes under `podracer train`, which a Ctrl-C stops once it has saved past
-    # update 8: a final checkpoint at the stopped update.
+    # The run resumes under `podracer train`, which a Ctrl-C stops once it has saved past update
+    # 8: a final checkpoint at the stopped update.
     process = _podracer("train", "--config", preset, "--run-dir", str(run), "--quiet", *TINY,
-                        "learner.max_updates=100000")  # fmt: skip
+                        *extra, "learner.max_updates=100000")  # fmt: skip
     _wait_for_checkpoint(run, process, after=8)
-    before = {int(p.name) for p in (run / "checkpoints").glob("*") if p.name.isdigit()}
+    before = checkpoint_steps(run)
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
     assert "resumed from update 8" in stdout and "stopped (received SIGINT)" in stdout, stdout
-    after = {int(p.name) for p in (run / "checkpoints").glob("*") if p.name.isdigit()}
+    after = checkpoint_steps(run)
     assert max(after) >= max(before) > 8  # the final checkpoint at the stopped step
 
 

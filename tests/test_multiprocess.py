@@ -26,6 +26,7 @@ from selfplay.checkpoints import restore_params
 from selfplay.envs import env_spec
 from selfplay.metrics import read_metrics
 from tests.test_train import TINY
+from tests.test_train import checkpoint_steps as _steps
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("_train_worker.py")
@@ -72,10 +73,6 @@ def _train(*args: str, timeout: float = 240.0) -> tuple[int, str]:
 
 def _records(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-
-
-def _steps(run: Path) -> list[int]:
-    return sorted(int(p.name) for p in (run / "checkpoints").glob("*") if p.name.isdigit())
 
 
 def _learning_in_both(run: Path, lines: int = 1) -> bool:

@@ -110,12 +110,16 @@ def _podracer(*args, **kwargs):
     )
 
 
+def checkpoint_steps(run: pathlib.Path) -> list[int]:
+    """The updates `run` holds checkpoints of, in order."""
+    return sorted(int(p.name) for p in (run / "checkpoints").glob("*") if p.name.isdigit())
+
+
 def _wait_for_checkpoint(run: pathlib.Path, process, timeout=240.0, after: int = -1):
     """Waits for a checkpoint of an update later than `after`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        steps = [p for p in (run / "checkpoints").glob("*") if p.name.isdigit()]
-        if any(int(p.name) > after for p in steps):
+        if checkpoint_steps(run)[-1:] > [after]:
             return
         if process.poll() is not None:
             raise AssertionError(f"training exited early: {process.communicate()}")
@@ -139,12 +143,12 @@ def test_killed_run_resumes_and_sigint_stops_with_a_final_checkpoint(tmp_path):
         if len((run / "metrics.jsonl").read_text().splitlines()) >= logged_before + 2:
             break
         time.sleep(0.5)
-    before = {int(p.name) for p in (run / "checkpoints").glob("*") if p.name.isdigit()}
+    before = checkpoint_steps(run)
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
     assert "resumed from update" in stdout
-    after = {int(p.name) for p in (run / "checkpoints").glob("*") if p.name.isdigit()}
+    after = checkpoint_steps(run)
     assert max(after) >= max(before)  # the final checkpoint at the stopped step
 
 
