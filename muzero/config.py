@@ -17,7 +17,7 @@ __all__ = ["LossConfig", "NetworkConfig", "OptimizerConfig", "ReanalyseConfig", 
 
 REANALYSE_VALUES = ("stored", "target_network", "search")
 
-_TORSOS = ("auto", "resnet", "mlp", "impala")
+_TORSOS = ("auto", "resnet", "mlp", "resnet_mlp", "impala")
 
 _OPTIMIZERS = ("adam", "sgd")
 _SCHEDULES = ("constant", "cosine", "linear")
@@ -87,8 +87,10 @@ class NetworkConfig:
 
     # auto: resnet for planes, mlp for vectors. "mlp" also takes planes, flattened: a model whose
     # dynamics is a few dense layers makes each simulation of the search several times cheaper
-    # than a conv model's (MinAtar's 10x10 planes: 15x on a CPU, BENCHMARKS.md).
-    torso: Literal["auto", "resnet", "mlp", "impala"] = "auto"
+    # than a conv model's (MinAtar's 10x10 planes: 15x on a CPU, BENCHMARKS.md). "resnet_mlp":
+    # the resnet's representation of planes, flattened into a vector latent (`latent_size`),
+    # with the MLP's dynamics and heads: conv features for the price of a dense search.
+    torso: Literal["auto", "resnet", "mlp", "resnet_mlp", "impala"] = "auto"
     channels: int = 32  # Channels of the resnet's residual blocks (and of a conv latent).
     representation_blocks: int = 2  # Residual blocks of h (and of AlphaZero's/actor-critic torso).
     dynamics_blocks: int = 2  # Residual blocks of the dynamics g.

@@ -129,7 +129,8 @@ def make_muzero_networks(
 
     Args:
       config: sizes; `torso` "auto" picks the resnet for [H, W, C] or [H, W] observations and the
-        MLP for [D]; "mlp" takes planes too (flattened); "impala" is not a MuZero torso.
+        MLP for [D]; "mlp" takes planes too (flattened); "resnet_mlp" flattens the resnet's
+        features of planes into a vector latent; "impala" is not a MuZero torso.
       observation_shape: the shape of one observation, without the batch axis.
       num_actions: A, the number of actions (policy logits and dynamics' action input).
       value_prefix: an LSTM value-prefix head instead of the per-step reward head
@@ -346,6 +347,12 @@ def _check_prefix(networks: MuZeroNetworks, value_prefix_horizon: int) -> None:
         )
 
 
+def vector_latent(torso: str) -> bool:
+    """Whether a MuZero model with this torso has a vector latent (dense dynamics and heads)
+    rather than planes (conv dynamics and heads)."""
+    return torso in ("mlp", "resnet_mlp")
+
+
 def _choose_torso(
     config: NetworkConfig, observation_shape: Sequence[int], allow_impala: bool
 ) -> str:
@@ -473,7 +480,8 @@ class _Head(nn.Module):
 
 
 class _Trunk(nn.Module):
-    """The observation torso: resnet (optionally with the Atari stem) or MLP; unscaled output."""
+    """The observation torso: resnet (optionally with the Atari stem), MLP, or resnet flattened
+    into a vector (resnet_mlp); unscaled output."""
 
     config: NetworkConfig
     torso: str
@@ -494,6 +502,9 @@ class _Trunk(nn.Module):
         )(x)
         for _ in range(cfg.representation_blocks):
             x = _ResBlock(cfg.channels, cfg.block_norm == "layer", dtype)(x)
+        if self.torso == "resnet_mlp":  # the planes' features, flattened into a vector latent
+            x = nn.relu(x).reshape((x.shape[0], -1))
+            return nn.Dense(cfg.latent_size, dtype=dtype)(x)
         return x
 
 
@@ -513,7 +524,7 @@ class _MuZeroModule(nn.Module):
     def setup(self):
         cfg, dtype = self.config, _compute_dtype(self.config)
         self.trunk = _Trunk(cfg, self.torso)
-        if self.torso == "mlp":
+        if vector_latent(self.torso):
             self.dynamics_in = nn.Dense(cfg.latent_size, dtype=dtype)
             self.dynamics_mlp = _MLP(cfg.mlp_sizes, dtype)
             self.dynamics_out = nn.Dense(cfg.latent_size, dtype=dtype)
@@ -527,7 +538,7 @@ class _MuZeroModule(nn.Module):
                 _ResBlock(cfg.channels, norm, dtype) for _ in range(cfg.prediction_blocks)
             ]
         if self.value_prefix:
-            if self.torso != "mlp":  # EfficientZero: a 1x1 conv shrinks the latent first
+            if not vector_latent(self.torso):  # EfficientZero: a 1x1 conv shrinks the latent first
                 self.prefix_reduce = nn.Conv(cfg.head_channels, (1, 1), dtype=dtype)
             self.prefix_lstm = nn.OptimizedLSTMCell(
                 cfg.value_prefix_hidden, param_dtype=jnp.float32
@@ -566,7 +577,7 @@ class _MuZeroModule(nn.Module):
 
     def _transition_unscaled(self, latent, action):
         one_hot = jax.nn.one_hot(action, self.num_actions, dtype=latent.dtype)  # [B, A]
-        if self.torso == "mlp":
+        if vector_latent(self.torso):
             return self.dynamics_out(
                 self.dynamics_mlp(self.dynamics_in(jnp.concatenate([latent, one_hot], axis=-1)))
             )
@@ -588,7 +599,7 @@ class _MuZeroModule(nn.Module):
 
     def prefix(self, next_latent, carry):
         x = next_latent
-        if self.torso != "mlp":
+        if not vector_latent(self.torso):
             x = nn.relu(self.prefix_reduce(x))
         x = x.reshape((x.shape[0], -1)).astype(jnp.float32)
         carry, out = self.prefix_lstm(carry, x)
@@ -602,7 +613,7 @@ class _MuZeroModule(nn.Module):
 
     def predict(self, latent):
         x = latent
-        if self.torso != "mlp":
+        if not vector_latent(self.torso):
             for block in self.prediction_blocks:
                 x = block(x)
         return self.policy_head(x), self.value_head(x)

@@ -57,6 +57,7 @@ from muzero.networks import (
     _ResBlock,
     _Trunk,
     scale_latent,
+    vector_latent,
 )
 from muzero.targets import muzero_batch
 from muzero.transforms import ValueTransform
@@ -210,7 +211,7 @@ class _StochasticModule(nn.Module):
         norm = cfg.block_norm == "layer"
         self.trunk = _Trunk(cfg, self.torso)
         self.encoder_trunk = _Trunk(cfg, self.torso)
-        if self.torso == "mlp":
+        if vector_latent(self.torso):
             self.afterstate_in = nn.Dense(cfg.latent_size, dtype=dtype)
             self.afterstate_mlp = _MLP(cfg.mlp_sizes, dtype)
             self.afterstate_out = nn.Dense(cfg.latent_size, dtype=dtype)
@@ -257,14 +258,14 @@ class _StochasticModule(nn.Module):
 
     def predict(self, latent):
         x = latent
-        if self.torso != "mlp":
+        if not vector_latent(self.torso):
             for block in self.prediction_blocks:
                 x = block(x)
         return self.policy_head(x), self.value_head(x)
 
     def afterstate_dynamics(self, latent, action):
         one_hot = jax.nn.one_hot(action, self.num_actions, dtype=latent.dtype)  # [B, A]
-        if self.torso == "mlp":
+        if vector_latent(self.torso):
             x = jnp.concatenate([latent, one_hot], axis=-1)
             x = self.afterstate_out(self.afterstate_mlp(self.afterstate_in(x)))
         else:
@@ -279,14 +280,14 @@ class _StochasticModule(nn.Module):
 
     def afterstate_predict(self, afterstate):
         x = afterstate
-        if self.torso != "mlp":
+        if not vector_latent(self.torso):
             for block in self.afterstate_prediction_blocks:
                 x = block(x)
         return self.chance_head(x), self.afterstate_value_head(x)
 
     def dynamics(self, afterstate, code):
         code = code.astype(afterstate.dtype)  # [B, C]
-        if self.torso == "mlp":
+        if vector_latent(self.torso):
             x = jnp.concatenate([afterstate, code], axis=-1)
             x = self.dynamics_out(self.dynamics_mlp(self.dynamics_in(x)))
         else:

@@ -58,6 +58,8 @@ def observations(shape, dtype=jnp.float32, seed=0):
         (ATARI_TINY, (84, 84, 4), jnp.uint8, (6, 6, 8)),  # stacked Atari frames, downsampled
         (TINY, (5,), jnp.float32, (16,)),  # a vector: the MLP torso
         (MLP_TINY, (10, 10, 4), jnp.float32, (16,)),  # planes, flattened into the MLP torso
+        # planes through the resnet, its features flattened into a vector latent
+        (dataclasses.replace(TINY, torso="resnet_mlp"), (10, 10, 4), jnp.float32, (16,)),
     ],
 )
 def test_muzero_shapes_and_latent_range(config, obs_shape, dtype, latent_shape):
