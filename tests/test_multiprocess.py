@@ -117,9 +117,27 @@ def _assert_one_job_trained(
     assert _steps(run)[-1] == updates
 
 
-def test_two_processes_train_alphazero_resume_under_one_and_under_two_and_stop_on_ctrl_c(tmp_path):
+# MuZero with reanalyse (half of each batch searched again with the newest parameters, a target
+# network for the values) and the consistency loss: every process's input thread reanalyses its
+# share of the batch. (AlphaZero over two processes: the Anakin test below and
+# tests/test_across_hosts.py; V-trace: the mpirun test below.)
+REANALYSE = [
+    "reanalyse.fraction=0.5",
+    "reanalyse.value=target_network",
+    "learner.target_update_every=2",
+    "loss.consistency_weight=2",
+    "network.projection_hidden=8",
+    "network.projection_size=8",
+    "network.predictor_hidden=8",
+]
+
+
+def test_two_processes_train_muzero_with_reanalyse_resume_under_one_and_two_and_stop_on_ctrl_c(
+    tmp_path,
+):
     run = tmp_path / "run"
-    quick = [*QUICK, "replay.checkpoint=true"]  # each process's replay saved with its checkpoints
+    # Each process's replay is saved with its checkpoints.
+    quick = ["--config", "tic_tac_toe_muzero", *QUICK, *REANALYSE, "replay.checkpoint=true"]
     code, out = _train("--local-processes", "2", "--run-dir", str(run), "--quiet", *quick,
                        "learner.max_updates=6")  # fmt: skip
     assert code == 0, out[-3000:]
@@ -129,6 +147,12 @@ def test_two_processes_train_alphazero_resume_under_one_and_under_two_and_stop_o
     assert {"process_0-step_6.npz", "process_1-step_6.npz"} <= {
         p.name for p in (run / "replay").iterdir()
     }
+    learned = [r for r in _records(run) if "loss" in r]
+    assert all(np.isfinite(r["consistency_loss"]) for r in learned), learned[-1]
+    # The target network is in the checkpoint, beside the parameters, of the same shapes.
+    target = restore_params(str(run), field="target_params")
+    params = restore_params(str(run))
+    assert jax.tree.map(np.shape, target) == jax.tree.map(np.shape, params)
 
     code, out = _train("--run-dir", str(run), "--quiet", *quick, "learner.max_updates=8")
     assert code == 0, out[-3000:]
@@ -153,36 +177,6 @@ def test_two_processes_train_alphazero_resume_under_one_and_under_two_and_stop_o
     assert all("received SIGINT)" in line for line in finals), out[-3000:]
     stopped_at = {int(line.split(" at update ")[1].split(",")[0]) for line in finals}
     assert len(stopped_at) == 1 and _steps(run)[-1] == stopped_at.pop()  # the same final step
-
-
-# MuZero with reanalyse (half of each batch searched again with the newest parameters, a target
-# network for the values) and the consistency loss: every process's input thread reanalyses its
-# share of the batch.
-REANALYSE = [
-    "reanalyse.fraction=0.5",
-    "reanalyse.value=target_network",
-    "learner.target_update_every=2",
-    "loss.consistency_weight=2",
-    "network.projection_hidden=8",
-    "network.projection_size=8",
-    "network.predictor_hidden=8",
-]
-
-
-def test_two_processes_train_muzero_with_reanalyse(tmp_path):
-    # (V-trace over two processes: the mpirun test below.)
-    run = tmp_path / "run"
-    code, out = _train("--local-processes", "2", "--run-dir", str(run), "--quiet",
-                       "--config", "tic_tac_toe_muzero", *QUICK, *REANALYSE,
-                       "learner.max_updates=4")  # fmt: skip
-    assert code == 0, out[-3000:]
-    _assert_one_job_trained(run, out, 4)
-    learned = [r for r in _records(run) if "loss" in r]
-    assert all(np.isfinite(r["consistency_loss"]) for r in learned), learned[-1]
-    # The target network is in the checkpoint, beside the parameters, of the same shapes.
-    target = restore_params(str(run), field="target_params")
-    params = restore_params(str(run))
-    assert jax.tree.map(np.shape, target) == jax.tree.map(np.shape, params)
 
 
 def test_anakin_spans_two_processes_of_two_devices_each(tmp_path):
