@@ -24,7 +24,7 @@ TINY = [
     "network.head_hidden=8",
     "learner.log_every_s=0.05",
     "learner.checkpoint_every=1000",
-    "learner.max_updates=80",
+    "learner.max_updates=32",  # its loss is below 0.95 of the first by update 11-19
     "optimizer.learning_rate=3e-3",
     "evaluation.every_s=0",
 ]
