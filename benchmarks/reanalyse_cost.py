@@ -5,7 +5,8 @@ implies, against plain MuZero measured in the same run.
 
 For plain MuZero and each option of `minatar_efficientzero` alone (reanalyse of every window with
 the newest parameters, and of a quarter with the target network at 8 simulations as the preset
-does; the target network, the consistency loss, the value prefix, the off-policy correction) and
+does; the target network, the consistency loss, the value prefix, the off-policy correction, the
+conv representation) and
 all of them as the preset sets them, on one device
 of this machine: the time of one update of `--batch` windows with its targets built (the
 `make_batch` of the agent, reanalyse's fresh searches included, then the update, one jitted call
@@ -41,6 +42,7 @@ from selfplay.agent import make_agent  # noqa: E402
 from selfplay.envs import env_spec  # noqa: E402
 
 _TARGET = ["learner.target_update_every=200"]
+_CONV = ["network.torso=resnet_mlp", "network.channels=16", "network.representation_blocks=0"]
 OPTIONS = {
     "plain": [],
     "reanalyse": ["reanalyse.fraction=1"],
@@ -55,8 +57,11 @@ OPTIONS = {
     "consistency": ["loss.consistency_weight=2"],
     "value_prefix": ["loss.value_prefix_horizon=5"],
     "off_policy_correction": ["loss.td_steps_decay_every=5000"],
+    # minatar_efficientzero's representation: one 3x3 conv, flattened into the dense latent
+    "conv_representation": _CONV,
     # minatar_efficientzero's settings
     "all": [
+        *_CONV,
         "reanalyse.fraction=0.25",
         "reanalyse.num_simulations=8",
         "reanalyse.network=target",
