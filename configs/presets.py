@@ -868,7 +868,7 @@ INFO: dict[str, PresetInfo] = {
     "minatar_efficientzero": PresetInfo(
         "cpu",
         "Anakin on MinAtar: Breakout 15.52 at 500k frames (2.82x V-trace), SpaceInvaders "
-        "63.02 (1.97x); a 500k-frame run in 40 minutes on 2 shared cores",
+        "63.02 / 30.26 on two seeds (1.97x / 0.85x); a 500k-frame run in 33-40 minutes",
     ),
     "atari100k_efficientzero": PresetInfo(
         "accelerator",
