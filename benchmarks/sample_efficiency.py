@@ -127,6 +127,10 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--png-dir", default=None)
     args = parser.parse_args(argv)
     marks = sorted(m for m in args.marks if m <= args.frames)
+    if args.png_dir:
+        # Made before the first run: a missing folder would otherwise end the command only
+        # after every run had trained.
+        os.makedirs(args.png_dir, exist_ok=True)
     variants = [(preset, preset, []) for preset in args.presets]
     for spec in args.ablation:
         name, _, overrides = spec.partition("=")

@@ -867,8 +867,9 @@ INFO: dict[str, PresetInfo] = {
     "minatar_breakout_muzero": PresetInfo("cpu", "minatar_muzero's earlier name"),
     "minatar_efficientzero": PresetInfo(
         "cpu",
-        "Anakin on MinAtar: Breakout 15.52 at 500k frames (2.82x V-trace), SpaceInvaders "
-        "63.02 / 30.26 on two seeds (1.97x / 0.85x); a 500k-frame run in 33-40 minutes",
+        "Anakin on MinAtar at 500k frames: Breakout 15.52 / 12.16 on two seeds (2.82x / 2.23x "
+        "V-trace), SpaceInvaders 63.02 / 30.26 / 26.38 on three (1.22x V-trace on their mean), "
+        "Asterix 1.42 (2.84x), Freeway 29.59 (1.25x); a 500k-frame run in 33-42 minutes",
     ),
     "atari100k_efficientzero": PresetInfo(
         "accelerator",
