@@ -165,7 +165,9 @@ def main(argv=None) -> list[dict]:
                 "game": game,
                 "agent": label,
                 "preset": preset,
-                "overrides": extra,
+                "overrides": extra,  # this run's own (an ablation's)
+                "set": args.set,  # every run's (`--set`)
+                "seed": args.seed,
                 "mode": config.mode,
                 "frames": result.frames,
                 "updates": result.updates,

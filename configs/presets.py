@@ -869,7 +869,8 @@ INFO: dict[str, PresetInfo] = {
         "cpu",
         "Anakin on MinAtar at 500k frames: Breakout 15.52 / 12.16 on two seeds (2.82x / 2.23x "
         "V-trace), SpaceInvaders 63.02 / 30.26 / 26.38 on three (1.22x V-trace on their mean), "
-        "Asterix 1.42 (2.84x), Freeway 29.59 (1.25x); a 500k-frame run in 33-42 minutes",
+        "Asterix 1.42 / 1.25 on two (2.84x / 1.44x), Freeway 29.59 / 28.69 on two (1.25x, and "
+        "1.03x V-trace's greedy return on seed 1); a 500k-frame run in 23-42 minutes",
     ),
     "atari100k_efficientzero": PresetInfo(
         "accelerator",
