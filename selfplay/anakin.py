@@ -17,9 +17,13 @@ learner), per device:
                 from), learned from once, in order.
     3. learn    U updates, gradients averaged over the mesh (`pmean`): search agents take
                 samples_per_insert * (T * B * devices) / batch_size minibatches of batch_size /
-                devices windows drawn uniformly from the ring, once it holds `replay.min_size`
-                windows, and build their targets then (the agent's `make_batch`: n-step values,
-                the unroll's targets, and reanalyse's fresh searches);
+                devices windows drawn from the ring, once it holds `replay.min_size` windows,
+                and build their targets then (the agent's `make_batch`: n-step values, the
+                unroll's targets, and reanalyse's fresh searches). With `replay.priority_alpha`
+                > 0 a window is drawn with probability priority ** alpha, as Sebulba's replay
+                draws them (new steps get the largest priority yet; each update writes back
+                its windows' |search value - value target|, and weights their loss by
+                (windows * P) ** -beta over the minibatch's largest); with 0, uniformly;
                 V-trace takes its trajectories in (B * devices) / batch_size slices of batch_size /
                 devices (the later ones a little off-policy, which V-trace corrects).
 
@@ -58,6 +62,7 @@ __all__ = [
     "AnakinPlan",
     "AnakinProgram",
     "AnakinRuntime",
+    "RingPriorities",
     "anakin_devices",
     "initial_carries",
     "learn_in_jit",
@@ -79,6 +84,16 @@ class AnakinCarry(NamedTuple):
     ring: Any
     key: jax.Array  # this device's PRNG key for the next iteration's acting
     sample_key: jax.Array  # this device's key for this iteration's minibatches
+    priorities: RingPriorities  # of the windows starting at each ring row (search agents)
+
+
+class RingPriorities(NamedTuple):
+    """Prioritised replay's state for one device's ring (used where `replay.priority_alpha` >
+    0): the priority of the window starting at each row of each game, and the largest priority
+    given yet, which new steps start with (as `selfplay.replay.SequenceReplay`'s)."""
+
+    window: jax.Array  # [S, B] float32; rows never written hold 0
+    largest: jax.Array  # [] float32, starts at 1
 
 
 class AnakinPlan(NamedTuple):
@@ -118,6 +133,35 @@ class AnakinPlan(NamedTuple):
         rows = (first[None, :] + jnp.arange(self.window)[:, None]) % self.ring  # [L, minibatch]
         games = jax.random.randint(game_key, (self.minibatch,), 0, self.games)
         return rows, games
+
+    def sample_prioritised(
+        self, key: jax.Array, index: jax.Array, priorities: jax.Array, alpha: float, beta: float
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """`minibatch` windows of the ring after iteration `index` drawn with probability
+        priority ** alpha (`priorities` [S, B]), stratified as `SequenceReplay.sample` draws:
+        their rows `[L, minibatch]`, games `[minibatch]` and importance weights `[minibatch]`,
+        (windows * P) ** -beta over the minibatch's largest."""
+        chex.assert_shape(priorities, (self.ring, self.games))
+        written = (index + 1) * self.moves  # steps recorded per game
+        starts = jnp.minimum(written, self.ring) - self.window + 1  # complete windows per game
+        # Row r holds the newest step t <= written - 1 with t = r (mod S); the window starting
+        # there is `back` windows older than the newest, and whole iff 0 <= back < starts.
+        back = (written - 1 - jnp.arange(self.ring)) % self.ring + 1 - self.window  # [S]
+        whole = (back >= 0) & (back < starts)  # [S]
+        mass = jnp.where(whole[:, None], jnp.maximum(priorities, 1e-6) ** alpha, 0.0)  # [S, B]
+        cumulative = jnp.cumsum(mass.reshape(-1))  # [S * B]
+        total = cumulative[-1]
+        uniform = jax.random.uniform(key, (self.minibatch,))
+        targets = (jnp.arange(self.minibatch) + uniform) * (total / self.minibatch)
+        targets = jnp.minimum(targets, jnp.nextafter(total, 0.0))
+        # side="right": a window of mass 0 (its cumulative sum equals the one before) is never hit
+        flat = jnp.searchsorted(cumulative, targets, side="right")  # [minibatch]
+        flat = jnp.minimum(flat, self.ring * self.games - 1)
+        first, games = flat // self.games, flat % self.games
+        rows = (first[None, :] + jnp.arange(self.window)[:, None]) % self.ring  # [L, minibatch]
+        probability = mass.reshape(-1)[flat] / total  # [minibatch]
+        weights = (self.written(index) * probability) ** -beta
+        return rows, games, weights / jnp.max(weights)
 
 
 def plan_anakin(config: ExperimentConfig, agent: Agent, devices: int) -> AnakinPlan:
@@ -200,12 +244,14 @@ def make_anakin_iteration(
     metrics are the last update's (zeros before learning starts) and the sums over the mesh of
     the number, returns and lengths of the episodes that ended. With `learn=False` it stops
     before the updates, and the caller runs `learn_step(state, index, u, carry) -> (state,
-    metrics)` for u = 0 .. U - 1 itself: the same updates, in separate calls (see
-    `learn_in_jit`). `update` is the pure update with `axis_name` (its `pmean` keeps the replicas
-    equal).
+    priorities, metrics)` for u = 0 .. U - 1 itself, putting each update's `priorities` into
+    the carry the next one takes: the same updates, in separate calls (see `learn_in_jit`).
+    `update` is the pure update with `axis_name` (its `pmean` keeps the replicas equal).
     """
     games, moves = plan.games, plan.moves
     greedy_after = config.actors.greedy_after_moves
+    alpha, beta = config.replay.priority_alpha, config.replay.priority_beta
+    prioritised = agent.uses_replay and alpha > 0
     # AlphaZero's reanalyse searches again from the recorded game states.
     keep_states = agent.uses_env_state and config.reanalyse.searches
 
@@ -274,28 +320,47 @@ def make_anakin_iteration(
         else:
             batch = jax.eval_shape(trajectories, tail, example)
             ring = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), batch)
-        return AnakinCarry(env_state, timestep, tail, ring, key, key)
+        priorities = RingPriorities(
+            jnp.zeros((plan.ring, games), jnp.float32), jnp.ones((), jnp.float32)
+        )
+        return AnakinCarry(env_state, timestep, tail, ring, key, key, priorities)
 
     def learn_step(
         state: muzero.TrainState, index: jax.Array, update_index: jax.Array, carry: AnakinCarry
     ):
-        """Update `update_index` of iteration `index`, on a minibatch of the device's data."""
+        """Update `update_index` of iteration `index`, on a minibatch of the device's data:
+        `(state, priorities, metrics)`, the ring's priorities with this minibatch's written
+        back where the replay is prioritised (else `carry.priorities` as they were)."""
         key = jax.random.fold_in(carry.sample_key, update_index)
-        if agent.uses_replay:  # uniform windows of the ring, their targets built now
+        priorities = carry.priorities
+        if agent.uses_replay:  # windows of the ring, their targets built now
             sample_key, context_key = jax.random.split(key)
-            rows, games = plan.sample_windows(sample_key, index)
+            if prioritised:
+                rows, games, weights = plan.sample_prioritised(
+                    sample_key, index, priorities.window, alpha, beta
+                )
+            else:
+                rows, games = plan.sample_windows(sample_key, index)
+                weights = jnp.ones(plan.minibatch)
             window = jax.tree.map(lambda x: x[rows, games[None, :]], carry.ring)  # [L, N, ...]
             context = muzero.BatchContext(
                 state.params, state.target_params, context_key, state.step
             )
-            minibatch, _ = agent.make_batch(window, jnp.ones(plan.minibatch), context)
+            minibatch, new = agent.make_batch(window, weights, context)  # new: [N]
+            if prioritised:
+                new = jnp.maximum(new.astype(jnp.float32), 1e-6)
+                priorities = RingPriorities(
+                    priorities.window.at[rows[0], games].set(new),
+                    jnp.maximum(priorities.largest, jnp.max(new)),
+                )
         else:  # the update_index-th slice of the iteration's trajectories
             start = update_index * plan.minibatch
             minibatch = jax.tree.map(
                 lambda x: jax.lax.dynamic_slice_in_dim(x, start, plan.minibatch, agent.batch_axis),
                 carry.ring,
             )
-        return update(state, minibatch)
+        state, metrics = update(state, minibatch)
+        return state, priorities, metrics
 
     def iteration(
         state: muzero.TrainState, index: jax.Array, carry: AnakinCarry, *, learn: bool = True
@@ -315,13 +380,22 @@ def make_anakin_iteration(
                 trajectory,
             )
             tail = carry.tail
+            priorities = carry.priorities
+            if prioritised:  # the new steps' windows start with the largest priority yet
+                fresh = jnp.full((plan.moves, games), priorities.largest)  # [T, B]
+                priorities = priorities._replace(
+                    window=jax.lax.dynamic_update_slice_in_dim(
+                        priorities.window, fresh, slot, axis=0
+                    )
+                )
         else:  # this iteration's trajectories; unused until the tail holds a real step
             ring = trajectories(carry.tail, trajectory)
             tail = jax.tree.map(
                 lambda x: x[-plan.tail :],
                 jax.tree.map(lambda a, b: jnp.concatenate([a, b]), carry.tail, trajectory),
             )
-        carry = AnakinCarry(env_state, timestep, tail, ring, key, sample_key)
+            priorities = carry.priorities
+        carry = AnakinCarry(env_state, timestep, tail, ring, key, sample_key, priorities)
         episodes = jax.lax.psum(episodes, muzero.AXIS)
         metrics = {
             "episodes": episodes[0],
@@ -331,22 +405,32 @@ def make_anakin_iteration(
         if not learn:
             return state, carry, metrics
 
-        def learn_all(state):
-            state, learned = jax.lax.scan(
-                lambda state, u: learn_step(state, index, u, carry),
-                state,
-                jnp.arange(plan.updates),
-            )
-            return state, jax.tree.map(lambda m: m[-1], learned)  # the last update's
+        def learn_all(state, priorities):
+            def one(state_and_priorities, u):
+                state, priorities = state_and_priorities
+                state, priorities, metrics = learn_step(
+                    state, index, u, carry._replace(priorities=priorities)
+                )
+                return (state, priorities), metrics
 
-        skipped = jax.eval_shape(learn_all, state)[1]
-        state, learned = jax.lax.cond(
+            (state, priorities), learned = jax.lax.scan(
+                one, (state, priorities), jnp.arange(plan.updates)
+            )
+            return state, priorities, jax.tree.map(lambda m: m[-1], learned)  # the last update's
+
+        skipped = jax.eval_shape(learn_all, state, carry.priorities)[2]
+        state, priorities, learned = jax.lax.cond(
             index >= plan.min_iterations,
             learn_all,
-            lambda state: (state, jax.tree.map(lambda m: jnp.zeros(m.shape, m.dtype), skipped)),
+            lambda state, priorities: (
+                state,
+                priorities,
+                jax.tree.map(lambda m: jnp.zeros(m.shape, m.dtype), skipped),
+            ),
             state,
+            carry.priorities,
         )
-        return state, carry, {**learned, **metrics}
+        return state, carry._replace(priorities=priorities), {**learned, **metrics}
 
     return init_carry, iteration, learn_step
 
@@ -382,7 +466,8 @@ def anakin_devices(config: ExperimentConfig) -> list[jax.Device]:
 
 def sharded(iteration, learn_step, mesh) -> tuple[Callable, Callable]:
     """The per-device functions over the mesh, unjitted: `(iteration(state, index, carry,
-    learn), learn_step(state, index, u, carry))`; carry leaves gain a leading [devices] axis."""
+    learn), learn_step(state, index, u, carry))`; carry leaves (and learn_step's priorities)
+    gain a leading [devices] axis."""
     first = lambda tree: jax.tree.map(lambda x: x[0], tree)  # noqa: E731
 
     def per_device(state, index, carry, learn):
@@ -400,11 +485,15 @@ def sharded(iteration, learn_step, mesh) -> tuple[Callable, Callable]:
             check_vma=False,
         )(state, index, carry)
 
+    def learn_per_device(state, index, u, carry):
+        state, priorities, metrics = learn_step(state, index, u, first(carry))
+        return state, jax.tree.map(lambda x: x[None], priorities), metrics
+
     learn = jax.shard_map(
-        lambda state, index, u, carry: learn_step(state, index, u, first(carry)),
+        learn_per_device,
         mesh=mesh,
         in_specs=(P(), P(), P(), P(muzero.AXIS)),
-        out_specs=(P(), P()),
+        out_specs=(P(), P(muzero.AXIS), P()),
         check_vma=False,
     )
     return iterate, learn
@@ -428,7 +517,8 @@ class AnakinProgram(NamedTuple):
     mesh: Any  # the 1-D device mesh (muzero.make_mesh)
     init_carry: Callable  # (params, key) -> one device's AnakinCarry
     iterate: Callable  # sharded iteration (state, index, carry, learn) -> (state, carry, metrics)
-    learn: Callable  # sharded learn_step (state, index, u, carry) -> (state, metrics)
+    # sharded learn_step (state, index, u, carry) -> (state, priorities, metrics)
+    learn: Callable
 
 
 def make_anakin_program(config: ExperimentConfig, optimizer, devices) -> AnakinProgram:
@@ -510,9 +600,10 @@ class AnakinRuntime(ReplicatedState):
         if learning and not self.inside:
             with self.timer.stage("learn"):
                 for u in range(plan.updates):
-                    self._state, learned = self._update(
+                    self._state, priorities, learned = self._update(
                         self._state, np.int32(index), np.int32(u), self._carry
                     )
+                    self._carry = self._carry._replace(priorities=priorities)
                 out = {**out, **jax.device_get(learned)}
         self._index += 1
         self._frames += self.frames_per_iteration

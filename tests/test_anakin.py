@@ -65,15 +65,57 @@ def test_sampled_windows_are_whole_consecutive_steps_of_one_game_in_the_ring():
         oldest = max(0, written - plan.ring)  # the run's oldest step still in the ring
         assert int(plan.written(index)) == (written - oldest - plan.window + 1) * plan.games
         rows, games = plan.sample_windows(jax.random.key(index), jnp.int32(index))
-        assert rows.shape == (plan.window, plan.minibatch) and games.shape == (plan.minibatch,)
-        # The run's step at each row: the newest S steps map to their rows mod S.
-        step = np.asarray(rows) + (written - 1 - np.asarray(rows)) // plan.ring * plan.ring
-        step = np.where(step > written - 1, step - plan.ring, step)
-        np.testing.assert_array_equal(np.diff(step, axis=0), 1)  # consecutive steps
-        assert step.min() >= oldest and step.max() <= written - 1
-        starts = set(step[0].tolist())
-        assert starts == set(range(oldest, written - plan.window + 1))  # every window drawn
-        assert set(np.asarray(games).tolist()) == {0, 1}
+        _assert_every_whole_window_and_only_those(plan, index, rows, games)
+        # Prioritised, all priorities equal (the unwritten rows' too): the same windows.
+        priorities = jnp.ones((plan.ring, plan.games))
+        rows, games, weights = plan.sample_prioritised(
+            jax.random.key(index), jnp.int32(index), priorities, 0.6, 0.4
+        )
+        _assert_every_whole_window_and_only_those(plan, index, rows, games)
+        np.testing.assert_allclose(weights, 1.0, rtol=1e-5)
+
+
+def _assert_every_whole_window_and_only_those(plan, index, rows, games):
+    written = (index + 1) * plan.moves
+    oldest = max(0, written - plan.ring)
+    assert rows.shape == (plan.window, plan.minibatch) and games.shape == (plan.minibatch,)
+    # The run's step at each row: the newest S steps map to their rows mod S.
+    step = np.asarray(rows) + (written - 1 - np.asarray(rows)) // plan.ring * plan.ring
+    step = np.where(step > written - 1, step - plan.ring, step)
+    np.testing.assert_array_equal(np.diff(step, axis=0), 1)  # consecutive steps
+    assert step.min() >= oldest and step.max() <= written - 1
+    starts = set(step[0].tolist())
+    assert starts == set(range(oldest, written - plan.window + 1))  # every window drawn
+    assert set(np.asarray(games).tolist()) == {0, 1}
+
+
+def test_prioritised_windows_are_drawn_in_proportion_and_weighted_back():
+    # S = 8, T = 4, L = 3, after iteration 3: rows 0..7 hold steps 8..15, windows start at rows
+    # 0..5 (12 windows over 2 games). Mass 1 on (row 1, game 0), 3 on (row 4, game 1), 1000 on
+    # row 6 (a window that would run past the newest step): stratified over 4 equal slices of
+    # the mass, one draw falls in the first window's and three in the second's.
+    plan = anakin.AnakinPlan(1, 2, 4, 3, 0, 8, 8, 4, 1, 0, 0)
+    priorities = np.zeros((8, 2), np.float32)
+    priorities[1, 0], priorities[4, 1], priorities[6, :] = 1.0, 3.0, 1000.0
+    rows, games, weights = plan.sample_prioritised(
+        jax.random.key(0), jnp.int32(3), jnp.asarray(priorities), 1.0, 1.0
+    )
+    np.testing.assert_array_equal(rows[0], [1, 4, 4, 4])
+    np.testing.assert_array_equal(rows[:, 0], [1, 2, 3])
+    np.testing.assert_array_equal(games, [0, 1, 1, 1])
+    # (12 * P) ** -1 over the largest: P = 1/4 and 3/4
+    np.testing.assert_allclose(weights, [1.0, 1 / 3, 1 / 3, 1 / 3], rtol=1e-4)
+    # alpha = 0.5: masses 1 and sqrt(3); the weights (12 * P) ** -beta, beta = 0.5
+    rows, games, weights = plan.sample_prioritised(
+        jax.random.key(0), jnp.int32(3), jnp.asarray(priorities), 0.5, 0.5
+    )
+    share = 1 / (1 + 3**0.5)
+    assert set(np.asarray(rows[0]).tolist()) <= {1, 4}
+    expected = {1: (12 * share) ** -0.5, 4: (12 * (1 - share)) ** -0.5}
+    largest = max(expected[r] for r in np.asarray(rows[0]).tolist())
+    np.testing.assert_allclose(
+        weights, [expected[r] / largest for r in np.asarray(rows[0]).tolist()], rtol=1e-4
+    )
 
 
 def test_plan_sizes_updates_and_refuses_what_cannot_work():
@@ -219,15 +261,28 @@ def test_updates_inside_the_jit_equal_updates_called_one_by_one():
             state, np.int32(index), carry, False
         )
     index = np.int32(plan.min_iterations)
-    inside, _, inside_metrics = jax.jit(iterate, static_argnums=3)(state, index, carry, True)
+    inside, inside_carry, inside_metrics = jax.jit(iterate, static_argnums=3)(
+        state, index, carry, True
+    )
     outside, after, _ = jax.jit(iterate, static_argnums=3)(state, index, carry, False)
+    # The preset's replay is prioritised: new windows start at the largest priority yet (1).
+    assert config.replay.priority_alpha > 0
+    window_priorities = np.asarray(after.priorities.window[0])  # [S, B]
+    np.testing.assert_array_equal(window_priorities[: (int(index) + 1) * plan.moves], 1.0)
     # The ring holds the recorded steps, each a real position: a search policy summing to 1.
     recorded = (int(index) + 1) * plan.moves
     policy_sums = np.asarray(after.ring.search_policy[0]).sum(axis=-1)  # [S, B]
     np.testing.assert_allclose(policy_sums[:recorded], 1.0, rtol=1e-5)
     assert not policy_sums[recorded:].any()
     for u in range(plan.updates):
-        outside, outside_metrics = jax.jit(learn)(outside, index, np.int32(u), after)
+        outside, priorities, outside_metrics = jax.jit(learn)(outside, index, np.int32(u), after)
+        after = after._replace(priorities=priorities)
+    # Each update wrote its windows' |search value - value target| back, the same either way.
+    written_back = np.asarray(after.priorities.window[0])
+    assert (written_back != window_priorities).any()
+    np.testing.assert_allclose(
+        written_back, np.asarray(inside_carry.priorities.window[0]), rtol=1e-4, atol=1e-6
+    )
     assert int(inside.step) == int(outside.step) == int(state.step) + plan.updates
     jax.tree.map(
         lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
