@@ -38,7 +38,7 @@ def _started(config) -> AnakinRuntime:
     optimizer = muzero.make_optimizer(config.optimizer)
     runtime = AnakinRuntime(config, optimizer)
     params = jax.jit(runtime.agent.init)(jax.random.PRNGKey(0))
-    state = muzero.init_train_state(params, optimizer, jax.random.PRNGKey(1))
+    state = muzero.init_train_state(params, optimizer, jax.random.PRNGKey(1), runtime.agent.target)
     runtime.start(state, jax.random.PRNGKey(2))
     while runtime.step == 0:
         runtime.learn()
