@@ -872,10 +872,8 @@ INFO: dict[str, PresetInfo] = {
     "minatar_efficientzero": PresetInfo(
         "cpu",
         "Anakin on MinAtar at 500k frames: SpaceInvaders 64.42 / 74.61 / 37.77 / 44.39 on four "
-        "seeds (1.80x V-trace on their mean), Breakout 10.31 / 15.06 on two (2.32x); before "
-        "the prioritised replay Asterix 1.42 / 1.25 (2.84x / 1.44x), Freeway 29.59 / 28.69 "
-        "(1.25x, and 1.03x V-trace's greedy return on seed 1); a 500k-frame run in 21-26 "
-        "minutes",
+        "seeds (1.80x V-trace on their mean), Breakout 10.31 / 15.06 on two (2.32x), Asterix "
+        "1.47 (2.94x), Freeway 28.25 (1.20x; greedy 0.88x); a 500k-frame run in 21-26 minutes",
     ),
     "atari100k_efficientzero": PresetInfo(
         "accelerator",
