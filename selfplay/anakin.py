@@ -124,15 +124,23 @@ class AnakinPlan(NamedTuple):
     def sample_windows(self, key: jax.Array, index: jax.Array) -> tuple[jax.Array, jax.Array]:
         """`minibatch` windows drawn uniformly from the ring after iteration `index`: their
         rows `[L, minibatch]` (ring rows of each window's L steps) and games `[minibatch]`."""
-        written = (index + 1) * self.moves  # steps recorded per game
-        starts = jnp.minimum(written, self.ring) - self.window + 1  # complete windows per game
+        written, starts = self._recorded(index)
         start_key, game_key = jax.random.split(key)
         # The newest window starts L steps before the newest step; older ones further back.
         back = jax.random.randint(start_key, (self.minibatch,), 0, jnp.maximum(starts, 1))
         first = written - self.window - back  # [minibatch] the run's step each window starts at
-        rows = (first[None, :] + jnp.arange(self.window)[:, None]) % self.ring  # [L, minibatch]
         games = jax.random.randint(game_key, (self.minibatch,), 0, self.games)
-        return rows, games
+        return self._window_rows(first), games
+
+    def _recorded(self, index):
+        """Steps recorded per game after iteration `index`, and the complete windows per game
+        the ring holds then."""
+        written = (index + 1) * self.moves
+        return written, jnp.minimum(written, self.ring) - self.window + 1
+
+    def _window_rows(self, first):
+        """The ring rows `[L, N]` of the windows starting at steps (or rows) `first` `[N]`."""
+        return (first[None, :] + jnp.arange(self.window)[:, None]) % self.ring
 
     def sample_prioritised(
         self, key: jax.Array, index: jax.Array, priorities: jax.Array, alpha: float, beta: float
@@ -142,12 +150,12 @@ class AnakinPlan(NamedTuple):
         their rows `[L, minibatch]`, games `[minibatch]` and importance weights `[minibatch]`,
         (windows * P) ** -beta over the minibatch's largest."""
         chex.assert_shape(priorities, (self.ring, self.games))
-        written = (index + 1) * self.moves  # steps recorded per game
-        starts = jnp.minimum(written, self.ring) - self.window + 1  # complete windows per game
+        written, starts = self._recorded(index)
         # Row r holds the newest step t <= written - 1 with t = r (mod S); the window starting
         # there is `back` windows older than the newest, and whole iff 0 <= back < starts.
         back = (written - 1 - jnp.arange(self.ring)) % self.ring + 1 - self.window  # [S]
         whole = (back >= 0) & (back < starts)  # [S]
+        # Floored as SequenceReplay's min_priority: a window fitted exactly stays drawable.
         mass = jnp.where(whole[:, None], jnp.maximum(priorities, 1e-6) ** alpha, 0.0)  # [S, B]
         cumulative = jnp.cumsum(mass.reshape(-1))  # [S * B]
         total = cumulative[-1]
@@ -158,10 +166,9 @@ class AnakinPlan(NamedTuple):
         flat = jnp.searchsorted(cumulative, targets, side="right")  # [minibatch]
         flat = jnp.minimum(flat, self.ring * self.games - 1)
         first, games = flat // self.games, flat % self.games
-        rows = (first[None, :] + jnp.arange(self.window)[:, None]) % self.ring  # [L, minibatch]
         probability = mass.reshape(-1)[flat] / total  # [minibatch]
         weights = (self.written(index) * probability) ** -beta
-        return rows, games, weights / jnp.max(weights)
+        return self._window_rows(first), games, weights / jnp.max(weights)
 
 
 def plan_anakin(config: ExperimentConfig, agent: Agent, devices: int) -> AnakinPlan:
@@ -348,7 +355,7 @@ def make_anakin_iteration(
             )
             minibatch, new = agent.make_batch(window, weights, context)  # new: [N]
             if prioritised:
-                new = jnp.maximum(new.astype(jnp.float32), 1e-6)
+                new = new.astype(jnp.float32)
                 priorities = RingPriorities(
                     priorities.window.at[rows[0], games].set(new),
                     jnp.maximum(priorities.largest, jnp.max(new)),
@@ -367,6 +374,7 @@ def make_anakin_iteration(
     ):
         chex.assert_rank(index, 0)
         key, sample_key = jax.random.split(carry.key)
+        priorities = carry.priorities
         env_state, timestep, key, trajectory, episodes = rollout(
             state.params, state.step, carry.env, carry.timestep, key
         )
@@ -380,7 +388,6 @@ def make_anakin_iteration(
                 trajectory,
             )
             tail = carry.tail
-            priorities = carry.priorities
             if prioritised:  # the new steps' windows start with the largest priority yet
                 fresh = jnp.full((plan.moves, games), priorities.largest)  # [T, B]
                 priorities = priorities._replace(
@@ -394,7 +401,6 @@ def make_anakin_iteration(
                 lambda x: x[-plan.tail :],
                 jax.tree.map(lambda a, b: jnp.concatenate([a, b]), carry.tail, trajectory),
             )
-            priorities = carry.priorities
         carry = AnakinCarry(env_state, timestep, tail, ring, key, sample_key, priorities)
         episodes = jax.lax.psum(episodes, muzero.AXIS)
         metrics = {
