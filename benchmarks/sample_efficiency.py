@@ -18,7 +18,13 @@ each of `--marks` up to the budget, and prints one JSON line per run:
 `--png-dir` writes one PNG per game: return against frames, every agent on one axis (self-play
 as lines, greedy evaluations as points). `--ablation NAME=KEY=VALUE,KEY=VALUE` adds runs of the
 first preset with those overrides, under NAME (an ablation on one game: `--ablation
-"reanalyse=reanalyse.fraction=1"`).
+"reanalyse=reanalyse.fraction=1"`). `--runs DIR ...` adds run directories trained earlier (by
+this command or `podracer train`; each one's `config.json` names its game, preset and seed):
+they are summarised, compared and drawn beside the invocation's own runs, so agents trained in
+separate invocations share one axis. `--presets` with no name trains nothing:
+
+    .venv/bin/python benchmarks/sample_efficiency.py --games SpaceInvaders --presets \\
+        --runs runs/a/SpaceInvaders-minatar_efficientzero-* runs/b/SpaceInvaders-*_vtrace-*
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 import arena  # noqa: E402
 import configs  # noqa: E402
+from configs import UsageError  # noqa: E402
+from selfplay.evaluation import read_run_config  # noqa: E402
 from selfplay.metrics import read_metrics  # noqa: E402
 from selfplay.train import train  # noqa: E402
 
@@ -68,6 +76,61 @@ def summarize(records: list[dict], marks: list[int]) -> dict[str, dict]:
             "greedy_frames": evaluated[i]["eval/frames"] if i < len(evaluated) else None,
         }
     return out
+
+
+# Fields this command sets on every run: not reported as an earlier run's own changes.
+_SET_BY_COMMAND = ("env.name", "seed", "learner.max_", "evaluation.")
+
+
+def changes(config: configs.ExperimentConfig) -> list[str]:
+    """`KEY=VALUE` for each field where a run's config differs from its preset's."""
+
+    def leaves(tree, prefix=""):
+        if isinstance(tree, dict):
+            for key, value in tree.items():
+                yield from leaves(value, f"{prefix}{key}.")
+        else:
+            yield prefix[:-1], tree
+
+    try:
+        preset = dict(leaves(configs.to_dict(configs.load_config(config.name))))
+    except UsageError:  # a config file's own name, no preset to differ from
+        return [f"(not a preset: {config.name})"]
+    return [
+        f"{key}={json.dumps(value)}"
+        for key, value in leaves(configs.to_dict(config))
+        if preset.get(key) != value and not key.startswith(_SET_BY_COMMAND)
+    ]
+
+
+def earlier_run(run_dir: str, marks: list[int]) -> tuple[str, dict]:
+    """The game of a run trained earlier and its line, as the invocation's own runs' (`set`:
+    its changes to its preset; the wall time and frames/s from its metrics, the first record's
+    to the last's)."""
+    config = read_run_config(run_dir)
+    records = read_metrics(run_dir)
+    game = config.env.name.removeprefix("gymnax:").removesuffix("-MinAtar")
+    timed = [r for r in records if "time" in r]
+    seconds = timed[-1]["time"] - timed[0]["time"] if len(timed) > 1 else None
+    frames = max((r.get("frames", 0) for r in records), default=0)
+    return game, {
+        "benchmark": "sample_efficiency",
+        "game": game,
+        "agent": config.name,
+        "preset": config.name,
+        "overrides": [],
+        "set": changes(config),
+        "seed": config.seed,
+        "mode": config.mode,
+        "frames": frames,
+        "updates": max((r.get("step", 0) for r in records), default=0),
+        "seconds": None if seconds is None else round(seconds, 1),
+        "frames_per_s": round(frames / seconds, 1) if seconds else None,
+        "marks": summarize(records, [m for m in marks if m <= frames]),
+        "run_dir": str(run_dir),
+        "loadavg_1m": None,
+        "label": f"{config.name} (earlier run, seed {config.seed})",
+    }
 
 
 def plot(game: str, runs: list[dict], path: str) -> None:
@@ -114,7 +177,7 @@ def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--games", nargs="+", default=["Breakout"], choices=MINATAR)
     parser.add_argument(
-        "--presets", nargs="+", default=["minatar_efficientzero", "minatar_breakout_vtrace"]
+        "--presets", nargs="*", default=["minatar_efficientzero", "minatar_breakout_vtrace"]
     )
     parser.add_argument("--baseline", default="minatar_breakout_vtrace")
     parser.add_argument("--frames", type=int, default=500_000)
@@ -125,12 +188,24 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--ablation", nargs="*", default=[], metavar="NAME=KEY=VALUE,...")
     parser.add_argument("--run-root", default="runs/sample_efficiency")
     parser.add_argument("--png-dir", default=None)
+    parser.add_argument("--runs", nargs="*", default=[], metavar="RUN_DIR")
     args = parser.parse_args(argv)
+    if not args.presets and (args.ablation or not args.runs):
+        parser.error("--presets names no preset: give one, or --runs to compare earlier runs")
     marks = sorted(m for m in args.marks if m <= args.frames)
     if args.png_dir:
         # Made before the first run: a missing folder would otherwise end the command only
         # after every run had trained.
         os.makedirs(args.png_dir, exist_ok=True)
+    earlier: dict[str, list[dict]] = {}
+    for run_dir in args.runs:  # read first: a bad directory ends the command before any training
+        try:
+            game, run = earlier_run(run_dir, marks)
+        except (UsageError, OSError) as error:
+            parser.error(f"--runs {run_dir}: {error}")
+        if game not in args.games:
+            parser.error(f"--runs {run_dir} is a run of {game}, not of --games {args.games}")
+        earlier.setdefault(game, []).append(run)
     variants = [(preset, preset, []) for preset in args.presets]
     for spec in args.ablation:
         name, _, overrides = spec.partition("=")
@@ -179,6 +254,7 @@ def main(argv=None) -> list[dict]:
                 "label": label,
             }
             runs.append(run)
+        runs.extend(earlier.get(game, []))
         baseline = next(
             (r for r in runs if r["preset"] == args.baseline and not r["overrides"]), None
         )
