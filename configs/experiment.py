@@ -144,6 +144,9 @@ class ReplayConfig:
     priority_alpha: float = 1.0
     # Importance-weight exponent beta.
     priority_beta: float = 1.0
+    # Raise beta linearly from priority_beta to 1 over this many updates, then keep 1 (0: keep
+    # priority_beta), as prioritized replay and EfficientZero anneal it over their runs.
+    priority_beta_anneal_updates: int = 0
     # V-trace: trajectories the FIFO queue holds before actors block.
     queue_size: int = 16
     # Save each process's replay with every checkpoint (`<run_dir>/replay/`), so that a resumed
@@ -159,6 +162,7 @@ class ReplayConfig:
         _number_at_least(self, "samples_per_insert", 0.0)
         _number_at_least(self, "priority_alpha", 0.0)
         _number_at_least(self, "priority_beta", 0.0)
+        _int_at_least(self, "priority_beta_anneal_updates", 0)
         _int_at_least(self, "queue_size", 1)
         if not isinstance(self.checkpoint, bool):
             _fail("ReplayConfig", "checkpoint", "true or false", self.checkpoint)

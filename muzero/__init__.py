@@ -39,6 +39,7 @@ _SOURCES = {
     "bootstrap_truncations": "muzero.targets",
     "value_priorities": "muzero.targets",
     "sequence_priorities": "muzero.targets",
+    "annealed_beta": "muzero.targets",
     "value_prefix_targets": "muzero.targets",
     "decayed_td_steps": "muzero.targets",
     "ReanalyseConfig": "muzero.config",
@@ -121,6 +122,7 @@ __all__ = [
     "bootstrap_truncations",
     "value_priorities",
     "sequence_priorities",
+    "annealed_beta",
     "value_prefix_targets",
     "decayed_td_steps",
     "ReanalyseConfig",
@@ -254,6 +256,7 @@ if TYPE_CHECKING:
     )
     from muzero.targets import (
         alphazero_batch,
+        annealed_beta,
         bootstrap_truncations,
         decayed_td_steps,
         muzero_batch,

@@ -141,6 +141,16 @@ def value_priorities(search_value: chex.Array, value_target: chex.Array) -> chex
     return jnp.abs(search_value - value_target)
 
 
+def annealed_beta(beta: float, anneal_updates: int, step) -> chex.Array | float:
+    """Prioritized replay's importance-weight exponent after `step` updates (an int or a traced
+    array): `beta` rising linearly to 1 over `anneal_updates` updates, then 1 (Schaul et al.,
+    2016; EfficientZero's 0.4 -> 1 over its run); `beta` throughout where `anneal_updates` is 0."""
+    if not anneal_updates:
+        return beta
+    progress = jnp.minimum(jnp.asarray(step, jnp.float32) / anneal_updates, 1.0)
+    return beta + (1.0 - beta) * progress
+
+
 def sequence_priorities(
     trajectory: Trajectory, *, td_steps: int, discount: float, two_player: bool
 ) -> chex.Array:

@@ -23,7 +23,8 @@ learner), per device:
                 > 0 a window is drawn with probability priority ** alpha, as Sebulba's replay
                 draws them (new steps get the largest priority yet; each update writes back
                 its windows' |search value - value target|, and weights their loss by
-                (windows * P) ** -beta over the minibatch's largest); with 0, uniformly;
+                (windows * P) ** -beta over the minibatch's largest, beta annealed by
+                `replay.priority_beta_anneal_updates`); with 0, uniformly;
                 V-trace takes its trajectories in (B * devices) / batch_size slices of batch_size /
                 devices (the later ones a little off-policy, which V-trace corrects).
 
@@ -143,7 +144,12 @@ class AnakinPlan(NamedTuple):
         return (first[None, :] + jnp.arange(self.window)[:, None]) % self.ring
 
     def sample_prioritised(
-        self, key: jax.Array, index: jax.Array, priorities: jax.Array, alpha: float, beta: float
+        self,
+        key: jax.Array,
+        index: jax.Array,
+        priorities: jax.Array,
+        alpha: float,
+        beta: float | jax.Array,
     ) -> tuple[jax.Array, jax.Array, jax.Array]:
         """`minibatch` windows of the ring after iteration `index` drawn with probability
         priority ** alpha (`priorities` [S, B]), stratified as `SequenceReplay.sample` draws:
@@ -258,6 +264,7 @@ def make_anakin_iteration(
     games, moves = plan.games, plan.moves
     greedy_after = config.actors.greedy_after_moves
     alpha, beta = config.replay.priority_alpha, config.replay.priority_beta
+    anneal_updates = config.replay.priority_beta_anneal_updates
     prioritised = agent.uses_replay and alpha > 0
     # AlphaZero's reanalyse searches again from the recorded game states.
     keep_states = agent.uses_env_state and config.reanalyse.searches
@@ -344,7 +351,11 @@ def make_anakin_iteration(
             sample_key, context_key = jax.random.split(key)
             if prioritised:
                 rows, games, weights = plan.sample_prioritised(
-                    sample_key, index, priorities.window, alpha, beta
+                    sample_key,
+                    index,
+                    priorities.window,
+                    alpha,
+                    muzero.annealed_beta(beta, anneal_updates, state.step),
                 )
             else:
                 rows, games = plan.sample_windows(sample_key, index)

@@ -188,7 +188,8 @@ class SequenceReplay:
           capacity: transitions kept in memory, overlap included; the oldest are evicted first.
           sequence_length: L, the steps of each sampled window (unroll K + n-step + 1).
           alpha: priority exponent; 0 samples uniformly.
-          beta: importance-weight exponent; 0 gives weights of 1.
+          beta: importance-weight exponent; 0 gives weights of 1. The attribute may be set
+            later (the learner anneals it); each `sample` reads it once.
           min_priority: priorities are clipped below to this so no window becomes unreachable.
           rate_limiter: optional; `add` and `sample` then wait for its permission.
           seed: seed of the sampling generator.

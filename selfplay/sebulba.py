@@ -140,6 +140,7 @@ class SebulbaRuntime(ReplicatedState):
 
     def start(self, state: muzero.TrainState, key: jax.Array) -> None:
         self._step = int(state.step)
+        self._anneal_beta()
         self._key = jax.random.fold_in(key, jax.process_index())  # each process its own actors
         self.server.publish(state.params, version=self._step)
         if self.context_server is not None:
@@ -204,6 +205,7 @@ class SebulbaRuntime(ReplicatedState):
         with self.timer.stage("dispatch"):
             self._state, self._metrics = self.update(self._state, item.batch)
         self._step += 1
+        self._anneal_beta()
         self.in_flight.add(self._metrics, item, self.timer)
         self._policy_lag.append(self._step - 1 - item.mean_policy_version)
         if self._step % self.config.learner.publish_every == 0:
@@ -215,6 +217,15 @@ class SebulbaRuntime(ReplicatedState):
                         (state.params, state.target_params), version=self._step
                     )
         return True
+
+    def _anneal_beta(self) -> None:
+        """Sets the replay's importance exponent for the samples after update `_step`, while
+        `replay.priority_beta_anneal_updates` raises it (the input thread reads it)."""
+        anneal_updates = self.config.replay.priority_beta_anneal_updates
+        if self.replay is not None and anneal_updates and self._step <= anneal_updates:
+            self.replay.beta = float(
+                muzero.annealed_beta(self.config.replay.priority_beta, anneal_updates, self._step)
+            )
 
     def _context(self) -> muzero.BatchContext:
         """What the next batch's reanalyse reads, on the build device."""

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import warnings
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -116,6 +117,53 @@ def test_prioritised_windows_are_drawn_in_proportion_and_weighted_back():
     np.testing.assert_allclose(
         weights, [expected[r] / largest for r in np.asarray(rows[0]).tolist()], rtol=1e-4
     )
+
+
+class _Step(NamedTuple):  # what an update reads of the train state, for a spy update
+    params: Any
+    target_params: Any
+    step: jax.Array
+
+
+def test_updates_weight_their_windows_with_the_annealed_beta():
+    # The hand ring above (masses 1 and 3 on two windows), beta 0 rising to 1 over 10 updates:
+    # each update's importance weights use the beta of the learner's step. A spy batch is the
+    # weights themselves; a spy update returns them.
+    config = _tiny(
+        "tic_tac_toe_alphazero",
+        "replay.priority_alpha=1",
+        "replay.priority_beta=0",
+        "replay.priority_beta_anneal_updates=10",
+    )
+    agent = make_agent(config, env_spec(config.env.name))._replace(
+        make_batch=lambda window, weights, context: (weights, jnp.ones_like(weights))
+    )
+    plan = anakin.AnakinPlan(1, 2, 4, 3, 0, 8, 8, 4, 1, 0, 0)
+    _, _, learn_step = anakin.make_anakin_iteration(
+        config, agent, plan, None, lambda state, weights: (state, {"weights": weights})
+    )
+    priorities = np.zeros((8, 2), np.float32)
+    priorities[1, 0], priorities[4, 1] = 1.0, 3.0
+    key = jax.random.key(0)
+    carry = anakin.AnakinCarry(
+        None,
+        None,
+        None,
+        {"x": jnp.zeros((8, 2))},
+        key,
+        key,
+        anakin.RingPriorities(jnp.asarray(priorities), jnp.ones(())),
+    )
+    learn = jax.jit(learn_step)
+    weights = {
+        step: learn(_Step(None, None, jnp.int32(step)), jnp.int32(3), jnp.int32(0), carry)[2]
+        for step in (0, 5, 10, 40)
+    }
+    # P = 1/4 and 3/4 over 12 windows: (12 P) ** -beta over the largest.
+    np.testing.assert_allclose(weights[0]["weights"], [1, 1, 1, 1], rtol=1e-5)
+    np.testing.assert_allclose(weights[5]["weights"], [1, 3**-0.5, 3**-0.5, 3**-0.5], rtol=1e-4)
+    for step in (10, 40):
+        np.testing.assert_allclose(weights[step]["weights"], [1, 1 / 3, 1 / 3, 1 / 3], rtol=1e-4)
 
 
 def test_plan_sizes_updates_and_refuses_what_cannot_work():

@@ -8,6 +8,7 @@ import pytest
 from muzero import (
     Trajectory,
     alphazero_batch,
+    annealed_beta,
     bootstrap_truncations,
     decayed_td_steps,
     muzero_batch,
@@ -235,6 +236,15 @@ def test_a_shorter_horizon_per_window_bootstraps_sooner():
     # The horizon shrinks by one step for every `decay_every` updates of age, to at least 1.
     versions = jnp.asarray([100, 90, 60, 0])
     np.testing.assert_array_equal(decayed_td_steps(versions, 100, 5, 10), [5, 4, 1, 1])
+
+
+def test_importance_exponent_rises_linearly_to_one_then_stays():
+    # beta 0.4 over 100 updates: 0.4 at the start, halfway at 50, 1 from 100 on; traced too.
+    steps = [0, 50, 100, 1000]
+    np.testing.assert_allclose([annealed_beta(0.4, 100, s) for s in steps], [0.4, 0.7, 1, 1])
+    traced = jax.jit(lambda s: annealed_beta(0.4, 100, s))(jnp.asarray(steps))
+    np.testing.assert_allclose(traced, [0.4, 0.7, 1, 1], rtol=1e-6)
+    assert annealed_beta(0.4, 0, 1000) == 0.4  # no annealing: beta throughout
 
 
 def test_bootstrap_values_replace_the_stored_search_values():

@@ -244,10 +244,15 @@ def test_the_learner_input_pipeline_keeps_updates_in_flight_and_the_replay_consi
         "learner.prefetch=2",
         "learner.log_every_s=0.05",
         "replay.capacity=256",  # small: the actors overwrite windows whose priorities are due
+        "replay.priority_alpha=1",
+        "replay.priority_beta=0.4",
+        "replay.priority_beta_anneal_updates=60",
     )
     result = run.run(config, tmp_path / "run", make_runtime, progress=False)
     assert result.stopped_by == "max_updates" and result.updates == 30
     (runtime,) = runtimes
+    # Importance weights' beta rose from 0.4 halfway to 1 over the 30 of 60 annealing updates.
+    assert runtime.replay.beta == pytest.approx(0.7)
     assert len(most) == 30 and max(most) == 2  # never more than `prefetch` in flight
     assert len(runtime.in_flight) == 0  # the last ones were waited for at the end
     # Each batch is built by the learner's thread just before its update, so that the device
