@@ -113,13 +113,14 @@ def earlier_run(run_dir: str, marks: list[int]) -> tuple[str, dict]:
     timed = [r for r in records if "time" in r]
     seconds = timed[-1]["time"] - timed[0]["time"] if len(timed) > 1 else None
     frames = max((r.get("frames", 0) for r in records), default=0)
+    changed = changes(config)
     return game, {
         "benchmark": "sample_efficiency",
         "game": game,
         "agent": config.name,
         "preset": config.name,
         "overrides": [],
-        "set": changes(config),
+        "set": changed,
         "seed": config.seed,
         "mode": config.mode,
         "frames": frames,
@@ -129,7 +130,7 @@ def earlier_run(run_dir: str, marks: list[int]) -> tuple[str, dict]:
         "marks": summarize(records, [m for m in marks if m <= frames]),
         "run_dir": str(run_dir),
         "loadavg_1m": None,
-        "label": f"{config.name} (earlier run, seed {config.seed})",
+        "label": " ".join([config.name, *changed, f"(seed {config.seed})"]),
     }
 
 
