@@ -147,6 +147,8 @@ def annealed_beta(beta: float, anneal_updates: int, step) -> chex.Array | float:
     2016; EfficientZero's 0.4 -> 1 over its run); `beta` throughout where `anneal_updates` is 0."""
     if not anneal_updates:
         return beta
+    if isinstance(step, int):  # Sebulba's learner thread: no device call between its updates
+        return beta + (1.0 - beta) * min(step / anneal_updates, 1.0)
     progress = jnp.minimum(jnp.asarray(step, jnp.float32) / anneal_updates, 1.0)
     return beta + (1.0 - beta) * progress
 

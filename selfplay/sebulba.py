@@ -223,8 +223,8 @@ class SebulbaRuntime(ReplicatedState):
         `replay.priority_beta_anneal_updates` raises it (the input thread reads it)."""
         anneal_updates = self.config.replay.priority_beta_anneal_updates
         if self.replay is not None and anneal_updates and self._step <= anneal_updates:
-            self.replay.beta = float(
-                muzero.annealed_beta(self.config.replay.priority_beta, anneal_updates, self._step)
+            self.replay.beta = muzero.annealed_beta(
+                self.config.replay.priority_beta, anneal_updates, self._step
             )
 
     def _context(self) -> muzero.BatchContext:
