@@ -87,11 +87,15 @@ export -f learn_wait learn_collect
 export LEARN_RUN OUT
 
 C4="--only az_connect_four_2x64 --set actors.threads_per_device=1 actors.envs_per_thread=1024"
+# Go 9x9 through the same AlphaZero configuration (2 x 32 channels, 32 simulations, 1,024 games):
+# pgx's example's own game and batch beside its loop.
+GO9="$C4 env.name=pgx:go_9x9"
 # In the order of ../shared/GPU.md; a session that goes on from an earlier one names the steps
 # still open (after the three H100 sessions of 2026-11-26: atari_muzero alone, go 9x9 and the
-# connect four match; the learning check is done, and atari100k's protocol is hours long).
+# connect four match; the learning check is done, and atari100k's protocol is hours long). The
+# fourth (2026-11-27) ran `env go9 go9_anakin atari_muzero`.
 ALL="env atari learner search selfplay anakin atari_muzero vtrace_threads vtrace_async"
-ALL="$ALL muzero_batch prefetch atari100k"
+ALL="$ALL muzero_batch prefetch go9 go9_anakin atari100k"
 for name in ${@:-$ALL}; do
     case $name in
     env) step env 90 bash -c env_check ;;
@@ -109,6 +113,15 @@ for name in ${@:-$ALL}; do
         # shellcheck disable=SC2086
         step anakin 120 "$PY" benchmarks/selfplay.py $C4 runtime=anakin --seconds 20 --warmup 5 \
             --max-seconds 100 --compile-cache '' ;;
+    go9)
+        # 175 s on the H100 (2026-11-27): 150 s ran out during pgx's loop.
+        # shellcheck disable=SC2086
+        step go9 210 "$PY" benchmarks/selfplay.py $GO9 --pgx-loop --seconds 15 --warmup 5 \
+            --max-seconds 150 --compile-cache '' ;;
+    go9_anakin)
+        # shellcheck disable=SC2086
+        step go9_anakin 110 "$PY" benchmarks/selfplay.py $GO9 runtime=anakin --seconds 15 \
+            --warmup 5 --max-seconds 90 --compile-cache '' ;;
     atari)
         # V-trace at 2 x 32 envs; MuZero's small network (pong_muzero_small) at 50 simulations.
         step atari 240 "$PY" benchmarks/atari.py --modes ceiling,vtrace,muzero --seconds 40 \
@@ -138,8 +151,10 @@ for name in ${@:-$ALL}; do
         # 285 s after the replay's first segments. Run it alone; --progress shows where it stands.
         # 50-step segments, not the preset's 200: the first windows reach the replay after 12,800
         # agent steps instead of 51,200 (a minute of acting there), the rest of the run alike.
+        # Alone (2026-11-27) its first update ended 91 s into the run, so a 60 s warmup measured
+        # only the 10 s after it: 100 s of warmup and 60 measured.
         step atari_muzero 330 "$PY" benchmarks/atari.py --modes muzero --muzero-preset atari_muzero \
-            --seconds 40 --warmup 60 --override replay.min_size=5000 \
+            --seconds 60 --warmup 100 --override replay.min_size=5000 \
             --override actors.unroll_length=50 --progress ;;
     atari100k)
         # Issue 37's protocol (120k updates of 256, 99% reanalysed) is hours long, past any one
