@@ -148,8 +148,9 @@ def annealed_beta(beta: float, anneal_updates: int, step) -> chex.Array | float:
     if not anneal_updates:
         return beta
     if isinstance(step, int):  # Sebulba's learner thread: no device call between its updates
-        return beta + (1.0 - beta) * min(step / anneal_updates, 1.0)
-    progress = jnp.minimum(jnp.asarray(step, jnp.float32) / anneal_updates, 1.0)
+        progress: chex.Array | float = min(step / anneal_updates, 1.0)
+    else:
+        progress = jnp.minimum(jnp.asarray(step, jnp.float32) / anneal_updates, 1.0)
     return beta + (1.0 - beta) * progress
 
 
