@@ -452,7 +452,8 @@ def minatar_efficientzero() -> ExperimentConfig:
     every 200 updates, the consistency loss (weight 2), the value prefix (an LSTM reset every
     5 steps), the off-policy correction, a quarter of each batch's policy targets searched
     again (8 simulations) with the target network, and a prioritised replay (alpha 0.8,
-    between EfficientZero's 0.6 and MuZero's 1; beta 0.4).
+    between EfficientZero's 0.6 and MuZero's 1) whose windows' losses are not reweighted
+    (beta 0: EfficientZero's 0.4 made less of every seed on SpaceInvaders).
 
     Not EfficientZero's 99% reanalysed with the newest parameters: on MinAtar Breakout, Gumbel
     MuZero's improved policy searched again with the newest parameters after every update
@@ -475,9 +476,10 @@ def minatar_efficientzero() -> ExperimentConfig:
         learner=dataclasses.replace(config.learner, target_update_every=200),
         # A prioritised replay: SpaceInvaders at 500k frames over four seeds, 55.3 with
         # EfficientZero's alpha 0.6 against uniform windows' 39.9 (three seeds), at the same
-        # frames/s; with alpha 0.8, 58.5 (1.91x V-trace; alpha 1: 61.3 but Breakout 1.64x
-        # against 0.8's 2.25x and 0.6's 2.32x; BENCHMARKS.md).
-        replay=dataclasses.replace(config.replay, priority_alpha=0.8, priority_beta=0.4),
+        # frames/s; with alpha 0.8, 58.5 (alpha 1: 61.3 but Breakout 1.64x against 0.8's
+        # 2.25x and 0.6's 2.32x). Importance weights cost return: beta 0.4 -> 58.5, beta
+        # annealed to 1 halved two seeds, beta 0 (none) 71.4, 2.33x V-trace (BENCHMARKS.md).
+        replay=dataclasses.replace(config.replay, priority_alpha=0.8, priority_beta=0.0),
     )
 
 
@@ -873,9 +875,9 @@ INFO: dict[str, PresetInfo] = {
     "minatar_breakout_muzero": PresetInfo("cpu", "minatar_muzero's earlier name"),
     "minatar_efficientzero": PresetInfo(
         "cpu",
-        "Anakin on MinAtar at 500k frames: SpaceInvaders 43.51 / 99.19 / 44.84 / 46.62 on four "
-        "seeds (1.91x V-trace on their mean), Breakout 10.52 / 14.14 on two (2.25x), Asterix "
-        "1.33 (2.66x), Freeway 28.78 (1.22x; greedy 1.42x); a 500k-frame run in 21-23 minutes",
+        "Anakin on MinAtar at 500k frames: SpaceInvaders 76.64 / 79.30 / 62.98 / 66.61 on four "
+        "seeds (2.33x V-trace on their mean), Breakout 11.44 / 17.41 on two (2.63x), Asterix "
+        "1.42 (2.84x), Freeway 28.47 (1.21x); a 500k-frame run in 21-23 minutes",
     ),
     "atari100k_efficientzero": PresetInfo(
         "accelerator",
