@@ -478,7 +478,8 @@ def minatar_efficientzero() -> ExperimentConfig:
         # EfficientZero's alpha 0.6 against uniform windows' 39.9 (three seeds), at the same
         # frames/s; with alpha 0.8, 58.5 (alpha 1: 61.3 but Breakout 1.64x against 0.8's
         # 2.25x and 0.6's 2.32x). Importance weights cost return: beta 0.4 -> 58.5, beta
-        # annealed to 1 halved two seeds, beta 0 (none) 71.4, 2.33x V-trace (BENCHMARKS.md).
+        # annealed to 1 halved two seeds, beta 0 (none) 71.4, 2.33x V-trace (2.08x over six
+        # seeds; BENCHMARKS.md).
         replay=dataclasses.replace(config.replay, priority_alpha=0.8, priority_beta=0.0),
     )
 
@@ -875,8 +876,8 @@ INFO: dict[str, PresetInfo] = {
     "minatar_breakout_muzero": PresetInfo("cpu", "minatar_muzero's earlier name"),
     "minatar_efficientzero": PresetInfo(
         "cpu",
-        "Anakin on MinAtar at 500k frames: SpaceInvaders 76.64 / 79.30 / 62.98 / 66.61 on four "
-        "seeds (2.33x V-trace on their mean), Breakout 11.44 / 17.41 on two (2.63x), Asterix "
+        "Anakin on MinAtar at 500k frames: SpaceInvaders 2.08x V-trace on the mean of six "
+        "seeds (65.43 against 31.42), Breakout 11.44 / 17.41 on two (2.63x), Asterix "
         "1.42 (2.84x), Freeway 28.47 (1.21x); a 500k-frame run in 21-23 minutes",
     ),
     "atari100k_efficientzero": PresetInfo(
