@@ -453,7 +453,8 @@ def minatar_efficientzero() -> ExperimentConfig:
     5 steps), the off-policy correction, a quarter of each batch's policy targets searched
     again (8 simulations) with the target network, and a prioritised replay (alpha 0.8,
     between EfficientZero's 0.6 and MuZero's 1) whose windows' losses are not reweighted
-    (beta 0: EfficientZero's 0.4 made less of every seed on SpaceInvaders).
+    (beta 0: with EfficientZero's 0.4, SpaceInvaders made less on three of four seeds and
+    Breakout on both).
 
     Not EfficientZero's 99% reanalysed with the newest parameters: on MinAtar Breakout, Gumbel
     MuZero's improved policy searched again with the newest parameters after every update
