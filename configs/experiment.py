@@ -174,11 +174,12 @@ class LearnerConfig:
 
     # Global batch: windows (MuZero), states (AlphaZero) or trajectories (V-trace) per update.
     batch_size: int = 128
-    # Stop after this many updates (0: no limit).
+    # Stop after this many updates (0: no limit). Each limit counts the whole run, a resume's
+    # earlier part included.
     max_updates: int = 2_000
-    # Stop after this many seconds of training (0: no limit).
+    # Stop after this many seconds of training, over the run's invocations (0: no limit).
     max_seconds: float = 0.0
-    # Stop after this many environment frames (0: no limit).
+    # Stop after this many environment frames, over the run's invocations (0: no limit).
     max_frames: int = 0
     # Publish new parameters to the actors every this many updates.
     publish_every: int = 1

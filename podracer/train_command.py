@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pathlib
 import sys
 import threading
 import time
@@ -19,7 +20,7 @@ __all__ = ["make_parser", "run", "warn_if_sized_for_an_accelerator"]
 _EXAMPLES = """examples:
   podracer train                                    # the default: tic-tac-toe, AlphaZero, CPU
   podracer train --config connect_four_alphazero --run-dir runs/c4
-  podracer train --run-dir runs/c4                  # again: resumes from the newest checkpoint
+  podracer train --run-dir runs/c4                  # again: resumes, with the run's config
   podracer train search.num_simulations=64 learner.max_updates=500
   podracer train --config connect_four_alphazero runtime=anakin  # acting + learning jitted
   podracer train --local-processes 2 --run-dir runs/two  # one job of 2 processes, this machine
@@ -34,7 +35,9 @@ def make_parser() -> argparse.ArgumentParser:
         description=(
             "Train by self-play. Runs in --run-dir (config.json, metrics.jsonl, "
             "TensorBoard events, checkpoints/, learning_curves.png); running again "
-            "with the same --run-dir resumes from the newest checkpoint."
+            "with the same --run-dir resumes from the newest checkpoint, with the run's own "
+            "config.json and the overrides given (frames, episodes and the time limit count "
+            "on from where the run stopped)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
@@ -93,7 +96,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    config = configs.load_config(args.config, args.overrides)
+    config = configs.load_config(_config_spec(args), args.overrides)
     run_dir = args.run_dir or f"runs/{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     extras.require("train", "podracer train")
     explicit = [args.coordinator, args.num_processes, args.process_id]
@@ -181,7 +184,9 @@ def run(args) -> int:
             file=sys.stderr,
         )
         return 1
-    resumed = f", resumed from update {result.resumed_from}" if result.resumed_from else ""
+    resumed = (
+        f", resumed from update {result.resumed_from}" if result.resumed_from is not None else ""
+    )
     curves = result.run_dir / "learning_curves.png"
     lines = [
         f"podracer train{who}: stopped ({result.stopped_by}) at update {result.updates}, "
@@ -190,7 +195,16 @@ def run(args) -> int:
     ]
     if curves.is_file():
         lines.append(f"  learning curves: {curves}")
-    if result.updates == (result.resumed_from or 0):
+    if (
+        result.resumed_from is not None
+        and result.updates == result.resumed_from
+        and (result.stopped_by in LIMITS)
+    ):
+        lines.append(
+            f"  no update in this invocation: the run reached learner.{result.stopped_by}, which "
+            f"counts from the run's start; raise it (learner.{result.stopped_by}=...) to train on"
+        )
+    elif result.updates == (result.resumed_from or 0):
         have, need = result.replay_fill
         lines.append(
             f"  no update was made: the replay held {have:,} of the {need:,} the learner waits "
@@ -201,6 +215,16 @@ def run(args) -> int:
     if result.stopped_by in LIMITS:
         return 0
     return 130 if "received SIG" in result.stopped_by else 1  # a signal; a failure (elsewhere)
+
+
+def _config_spec(args) -> str | None:
+    """What the config comes from: --config; else, for a run directory that holds a run, that
+    run's own config.json (a resume goes on with the run's config and the overrides given);
+    else None, the default preset."""
+    if args.config is not None or args.run_dir is None:
+        return args.config
+    saved = pathlib.Path(args.run_dir) / "config.json"
+    return str(saved) if saved.is_file() else None
 
 
 def _passed_on(args, run_dir: str) -> list[str]:

@@ -17,6 +17,7 @@ replay's copy, not for the file.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -295,6 +296,17 @@ class Checkpointer:
             meta=ocp.args.JsonSave(meta),
         )
         return bool(self._manager.save(step, args=args, force=True))
+
+    def update_metadata(self, step: int, metadata: Mapping[str, Any]) -> None:
+        """Adds `metadata` to the metadata of the saved `step`, atomically (a temporary file
+        renamed over the item's JSON): a run that stops at a step it had already saved records
+        its final counts there. The save of `step` must be finished (`wait`); over several
+        processes one of them calls this (it reads and writes the file alone: no collective)."""
+        path = self.directory / str(int(step)) / "meta" / "metadata"
+        meta = {**json.loads(path.read_text()), **metadata}
+        tmp = path.with_name(f".metadata.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(meta))
+        os.replace(tmp, path)
 
     def wait(self) -> None:
         """Blocks until every started save is on disk (and raises a save's error)."""

@@ -70,6 +70,7 @@ class MetricsLogger:
         stream: TextIO | None = None,
         wandb_project: str | None = None,
         wandb_config: Mapping[str, Any] | None = None,
+        seconds_before: float = 0.0,
     ) -> None:
         """
         Args:
@@ -82,12 +83,14 @@ class MetricsLogger:
           stream: where the progress goes; default sys.stdout.
           wandb_project: also log to this Weights & Biases project (see `WandbLog`).
           wandb_config: the run's config, recorded with the W&B run.
+          seconds_before: a resumed run's training time before this invocation: each record's
+            `time` (and the progress line's clock) goes on from it.
         """
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / METRICS_FILE
         self._lock = threading.Lock()
-        self._start = time.monotonic()
+        self._start = time.monotonic() - seconds_before
         torn = False
         if self.path.exists() and self.path.stat().st_size > 0:
             with open(self.path, "rb") as f:

@@ -58,6 +58,7 @@ __all__ = [
     "RunResult",
     "ReplicatedState",
     "RunStart",
+    "RunTotals",
     "Runtime",
     "plot_run",
     "prepare_run_dir",
@@ -73,16 +74,34 @@ LIMITS = ("max_updates", "max_seconds", "max_frames")
 
 
 class RunResult(NamedTuple):
-    """What a run reports when it returns."""
+    """What a run reports when it returns. Its counts are the run's: a resumed run's include
+    what it did before it stopped."""
 
     run_dir: pathlib.Path
-    updates: int  # learner step at the end (counting a resumed run's earlier updates)
-    frames: int  # environment steps taken by this process in this invocation
-    seconds: float
+    updates: int  # learner step at the end
+    frames: int  # environment steps (over several processes: the job's, as Sebulba agreed)
+    seconds: float  # training time
     stopped_by: str  # one of LIMITS, or the stop signal's reason
     resumed_from: int | None  # the checkpoint step this invocation resumed from
     # (have, need) at the end: what the learner's first update waited for (see Store.fill_level)
     replay_fill: tuple[int, int] = (0, 0)
+
+
+class RunTotals(NamedTuple):
+    """What a run had done when its checkpoint was saved, so that a resumed run counts on from
+    there: its frame budget, its metrics and every curve by frames or by time are the run's, not
+    the process's."""
+
+    frames: int = 0  # environment steps (the job's)
+    episodes: int = 0  # episodes ended (as of the last log line before the save)
+    seconds: float = 0.0  # training time
+
+    @classmethod
+    def from_metadata(cls, meta: dict) -> RunTotals:
+        """Read from a checkpoint's metadata (a field an older checkpoint lacks counts as 0)."""
+        return cls(
+            int(meta.get("frames", 0)), int(meta.get("episodes", 0)), float(meta.get("seconds", 0))
+        )
 
 
 class RunStart(NamedTuple):
@@ -93,6 +112,7 @@ class RunStart(NamedTuple):
     config_dict: dict
     resumed_from: int | None  # the checkpoint's step, or None
     key: jax.Array  # for the runtime's own randomness (actors, games)
+    before: RunTotals = RunTotals()  # what the resumed run had done; zeros for a new one
 
 
 class Runtime(Protocol):
@@ -271,9 +291,11 @@ def start_run(config: ExperimentConfig, agent: Agent, optimizer, run_dir: pathli
     )
     config_dict = to_dict(config)
     resumed_from = checkpointer.latest_step()
+    before = RunTotals()
     if resumed_from is not None:
-        state = checkpointer.restore(target=state, config=config_dict)
-    return RunStart(state, checkpointer, config_dict, resumed_from, key)
+        state = checkpointer.restore(resumed_from, target=state, config=config_dict)
+        before = RunTotals.from_metadata(checkpointer.restore_metadata(resumed_from))
+    return RunStart(state, checkpointer, config_dict, resumed_from, key, before)
 
 
 def plot_run(run_dir: pathlib.Path) -> None:
@@ -330,9 +352,15 @@ def run(
     if config.replay.checkpoint and begun.resumed_from is not None:
         _restore_replay(runtime, run_dir, begun.resumed_from)
     lockstep = Lockstep(shared=LIMITS)
-    counts: Runtime = (
+    job: Runtime = (
         _JobCounts(runtime, lockstep) if distributed and runtime.counts_local else runtime
     )
+    counts = _RunCounts(job, begun.before)  # the run's frames and episodes, a resume's included
+    start = time.monotonic()  # before the logger's clock, which must not run ahead of this one
+
+    def seconds() -> float:  # the run's training time
+        return begun.before.seconds + time.monotonic() - start
+
     logger: MetricsLogger | _Silent = (
         MetricsLogger(
             run_dir,
@@ -340,12 +368,12 @@ def run(
             total_steps=config.learner.max_updates or None,
             wandb_project=config.logging.wandb_project if config.logging.wandb else None,
             wandb_config=begun.config_dict,
+            seconds_before=begun.before.seconds,
         )
         if lead
         else _Silent()
     )
     stop = stop if stop is not None else StopSignal()  # an unset StopSignal is falsy
-    start = time.monotonic()
     first_step = last_saved = runtime.step
     replay_writer = ReplayWriter(run_dir, jax.process_index())
 
@@ -353,12 +381,19 @@ def run(
         nonlocal last_saved
         if runtime.step == last_saved and not final:
             return
-        begun.checkpointer.save(
+        totals = {"frames": counts.frames, "episodes": counts.episodes, "seconds": seconds()}
+        saved = begun.checkpointer.save(
             runtime.step,
             runtime.train_state(),
             begun.config_dict,
-            metadata={"frames": counts.frames, "final": final, "runtime": config.runtime},
+            metadata={**totals, "final": final, "runtime": config.runtime},
         )
+        if final and not saved:
+            # The run stops at a step it saved already: that checkpoint gets the final counts
+            # (the frames and episodes since its save), which a resume goes on from.
+            begun.checkpointer.wait()  # in every process: orbax's wait may be a collective
+            if lead:
+                begun.checkpointer.update_metadata(runtime.step, {**totals, "final": True})
         if config.replay.checkpoint and runtime.replay is not None:
             # After the state's save: the previous replay write's error, if any, raises here.
             replay_writer.save(runtime.step, runtime.replay.state())
@@ -368,7 +403,7 @@ def run(
         limits = config.learner
         if limits.max_updates and runtime.step >= limits.max_updates:
             return "max_updates"
-        if limits.max_seconds and time.monotonic() - start >= limits.max_seconds:
+        if limits.max_seconds and seconds() >= limits.max_seconds:
             return "max_seconds"
         if limits.max_frames and counts.frames >= limits.max_frames:
             return "max_frames"
@@ -377,9 +412,10 @@ def run(
     watch = _Progress(counts, first_step)
     profile = _Profile(config, run_dir, first_step)
     # Before the first step: the run may compile for a while, and says so.
-    logger.log(runtime.step, {"status": "compiling", "frames": 0})
+    logger.log(runtime.step, {"status": "compiling", "frames": counts.frames})
+    marks_left = tuple(m for m in config.evaluation.at_frames if m > counts.frames)
     evaluation = _EvaluationThread(
-        evaluator, runtime, logger, stop, lambda: counts.frames, config.evaluation.at_frames
+        evaluator, runtime, logger, stop, lambda: counts.frames, marks_left
     )
     limiter = runtime.replay.rate_limiter if runtime.replay is not None else None
     stopped_by: str | None = None
@@ -400,8 +436,8 @@ def run(
                         )
                     if limiter is not None:  # the replay ratio is the job's
                         limiter.share_job(agreed.inserts_by_process, jax.process_index())
-                    if isinstance(counts, _JobCounts):
-                        counts.job_frames, counts.frames_by_process = (
+                    if isinstance(job, _JobCounts):
+                        job.job_frames, job.frames_by_process = (
                             agreed.frames,
                             agreed.frames_by_process,
                         )
@@ -441,7 +477,7 @@ def run(
         run_dir,
         runtime.step,
         counts.frames,
-        time.monotonic() - start,
+        seconds(),
         stopped_by,
         begun.resumed_from,
         runtime.fill_level(),
@@ -525,6 +561,28 @@ class _JobCounts:
         return values
 
 
+class _RunCounts:
+    """The run's counts where a runtime (or `_JobCounts`) has this invocation's: the frames and
+    episodes a resumed run had done before are added to them."""
+
+    def __init__(self, counts: Runtime, before: RunTotals):
+        self._counts, self._before = counts, before
+        self.episodes = before.episodes  # as of the newest `log_values`
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._counts, name)
+
+    @property
+    def frames(self) -> int:
+        return self._before.frames + self._counts.frames
+
+    def log_values(self) -> dict[str, Any]:
+        values = self._counts.log_values()
+        self.episodes += int(values.get("episodes", 0))
+        values["episodes_total"] = self.episodes
+        return values
+
+
 class _Progress:
     """What the run is doing, for the log: compiling, filling the replay (how full, and when
     learning should start at the current rate), or learning; and frames/s and updates/s."""
@@ -533,6 +591,7 @@ class _Progress:
         self.runtime, self.first_step = runtime, first_step
         self.last = time.monotonic()
         self.frames, self.step = runtime.frames, runtime.step
+        self.first_frames = runtime.frames  # a resumed run's, before this invocation
         self.filled = runtime.fill_level()[0]
         self.seconds = 0.0
 
@@ -555,7 +614,7 @@ class _Progress:
         else:
             rate = (have - self.filled) / seconds  # of what the learner waits for, per second
             values.update(
-                status="compiling" if runtime.frames == 0 else "filling replay",
+                status="compiling" if runtime.frames == self.first_frames else "filling replay",
                 replay_fill=have / need,
                 learning_starts_in_s=(need - have) / rate if rate > 0 else None,
             )

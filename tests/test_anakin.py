@@ -191,11 +191,11 @@ def test_plan_sizes_updates_and_refuses_what_cannot_work():
 @pytest.mark.parametrize(
     "preset, extra, ctrl_c",
     [
-        ("tic_tac_toe_alphazero", [], True),
+        ("tic_tac_toe_alphazero", [], False),
         (
             "tic_tac_toe_muzero",
             ["env.name=pgx:tic_tac_toe", "learner.augment_symmetries=false"],
-            False,
+            True,
         ),
     ],
     ids=["alphazero", "muzero"],
@@ -223,11 +223,21 @@ def test_smoke_run_learns_logs_saves_and_resumes(preset, extra, ctrl_c, tmp_path
         more = config.replace(learner=dataclasses.replace(config.learner, max_updates=12))
         again = train_module.train(more, run, progress=False)
         assert again.resumed_from == 8 and again.updates == 12
+        # The run's frames, episodes and time count on from where it stopped.
+        # (Anakin's ring is not saved: it fills again before the 4 updates.)
+        assert again.frames == result.frames + (plan.min_iterations + 4 // plan.updates) * 16
+        assert again.seconds > result.seconds
+        _assert_counts_go_on(run)
+        # The frame budget is the run's: resumed at its budget, the run stops at once.
+        budget = dataclasses.replace(more.learner, max_updates=0, max_frames=again.frames)
+        spent = more.replace(learner=budget)
+        done = train_module.train(spent, run, progress=False)
+        assert done.stopped_by == "max_frames" and done.updates == 12, done
         return
-    # The run resumes under `podracer train`, which a Ctrl-C stops once it has saved past update
-    # 8: a final checkpoint at the stopped update.
-    process = _podracer("train", "--config", preset, "--run-dir", str(run), "--quiet", *TINY,
-                        *extra, "learner.max_updates=100000")  # fmt: skip
+    # The README's resume: `podracer train --run-dir R`, no --config, no overrides but the new
+    # limit, goes on with R's own config.json (a preset that is not the default, with overrides
+    # of its own). A Ctrl-C stops it once it has saved past update 8: a final checkpoint there.
+    process = _podracer("train", "--run-dir", str(run), "--quiet", "learner.max_updates=100000")
     _wait_for_checkpoint(run, process, after=8)
     before = checkpoint_steps(run)
     process.send_signal(signal.SIGINT)
@@ -236,6 +246,30 @@ def test_smoke_run_learns_logs_saves_and_resumes(preset, extra, ctrl_c, tmp_path
     assert "resumed from update 8" in stdout and "stopped (received SIGINT)" in stdout, stdout
     after = checkpoint_steps(run)
     assert max(after) >= max(before) > 8  # the final checkpoint at the stopped step
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["env"]["name"] == "pgx:tic_tac_toe" and saved["learner"]["max_updates"] == 100000
+    _assert_counts_go_on(run)
+
+
+def _assert_counts_go_on(run):
+    """Over the invocations of a run stopped cleanly each time, the frames, episodes and time of
+    metrics.jsonl never go back, and each checkpoint records the run's counts."""
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    starts = [i for i, r in enumerate(records) if r.get("status") == "compiling"]
+    assert len(starts) >= 2, "expected a resumed invocation"
+    for key in ("frames", "episodes_total", "time"):
+        seen = [r[key] for r in records if key in r]
+        assert seen == sorted(seen), (key, seen)
+    assert records[starts[-1]]["frames"] > 0 and records[starts[-1]]["time"] > 0
+    from selfplay.checkpoints import Checkpointer
+
+    checkpoints = Checkpointer(run / "checkpoints", None)
+    try:
+        meta = checkpoints.restore_metadata()
+    finally:
+        checkpoints.close()
+    assert meta["frames"] >= records[-1]["frames"] and meta["seconds"] >= records[-1]["time"]
+    assert meta["episodes"] == records[-1]["episodes_total"]
 
 
 def test_a_sebulba_run_resumes_under_anakin(tmp_path):

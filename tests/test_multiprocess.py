@@ -161,7 +161,10 @@ def test_two_processes_train_muzero_with_reanalyse_resume_under_one_and_two_and_
 
     # Under two again, stopped by a Ctrl-C to the launcher once it has saved past update 8:
     # both processes stop at the same update with a final checkpoint.
-    process = _start("--local-processes", "2", "--run-dir", str(run), "--quiet", *quick)
+    # `podracer train --run-dir R` alone: R's config.json (this preset and its overrides).
+    process = _start(
+        "--local-processes", "2", "--run-dir", str(run), "--quiet", "learner.max_updates=100000"
+    )
     _wait_for(lambda: _steps(run)[-1] > 8, process)
     process.send_signal(signal.SIGINT)
     out, _ = process.communicate(timeout=120)
@@ -177,6 +180,10 @@ def test_two_processes_train_muzero_with_reanalyse_resume_under_one_and_two_and_
     assert all("received SIGINT)" in line for line in finals), out[-3000:]
     stopped_at = {int(line.split(" at update ")[1].split(",")[0]) for line in finals}
     assert len(stopped_at) == 1 and _steps(run)[-1] == stopped_at.pop()  # the same final step
+    # Over the three invocations the job's frames and time never go back (each stopped cleanly).
+    for key in ("frames", "time"):
+        seen = [r[key] for r in _records(run) if key in r]
+        assert seen == sorted(seen), (key, seen)
 
 
 def test_anakin_spans_two_processes_of_two_devices_each(tmp_path):

@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import configs
 from podracer import cli
 from selfplay import actors
 from selfplay import train as train_module
+from selfplay.checkpoints import Checkpointer
 from tests import fakes
 
 TINY = [
@@ -134,6 +136,9 @@ def test_killed_run_resumes_and_sigint_stops_with_a_final_checkpoint(tmp_path):
     _wait_for_checkpoint(run, process)
     process.kill()  # no chance to clean up: as a crash
     process.communicate(timeout=60)
+    checkpoints = Checkpointer(run / "checkpoints", None)
+    resumes_from, saved = checkpoints.latest_step(), checkpoints.restore_metadata()
+    checkpoints.close()
 
     logged_before = len((run / "metrics.jsonl").read_text().splitlines())
     process = _podracer(*args)
@@ -150,6 +155,14 @@ def test_killed_run_resumes_and_sigint_stops_with_a_final_checkpoint(tmp_path):
     assert "resumed from update" in stdout
     after = checkpoint_steps(run)
     assert max(after) >= max(before)  # the final checkpoint at the stopped step
+    # The resumed run counts its frames and time on from the checkpoint it resumed from.
+    final = re.search(r"at update \d+, ([\d,]+) frames in .*resumed from update (\d+)\.", stdout)
+    assert final, stdout
+    assert int(final.group(2)) == resumes_from
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    again = [r for r in records if r.get("status") == "compiling"][-1]
+    assert again["frames"] == saved["frames"] > 0 and again["time"] >= saved["seconds"] > 0
+    assert int(final.group(1).replace(",", "")) > saved["frames"]
 
 
 @pytest.mark.parametrize(
