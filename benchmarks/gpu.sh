@@ -5,9 +5,9 @@
 #   OUT=/tmp/gpu BUDGET=480 bash benchmarks/gpu.sh [step ...]   # steps: below; none: all, in order
 #
 # Offline machines: `SITE=path/to/site.tgz` is unpacked to /tmp/site and put on PYTHONPATH first
-# (the project's extras, trimmed to what these steps import; README "Offline"). Every step's
-# output goes to $OUT/gpu.log, its JSON lines also to $OUT/results.jsonl (one file each: the
-# device tool brings back at most 8 files).
+# (the project's extras, trimmed to what these steps import; docs/getting-started.md, "Offline").
+# Every step's output goes to $OUT/gpu.log, its JSON lines also to $OUT/results.jsonl (one file
+# each: the device tool brings back at most 8 files).
 set -u
 OUT=${OUT:-runs/gpu}
 mkdir -p "$OUT"

@@ -2,7 +2,7 @@
 `--coordinator/--num-processes/--process-id` flags, one process on each of two hosts made of
 network namespaces (tests/two_hosts.py), each host with its own address and the run directory
 shared. The coordinator is named as a cluster's hosts files often name it: loopback on its own
-host, its link address on the other. The figures the README's "Across hosts" gives for failures
+host, its link address on the other. The figures docs/across-hosts.md gives for failures
 come from these runs."""
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def test_two_hosts_train_one_job_a_cut_link_stops_both_and_the_run_resumes_under
     cut = time.monotonic()
     results = job.wait(timeout=STOP_BOUND_S + 30)
     stopped_within = time.monotonic() - cut
-    print(f"both processes stopped {stopped_within:.1f} s after the link was cut")  # README
+    print(f"both processes stopped {stopped_within:.1f} s after the link was cut")  # docs
     assert stopped_within < STOP_BOUND_S, results
     for i, (code, out) in enumerate(results):
         assert code == 1, out[-3000:]
@@ -165,13 +165,13 @@ def test_a_two_second_link_flap_is_survived_and_the_coordinators_host_dying_stop
     assert "run stopped" not in job.output(0) + job.output(1)
     logged = [r["wall_time"] for r in _records(run) if "wall_time" in r]
     held = max(b - a for a, b in zip(logged, logged[1:], strict=False) if b > cut)
-    print(f"the 2 s flap held the job's log lines at most {held:.1f} s apart")  # README
+    print(f"the 2 s flap held the job's log lines at most {held:.1f} s apart")  # docs
 
     killed = two_hosts.kill(0)  # the coordinator's host dies: its processes, at once
     assert job.processes[0].pid in killed
     died = time.monotonic()
     [(code, out)] = job.wait(1, timeout=STOP_BOUND_S + 30)
-    print(f"process 1 stopped {time.monotonic() - died:.1f} s after host 0 died")  # README
+    print(f"process 1 stopped {time.monotonic() - died:.1f} s after host 0 died")  # docs
     assert time.monotonic() - died < STOP_BOUND_S, out[-3000:]
     assert code == 1, out[-3000:]
     # The peer watch's line, or the supervisor's where JAX's client aborted the process first
@@ -205,7 +205,7 @@ def test_a_coordinator_that_never_answers_is_refused_within_the_connect_timeout(
                for i in range(2)]  # fmt: skip
     outs = [process.communicate(timeout=120)[0] for process in waiting]
     elapsed = time.monotonic() - started
-    print(f"refused after {elapsed:.1f} s with --connect-timeout 3")  # README
+    print(f"refused after {elapsed:.1f} s with --connect-timeout 3")  # docs
     assert [p.returncode for p in waiting] == [2, 2], outs
     assert outs[0].strip() == (
         f"podracer train: error: --coordinator {nowhere}: process 0 runs the coordinator, and "

