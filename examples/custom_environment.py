@@ -148,8 +148,9 @@ def train(updates: int = 20, num_envs: int = 16, seed: int = 0) -> dict[str, flo
         steps = []
         for _ in range(agent.window_length):  # T + 1 steps: the last one bootstraps
             key, act_key = jax.random.split(key)
-            out = agent.act(state.params, act_key, timestep.observation, timestep.legal_mask,
-                            greedy, None)  # fmt: skip
+            out = agent.act(
+                state.params, act_key, timestep.observation, timestep.legal_mask, greedy, None
+            )
             action = np.asarray(out.action)
             following = env.step(action)
             steps.append(
@@ -177,8 +178,10 @@ def train(updates: int = 20, num_envs: int = 16, seed: int = 0) -> dict[str, flo
         "right_after": right_probability(state.params),
         "loss": float(metrics["loss"]),
     }
-    print(f"the policy's chance of stepping towards the goal: {result['right_before']:.2f} "
-          f"untrained, {result['right_after']:.2f} after {updates} updates")  # fmt: skip
+    print(
+        f"the policy's chance of stepping towards the goal: {result['right_before']:.2f} "
+        f"untrained, {result['right_after']:.2f} after {updates} updates"
+    )
     return result
 
 
