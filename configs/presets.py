@@ -1,15 +1,20 @@
 """Named experiment configs: `podracer train --config NAME`.
 
+Each preset is one function registered once, by `@preset(hardware, reaches, on_cpu)`: what it is
+sized for (a 2-core CPU, or an accelerator), what it reaches there and, for an accelerator
+preset, how to try it on a CPU. `names()`, `INFO`, `describe()` and `__all__` all derive from
+those registrations. A comment in a preset gives the reason for a choice; the measurements
+behind it are in the docs (Results).
+
 Board-game presets use discount 1, two-player signs and value targets that reach the end of the
-game (td_steps >= the longest game), except where a preset says why not. `INFO` says what each is
-sized for (a 2-core CPU, or an accelerator) and what it reaches there.
+game (td_steps >= the longest game), except where a preset says why not.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from configs.experiment import (
     ActorConfig,
@@ -29,30 +34,50 @@ from muzero.config import (
 )
 from search.config import SearchConfig
 
-__all__ = [
-    "DEFAULT",
-    "INFO",
-    "PresetInfo",
-    "atari100k_efficientzero",
-    "atari_muzero",
-    "atari_vtrace",
-    "cartpole_vtrace",
-    "connect_four_alphazero",
-    "connect_four_muzero",
-    "describe",
-    "get",
-    "go9_muzero",
-    "minatar_efficientzero",
-    "minatar_muzero",
-    "names",
-    "pong_muzero_small",
-    "tic_tac_toe_alphazero",
-    "tic_tac_toe_muzero",
-    "game2048_stochastic_muzero",
-    "game2048_muzero",
-    "backgammon_alphazero",
-    "backgammon_stochastic_muzero",
-]
+HARDWARE = ("cpu", "accelerator")
+
+
+class PresetInfo(NamedTuple):
+    """What a preset is sized for and what it reaches there (the figures: the docs' Results)."""
+
+    hardware: str  # "cpu" (a 2-core laptop is enough) or "accelerator" (a GPU or TPU)
+    reaches: str  # what a run reaches on that hardware, measured, or what is not yet measured
+    on_cpu: str = ""  # for an accelerator preset: how to try it on a CPU
+
+
+# Every preset's function under its name (and its earlier names), and what INFO says of it.
+_PRESETS: dict[str, Callable[[], ExperimentConfig]] = {}
+INFO: dict[str, PresetInfo] = {}
+
+
+def preset(
+    hardware: Literal["cpu", "accelerator"],
+    reaches: str,
+    *,
+    on_cpu: str = "",
+    earlier_names: tuple[str, ...] = (),
+) -> Callable[[Callable[[], ExperimentConfig]], Callable[[], ExperimentConfig]]:
+    """Registers the decorated function as the preset of its name (and of `earlier_names`, which
+    still load): sized for `hardware`, where it `reaches` what it says; an accelerator preset
+    says `on_cpu` which overrides try it on a CPU."""
+    if hardware not in HARDWARE:
+        raise ValueError(f"preset hardware must be one of {HARDWARE}, got {hardware!r}")
+    if hardware == "accelerator" and not on_cpu:
+        raise ValueError("an accelerator preset says how to try it on a CPU (on_cpu=...)")
+
+    def register(build: Callable[[], ExperimentConfig]) -> Callable[[], ExperimentConfig]:
+        name = build.__name__
+        if name in _PRESETS or any(alias in _PRESETS for alias in earlier_names):
+            raise ValueError(f"preset {name} is registered twice")
+        _PRESETS[name] = build
+        INFO[name] = PresetInfo(hardware, reaches, on_cpu)
+        for alias in earlier_names:
+            _PRESETS[alias] = build
+            INFO[alias] = PresetInfo(hardware, f"{name}'s earlier name", on_cpu)
+        return build
+
+    return register
+
 
 DEFAULT = "tic_tac_toe_alphazero"
 
@@ -119,15 +144,11 @@ def _board_game(
     )
 
 
+@preset("cpu", "perfect play (every opponent line, both seats) after 5 minutes on 2 cores")
 def tic_tac_toe_muzero() -> ExperimentConfig:
-    # Measured with benchmarks/tictactoe_perfect.py on a 2-core CPU (BENCHMARKS.md). The learned
-    # model must predict the reward of a winning move in positions self-play rarely reaches (the
-    # exhaustive check plays every opponent blunder): raw latents and plain residual blocks
-    # learned that reward several times faster than min-max latents with LayerNorm, the reward
-    # loss weighs 3x, and stronger root noise (half the prior) and a random move in a quarter of
-    # the moves keep blunders (and what follows them) in the data. The search unrolls the model
-    # up to 6 moves deep: trained on 3, its deeper values misled the search into the last lost
-    # lines; 5 steps and the 8 board symmetries (which multiply the rare positions) fixed them.
+    """MuZero's learned model on OpenSpiel's tic-tac-toe. Perfect play needs the reward of a
+    winning move in positions self-play rarely reaches (every opponent blunder): the choices
+    below are for those."""
     config = _board_game(
         "tic_tac_toe_muzero",
         "muzero",
@@ -141,8 +162,11 @@ def tic_tac_toe_muzero() -> ExperimentConfig:
         envs=32,
     )
     return config.replace(
+        # Raw latents and plain blocks learn a winning move's reward several times faster.
         network=dataclasses.replace(config.network, latent_scaling="none", block_norm="none"),
+        # That reward is what the model finds hardest; 5 unrolled moves keep deep values right.
         loss=dataclasses.replace(config.loss, reward_loss_weight=3.0, unroll_steps=5),
+        # Stronger root noise keeps blunders, and what follows them, in the data.
         search=config.search.replace(qtransform="by_parent_and_siblings", dirichlet_fraction=0.5),
         # Decayed to a tenth by the end of a 5-minute run: at a constant rate the agent became
         # perfect and then lost lines again between checkpoints.
@@ -154,7 +178,7 @@ def tic_tac_toe_muzero() -> ExperimentConfig:
             envs_per_thread=32,
             unroll_length=16,
             greedy_after_moves=0,
-            random_move_prob=0.25,
+            random_move_prob=0.25,  # the blunders' positions, as the root noise
         ),
         replay=ReplayConfig(
             capacity=10_000,
@@ -169,15 +193,14 @@ def tic_tac_toe_muzero() -> ExperimentConfig:
             max_updates=0,
             max_seconds=300.0,
             checkpoint_every=250,
-            augment_symmetries=True,
+            augment_symmetries=True,  # the 8 symmetries multiply the rarely reached positions
         ),
     )
 
 
+@preset("cpu", "perfect play after 2-3 minutes on 2 cores (5-minute run)")
 def tic_tac_toe_alphazero() -> ExperimentConfig:
-    # Perfect (benchmarks/tictactoe_perfect.py) after about 1000 updates on a loaded 2-core CPU,
-    # and it stays so: 64 simulations of the exact model, and sampling at every move so that the
-    # data keeps the opponents' mistakes (greedy self-play drifted to draws only and forgot them).
+    """AlphaZero on pgx's tic-tac-toe: 64 simulations of the real rules."""
     config = _board_game(
         "tic_tac_toe_alphazero",
         "alphazero",
@@ -191,6 +214,8 @@ def tic_tac_toe_alphazero() -> ExperimentConfig:
         envs=32,
     )
     return config.replace(
+        # Sampling at every move keeps the opponents' mistakes in the data (greedy self-play
+        # drifted to draws only and forgot them).
         actors=ActorConfig(
             threads_per_device=2, envs_per_thread=32, unroll_length=16, greedy_after_moves=0
         ),
@@ -200,12 +225,16 @@ def tic_tac_toe_alphazero() -> ExperimentConfig:
     )
 
 
+@preset(
+    "cpu",
+    "after 30 minutes on 2 cores beats random and mcts:20, not yet mcts:100 or mcts:1000 "
+    "(hours, not minutes, on a CPU)",
+)
 def connect_four_muzero() -> ExperimentConfig:
-    # Sized for 2 CPU cores, with what made the other board presets learn there: the AlphaZero
-    # preset's network, 32 simulations, value targets 10 plies on, a random move in 10% of
-    # self-play moves, the mirror symmetry and a decaying learning rate; tic_tac_toe_muzero's
-    # model settings (raw latents, plain residual blocks, 5 unrolled moves, the reward loss
-    # weighed 3x: the reward of a winning move is what a learned model finds hardest).
+    """MuZero on OpenSpiel's connect four, sized for 2 CPU cores with what made the other board
+    presets learn there: connect_four_alphazero's network, simulations, targets, random moves,
+    mirror and schedule, and tic_tac_toe_muzero's model settings (raw latents, plain blocks, 5
+    unrolled moves, the reward loss weighed 3x)."""
     config = _board_game(
         "connect_four_muzero",
         "muzero",
@@ -230,11 +259,13 @@ def connect_four_muzero() -> ExperimentConfig:
     )
 
 
+@preset(
+    "cpu",
+    "after 30 minutes on 2 cores wins 65% / 80% / 90% against mcts:1000 at 32 / 256 / 800 "
+    "simulations",
+)
 def connect_four_alphazero() -> ExperimentConfig:
-    # Against mcts:1000 after 29 minutes on 2 CPU cores (BENCHMARKS.md), 32 / 256 simulations:
-    # a random move in 10% of self-play moves and the mirror symmetry took it from 27.5% / 57.5%
-    # to 60% / 75%; value targets bootstrapped from the search's value 10 plies on (outcomes
-    # past random moves are noisy) with a decaying learning rate, to 65% / 80% (90% at 800).
+    """AlphaZero on pgx's connect four, 32 simulations of the real rules, for 2 CPU cores."""
     config = _board_game(
         "connect_four_alphazero",
         "alphazero",
@@ -249,17 +280,26 @@ def connect_four_alphazero() -> ExperimentConfig:
         learning_rate=1e-3,
     )
     return config.replace(
+        # Bootstrapped from the search's value 10 plies on: outcomes past random moves are noisy.
         loss=dataclasses.replace(config.loss, td_steps=10),
         # Decayed to a tenth over about a 30-minute run's updates on a 2-core CPU.
         optimizer=dataclasses.replace(
             config.optimizer, schedule="linear", decay_steps=16_000, final_learning_rate=1e-4
         ),
+        # A random move in 10% of moves and the mirror: more positions, blunders among them.
         actors=dataclasses.replace(config.actors, random_move_prob=0.1),
         learner=dataclasses.replace(config.learner, augment_symmetries=True),
     )
 
 
+@preset(
+    "accelerator",
+    "not yet measured (200k updates of a 4-block, 64-channel network: days on a CPU)",
+    on_cpu="search.num_simulations=16 network.channels=32 network.representation_blocks=2 "
+    "network.dynamics_blocks=2 learner.batch_size=64 actors.envs_per_thread=16",
+)
 def go9_muzero() -> ExperimentConfig:
+    """MuZero on OpenSpiel's 9x9 go (komi 7.5), for an accelerator."""
     config = _board_game(
         "go9_muzero",
         "muzero",
@@ -280,7 +320,9 @@ def go9_muzero() -> ExperimentConfig:
     )
 
 
+@preset("cpu", "a mean return of 475 (of 500) after 35 s on 2 cores, 500 at 10 minutes")
 def cartpole_vtrace() -> ExperimentConfig:
+    """V-trace (IMPALA) on envpool's CartPole (Sebulba)."""
     return ExperimentConfig(
         name="cartpole_vtrace",
         mode="vtrace",
@@ -288,8 +330,7 @@ def cartpole_vtrace() -> ExperimentConfig:
         network=NetworkConfig(mlp_sizes=(64, 64), value_support=0, reward_support=0),
         loss=LossConfig(discount=0.99, entropy_cost=0.01, baseline_cost=0.5),
         # Annealed to 0 over the 10-minute run's ~6,000 updates on 2 CPU cores, as purejaxrl
-        # anneals over its training: at a constant rate the policy collapsed for a few windows
-        # every minute or two even after reaching the 500 cap (BENCHMARKS.md).
+        # anneals: at a constant rate the policy collapsed now and then, even at the 500 cap.
         optimizer=OptimizerConfig(
             learning_rate=1e-3, max_grad_norm=40.0, schedule="linear", decay_steps=6_000
         ),
@@ -301,6 +342,7 @@ def cartpole_vtrace() -> ExperimentConfig:
     )
 
 
+@preset("cpu", "MuZero from rewards: 475 (of 500) after 97 s on 2 cores, 499 at 10 minutes")
 def cartpole_muzero() -> ExperimentConfig:
     """MuZero learning CartPole from its rewards (envpool, Sebulba): a learned reward model, the
     categorical value transform and n-step targets with a discount, as on Atari."""
@@ -337,18 +379,7 @@ def cartpole_muzero() -> ExperimentConfig:
     )
 
 
-def gymnax_cartpole_muzero() -> ExperimentConfig:
-    """`cartpole_muzero` on gymnax's CartPole, in the Anakin runtime (both cores of a CPU)."""
-    config = cartpole_muzero()
-    return config.replace(
-        name="gymnax_cartpole_muzero",
-        runtime="anakin",
-        env=EnvConfig(name="gymnax:CartPole-v1"),
-        actors=ActorConfig(threads_per_device=1, envs_per_thread=16, unroll_length=16),
-        devices=DevicesConfig(cpu_devices=2),
-    )
-
-
+@preset("cpu", "Anakin on gymnax: 475 (of 500) after 25 s on 2 cores, 496 at 10 minutes")
 def gymnax_cartpole_vtrace() -> ExperimentConfig:
     """`cartpole_vtrace` on gymnax's CartPole, in the Anakin runtime: each iteration steps 16
     environments per device 32 times, then takes one update per 8 of its trajectories."""
@@ -365,6 +396,20 @@ def gymnax_cartpole_vtrace() -> ExperimentConfig:
     )
 
 
+@preset("cpu", "Anakin on gymnax: 475 (of 500) after 113 s on 2 cores, 499 at 10 minutes")
+def gymnax_cartpole_muzero() -> ExperimentConfig:
+    """`cartpole_muzero` on gymnax's CartPole, in the Anakin runtime (both cores of a CPU)."""
+    config = cartpole_muzero()
+    return config.replace(
+        name="gymnax_cartpole_muzero",
+        runtime="anakin",
+        env=EnvConfig(name="gymnax:CartPole-v1"),
+        actors=ActorConfig(threads_per_device=1, envs_per_thread=16, unroll_length=16),
+        devices=DevicesConfig(cpu_devices=2),
+    )
+
+
+@preset("cpu", "Anakin on MinAtar Breakout: above 10 after 10 minutes on 2 cores, 15.4 at 30")
 def minatar_breakout_vtrace() -> ExperimentConfig:
     """V-trace on MinAtar's Breakout (gymnax, Anakin): a small residual network on the 10x10
     planes, 64 environments per device."""
@@ -393,6 +438,12 @@ def minatar_breakout_vtrace() -> ExperimentConfig:
     )
 
 
+@preset(
+    "cpu",
+    "Anakin on MinAtar (any of its games): Breakout 8.29 at 500k frames, 1.50x V-trace "
+    "at equal frames",
+    earlier_names=("minatar_breakout_muzero",),  # its name before it took any MinAtar game
+)
 def minatar_muzero() -> ExperimentConfig:
     """MuZero on MinAtar (gymnax, Anakin; `env.name=gymnax:SpaceInvaders-MinAtar` picks a
     game): a dense model of the flattened 10x10 planes (each of the search's simulations costs
@@ -438,13 +489,18 @@ def minatar_muzero() -> ExperimentConfig:
             log_every_s=10.0,
         ),
         evaluation=EvaluationConfig(every_s=300.0, games=16),
-        # One CPU device, not two: XLA's all-reduce between two CPU devices deadlocked twice
-        # with this dense model on a busy 2-core machine (its large matmuls run in Eigen's
-        # thread pool, which the device waiting at the all-reduce holds; BENCHMARKS.md).
+        # One CPU device, not two: XLA's all-reduce between two CPU devices can deadlock with
+        # this dense model on a busy 2-core machine (its large matmuls run in Eigen's thread
+        # pool, which the device waiting at the all-reduce holds).
         devices=DevicesConfig(cpu_devices=1),
     )
 
 
+@preset(
+    "cpu",
+    "Anakin on MinAtar at 500k frames (a 21-23 minute run on 2 cores): 2.08x V-trace's return "
+    "on SpaceInvaders, 2.63x on Breakout, 2.84x on Asterix, 1.21x on Freeway",
+)
 def minatar_efficientzero() -> ExperimentConfig:
     """`minatar_muzero` with what makes EfficientZero learn more from each frame: a conv
     representation (one 3x3 conv of 16 channels over the planes, flattened into the dense
@@ -452,19 +508,16 @@ def minatar_efficientzero() -> ExperimentConfig:
     every 200 updates, the consistency loss (weight 2), the value prefix (an LSTM reset every
     5 steps), the off-policy correction, a quarter of each batch's policy targets searched
     again (8 simulations) with the target network, and a prioritised replay (alpha 0.8,
-    between EfficientZero's 0.6 and MuZero's 1) whose windows' losses are not reweighted
-    (beta 0: with EfficientZero's 0.4, SpaceInvaders made less on three of four seeds and
-    Breakout on both).
+    between EfficientZero's 0.6 and MuZero's 1) whose windows' losses are not reweighted.
 
-    Not EfficientZero's 99% reanalysed with the newest parameters: on MinAtar Breakout, Gumbel
-    MuZero's improved policy searched again with the newest parameters after every update
-    collapsed the policy (entropy 0.005 within 8k frames), and every target searched again with
-    the target network learned less by 100k frames than no reanalyse at a fifth of the frames/s
-    (BENCHMARKS.md)."""
+    Not EfficientZero's 99% reanalysed with the newest parameters: Gumbel MuZero's improved
+    policy searched again with the newest parameters after every update collapsed the policy
+    on MinAtar, and every target searched again with the target network learned less per frame
+    than no reanalyse, at a fifth of the frames/s."""
     config = minatar_muzero()
     return config.replace(
         name="minatar_efficientzero",
-        # SpaceInvaders at 250k frames, seed 0: 29.2 against the flattened planes' 14.9.
+        # Conv features of the planes learn more per frame than the flattened planes.
         network=dataclasses.replace(
             config.network, torso="resnet_mlp", channels=16, representation_blocks=0
         ),
@@ -475,12 +528,8 @@ def minatar_efficientzero() -> ExperimentConfig:
             fraction=0.25, value="target_network", num_simulations=8, network="target"
         ),
         learner=dataclasses.replace(config.learner, target_update_every=200),
-        # A prioritised replay: SpaceInvaders at 500k frames over four seeds, 55.3 with
-        # EfficientZero's alpha 0.6 against uniform windows' 39.9 (three seeds), at the same
-        # frames/s; with alpha 0.8, 58.5 (alpha 1: 61.3 but Breakout 1.64x against 0.8's
-        # 2.25x and 0.6's 2.32x). Importance weights cost return: beta 0.4 -> 58.5, beta
-        # annealed to 1 halved two seeds, beta 0 (none) 71.4, 2.33x V-trace (2.08x over six
-        # seeds; BENCHMARKS.md).
+        # Prioritised windows learn more per frame than uniform ones at the same frames/s;
+        # importance weights (beta > 0) cost return on MinAtar.
         replay=dataclasses.replace(config.replay, priority_alpha=0.8, priority_beta=0.0),
     )
 
@@ -496,6 +545,11 @@ _MUZERO_ATARI_OPTIONS = {
 }
 
 
+@preset(
+    "accelerator",
+    "the paper's network and settings; not yet measured here (no GPU has run it)",
+    on_cpu="--config pong_muzero_small (the same agent, CPU-sized)",
+)
 def atari_muzero() -> ExperimentConfig:
     """MuZero's Atari settings, for an accelerator: `env.name=envpool:Breakout-v5` picks a game.
 
@@ -535,6 +589,14 @@ def atari_muzero() -> ExperimentConfig:
     )
 
 
+@preset(
+    "accelerator",
+    "the Atari 100k protocol; not yet measured here (no GPU has run it)",
+    on_cpu="search.num_simulations=8 network.channels=16 network.projection_hidden=64 "
+    "network.projection_size=64 network.predictor_hidden=32 network.value_prefix_hidden=32 "
+    "network.value_support=10 network.reward_support=2 learner.batch_size=32 "
+    "replay.samples_per_insert=2 reanalyse.fraction=0.25 actors.envs_per_thread=4",
+)
 def atari100k_efficientzero() -> ExperimentConfig:
     """EfficientZero on the Atari 100k protocol, for an accelerator: 100k agent steps (400k
     frames at frame skip 4), `env.name=envpool:Breakout-v5` picks a game. Its settings where the
@@ -617,6 +679,11 @@ def atari100k_efficientzero() -> ExperimentConfig:
     )
 
 
+@preset(
+    "cpu",
+    "about 47 agent steps/s on 2 cores; the loss falls, Pong's return does not rise "
+    "within 20 minutes (0.1% of MuZero's training frames)",
+)
 def pong_muzero_small() -> ExperimentConfig:
     """A MuZero on Pong that fits a 2-core CPU: a narrow Atari-stem network, 8-simulation Gumbel
     MuZero (which improves the policy with few simulations), small batches."""
@@ -657,6 +724,7 @@ def pong_muzero_small() -> ExperimentConfig:
     )
 
 
+@preset("cpu", "about 130 agent steps/s (530 frames/s) on 2 cores; learning Pong takes hours")
 def atari_vtrace() -> ExperimentConfig:
     """IMPALA (V-trace) on Atari with cleanba's settings: `env.name=envpool:Breakout-v5` picks
     a game. 2 actor threads x 8 envs, 20-step rollouts; each update learns from one thread's
@@ -689,11 +757,16 @@ def atari_vtrace() -> ExperimentConfig:
             batch_size=1, max_updates=200_000, checkpoint_every=2_000, log_every_s=10.0
         ),
         # XLA's Eigen convolutions: the IMPALA network's update costs 1.5x less wall time on a
-        # CPU than with YNNPACK (BENCHMARKS.md); board networks are faster with YNNPACK.
+        # CPU than with YNNPACK; board networks are faster with YNNPACK.
         devices=DevicesConfig(cpu_convolutions="eigen"),
     )
 
 
+@preset(
+    "cpu",
+    "Anakin on pgx's 2048: a mean score of 3,587 after 30 minutes on 2 cores, 1.81x "
+    "game2048_muzero's at equal frames",
+)
 def game2048_stochastic_muzero() -> ExperimentConfig:
     """Stochastic MuZero on pgx's 2048 (Anakin, both cores of a CPU): afterstates and 32 chance
     codes (a tile's cell and value), a small residual model of the 4x4 board's 31 planes (one per
@@ -740,15 +813,19 @@ def game2048_stochastic_muzero() -> ExperimentConfig:
         # (benchmarks/chance.py).
         evaluation=EvaluationConfig(every_s=0.0),
         devices=DevicesConfig(cpu_devices=2),
-        # Without the consistency and code-information terms the encoder collapsed to one code
-        # within the first minute (2048's reward comes before the tile: nothing else asked the
-        # codes to differ); with them it used about 17 codes, each confidently (BENCHMARKS.md).
+        # The consistency and code-information terms keep the encoder from collapsing onto one
+        # code (2048's reward comes before the tile: nothing else asks the codes to differ).
         stochastic=StochasticConfig(
             num_chance_codes=32, consistency_loss_weight=2.0, code_information_weight=0.5
         ),
     )
 
 
+@preset(
+    "cpu",
+    "the control: MuZero's deterministic model on a game with chance (the wrong model); "
+    "2,712 after 30 minutes on 2 cores",
+)
 def game2048_muzero() -> ExperimentConfig:
     """The control of `game2048_stochastic_muzero`: the same network, simulations and training
     with MuZero's deterministic model, which learns one next state per move (a blur of the tiles
@@ -761,6 +838,11 @@ def game2048_muzero() -> ExperimentConfig:
     )
 
 
+@preset(
+    "cpu",
+    "Anakin, the true rules: after 30 minutes on 2 cores wins every game against random, "
+    "0.05 against pubeval in the arena",
+)
 def backgammon_alphazero() -> ExperimentConfig:
     """AlphaZero on pgx's backgammon (Anakin, both cores of a CPU): the real rules as the model,
     the dice at chance nodes expanded over the 21 rolls; an MLP on pgx's 34 numbers (the board
@@ -768,7 +850,7 @@ def backgammon_alphazero() -> ExperimentConfig:
     mover moves again within a turn; values are the game's score (1, 2 for a gammon, 3 for a
     backgammon), bootstrapped from the search's value 10 moves on. The decision nodes select
     as Gumbel MuZero's do: with PUCT's 16-simulation visits as its target the prior learned to
-    play below random while the value learned well (BENCHMARKS.md)."""
+    play below random while the value learned well."""
     return ExperimentConfig(
         name="backgammon_alphazero",
         mode="alphazero",
@@ -808,6 +890,11 @@ def backgammon_alphazero() -> ExperimentConfig:
     )
 
 
+@preset(
+    "cpu",
+    "after 30 minutes on 2 cores 0.84 against random (AlphaZero with the true rules: 1.00) "
+    "and 0.03 against pubeval in the arena",
+)
 def backgammon_stochastic_muzero() -> ExperimentConfig:
     """Stochastic MuZero on pgx's backgammon: `backgammon_alphazero`'s sizes with a learned model
     (afterstates, 32 chance codes for the 21 rolls and the moves without a roll, and whether the
@@ -823,106 +910,14 @@ def backgammon_stochastic_muzero() -> ExperimentConfig:
     )
 
 
-class PresetInfo(NamedTuple):
-    """What a preset is sized for and what it reaches there (figures from BENCHMARKS.md)."""
-
-    hardware: str  # "cpu" (a 2-core laptop is enough) or "accelerator" (a GPU or TPU)
-    reaches: str  # what a run reaches on that hardware, measured, or what is not yet measured
-    on_cpu: str = ""  # for an accelerator preset: how to try it on a CPU
+def names() -> list[str]:
+    """Every preset's name (earlier names too), in the order they are defined."""
+    return list(_PRESETS)
 
 
-INFO: dict[str, PresetInfo] = {
-    "tic_tac_toe_muzero": PresetInfo(
-        "cpu", "perfect play (every opponent line, both seats) after 5 minutes on 2 cores"
-    ),
-    "tic_tac_toe_alphazero": PresetInfo(
-        "cpu", "perfect play after 2-3 minutes on 2 cores (5-minute run)"
-    ),
-    "connect_four_muzero": PresetInfo(
-        "cpu",
-        "after 30 minutes on 2 cores beats random 20-0 and mcts:20 16-4, loses to "
-        "mcts:100 (2-18) and to mcts:1000 (0-40): hours, not minutes, on a CPU",
-    ),
-    "connect_four_alphazero": PresetInfo(
-        "cpu",
-        "after 30 minutes on 2 cores wins 65% / 80% / 90% against mcts:1000 at 32 / 256 / "
-        "800 simulations",
-    ),
-    "go9_muzero": PresetInfo(
-        "accelerator",
-        "not yet measured (200k updates of a 4-block, 64-channel network: days on a CPU)",
-        "search.num_simulations=16 network.channels=32 network.representation_blocks=2 "
-        "network.dynamics_blocks=2 learner.batch_size=64 actors.envs_per_thread=16",
-    ),
-    "cartpole_vtrace": PresetInfo(
-        "cpu", "a mean return of 475 (of 500) after 35 s on 2 cores, 500 at 10 minutes"
-    ),
-    "cartpole_muzero": PresetInfo(
-        "cpu", "MuZero from rewards: 475 (of 500) after 97 s on 2 cores, 499 at 10 minutes"
-    ),
-    "gymnax_cartpole_vtrace": PresetInfo(
-        "cpu", "Anakin on gymnax: 475 (of 500) after 25 s on 2 cores, 496 at 10 minutes"
-    ),
-    "gymnax_cartpole_muzero": PresetInfo(
-        "cpu", "Anakin on gymnax: 475 (of 500) after 113 s on 2 cores, 499 at 10 minutes"
-    ),
-    "minatar_breakout_vtrace": PresetInfo(
-        "cpu", "Anakin on MinAtar Breakout: above 10 after 10 minutes on 2 cores, 15.4 at 30"
-    ),
-    "minatar_muzero": PresetInfo(
-        "cpu",
-        "Anakin on MinAtar (any of its games): Breakout 8.29 at 500k frames, 1.50x V-trace "
-        "at equal frames",
-    ),
-    "minatar_breakout_muzero": PresetInfo("cpu", "minatar_muzero's earlier name"),
-    "minatar_efficientzero": PresetInfo(
-        "cpu",
-        "Anakin on MinAtar at 500k frames: SpaceInvaders 2.08x V-trace on the mean of six "
-        "seeds (65.43 against 31.42), Breakout 11.44 / 17.41 on two (2.63x), Asterix "
-        "1.42 (2.84x), Freeway 28.47 (1.21x); a 500k-frame run in 21-23 minutes",
-    ),
-    "atari100k_efficientzero": PresetInfo(
-        "accelerator",
-        "the Atari 100k protocol; not yet measured here (no GPU has run it)",
-        "search.num_simulations=8 network.channels=16 network.projection_hidden=64 "
-        "network.projection_size=64 network.predictor_hidden=32 network.value_prefix_hidden=32 "
-        "network.value_support=10 network.reward_support=2 learner.batch_size=32 "
-        "replay.samples_per_insert=2 reanalyse.fraction=0.25 actors.envs_per_thread=4",
-    ),
-    "atari_muzero": PresetInfo(
-        "accelerator",
-        "the paper's network and settings; not yet measured here (no GPU has run it)",
-        "--config pong_muzero_small (the same agent, CPU-sized)",
-    ),
-    "pong_muzero_small": PresetInfo(
-        "cpu",
-        "about 47 agent steps/s on 2 cores; the loss falls, Pong's return does not rise "
-        "within 20 minutes (0.1% of MuZero's training frames)",
-    ),
-    "atari_vtrace": PresetInfo(
-        "cpu", "about 130 agent steps/s (530 frames/s) on 2 cores; learning Pong takes hours"
-    ),
-    "game2048_stochastic_muzero": PresetInfo(
-        "cpu",
-        "Anakin on pgx's 2048: a mean score of 3,587 on OpenSpiel's 2048 after 30 minutes "
-        "(372k frames on a loaded machine), 1.81x game2048_muzero at equal frames",
-    ),
-    "game2048_muzero": PresetInfo(
-        "cpu",
-        "the control: MuZero's deterministic model on a game with chance (the wrong model); "
-        "1,982 at 390k frames, 2,712 after 30 minutes (647k frames)",
-    ),
-    "backgammon_alphazero": PresetInfo(
-        "cpu",
-        "Anakin, the true rules: after 30 minutes on 2 cores (4.9M frames) 100 of 100 against "
-        "random and 0.05 against pubeval in the arena; 0.95 against random from 1M frames",
-    ),
-    "backgammon_stochastic_muzero": PresetInfo(
-        "cpu",
-        "after 30 minutes on 2 cores (5.3M frames) 0.84 against random (AlphaZero with the "
-        "true rules: 1.00) and 0.03 against pubeval in the arena",
-    ),
-}
+def get(name: str) -> ExperimentConfig:
+    """The config of the preset `name` (KeyError for an unknown name)."""
+    return _PRESETS[name]()
 
 
 def describe() -> list[str]:
@@ -930,34 +925,15 @@ def describe() -> list[str]:
     return [f"  {name:<30}[{INFO[name].hardware}] {INFO[name].reaches}" for name in _PRESETS]
 
 
-_PRESETS: dict[str, Callable[[], ExperimentConfig]] = {
-    "tic_tac_toe_muzero": tic_tac_toe_muzero,
-    "tic_tac_toe_alphazero": tic_tac_toe_alphazero,
-    "connect_four_muzero": connect_four_muzero,
-    "connect_four_alphazero": connect_four_alphazero,
-    "go9_muzero": go9_muzero,
-    "cartpole_vtrace": cartpole_vtrace,
-    "cartpole_muzero": cartpole_muzero,
-    "gymnax_cartpole_vtrace": gymnax_cartpole_vtrace,
-    "gymnax_cartpole_muzero": gymnax_cartpole_muzero,
-    "minatar_breakout_vtrace": minatar_breakout_vtrace,
-    "minatar_muzero": minatar_muzero,
-    "minatar_breakout_muzero": minatar_muzero,  # its name before it took any MinAtar game
-    "minatar_efficientzero": minatar_efficientzero,
-    "atari_muzero": atari_muzero,
-    "atari100k_efficientzero": atari100k_efficientzero,
-    "pong_muzero_small": pong_muzero_small,
-    "atari_vtrace": atari_vtrace,
-    "game2048_stochastic_muzero": game2048_stochastic_muzero,
-    "game2048_muzero": game2048_muzero,
-    "backgammon_alphazero": backgammon_alphazero,
-    "backgammon_stochastic_muzero": backgammon_stochastic_muzero,
-}
-
-
-def names() -> list[str]:
-    return list(_PRESETS)
-
-
-def get(name: str) -> ExperimentConfig:
-    return _PRESETS[name]()
+# The presets by their own names (not their earlier ones), which are this module's functions.
+__all__ = [
+    "DEFAULT",
+    "HARDWARE",
+    "INFO",
+    "PresetInfo",
+    "describe",
+    "get",
+    "names",
+    "preset",
+    *sorted({build.__name__ for build in _PRESETS.values()}),
+]

@@ -120,11 +120,11 @@ class NetworkConfig:
     # tensor cores of GPUs and TPUs. Parameters, optimizer state, the output heads, the losses
     # and the search's value arithmetic stay float32 either way, so checkpoints do not change.
     compute_dtype: Literal["float32", "bfloat16"] = "float32"
-    # EfficientZero's consistency loss (`LossConfig.consistency_weight`): the projector's hidden
-    # width and output size, and the predictor's hidden width (SimSiam's heads on the latent).
+    # EfficientZero's consistency loss (`LossConfig.consistency_weight`) projects the latent
+    # and predicts the projection (SimSiam's heads): the projector's hidden width.
     projection_hidden: int = 256
-    projection_size: int = 256
-    predictor_hidden: int = 128
+    projection_size: int = 256  # The projector's output size (consistency loss).
+    predictor_hidden: int = 128  # The predictor's hidden width (consistency loss).
     # The value prefix's LSTM width (`LossConfig.value_prefix_horizon` > 0).
     value_prefix_hidden: int = 64
 

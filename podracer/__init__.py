@@ -6,4 +6,7 @@ parses commands and calls them, importing each subcommand's heavy parts once its
 
 from podracer.cli import main
 
-__all__ = ["main"]
+# The version (semantic, 0.x): pyproject.toml reads it from here; CHANGELOG.md says what changed.
+__version__ = "0.2.0"
+
+__all__ = ["__version__", "main"]

@@ -2,6 +2,7 @@
 
     podracer train [options] [key.path=value ...]     train by self-play (podracer.train_command)
     podracer arena --game G --players A,B,...         rate players (podracer.arena_command)
+    podracer --version
 
 Only the chosen subcommand's module is imported, and each imports its heavy parts (JAX, flax,
 OpenSpiel's bots, orbax) only once its input is checked: `podracer train --help` and a bad config
@@ -42,6 +43,9 @@ def _top_parser() -> argparse.ArgumentParser:
         + "\n\n`podracer COMMAND --help` describes each.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    from podracer import __version__
+
+    parser.add_argument("--version", action="version", version=f"podracer {__version__}")
     parser.add_argument(
         "command", metavar="COMMAND", choices=list(COMMANDS), help=f"one of: {', '.join(COMMANDS)}"
     )

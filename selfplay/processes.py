@@ -43,6 +43,7 @@ import jax
 import numpy as np
 
 from configs import UsageError
+from selfplay import _jax_internals
 from selfplay.checkpoints import flatten_dict
 from selfplay.launch import check_job_flags
 
@@ -271,9 +272,8 @@ def watch_peers(on_lost: Callable[[str], None], timeout_s: float = 60.0) -> Peer
     through): it says so in one line, and the heartbeats alone find a dead process."""
     if not is_distributed():
         return None
-    from jax._src import distributed  # the job's client and coordinator: no public handle
-
-    client = distributed.global_state.client
+    state = _jax_internals.distributed_state()  # the job's client and coordinator
+    client = state.client
     index, count = jax.process_index(), jax.process_count()
     watch = PeerWatch(index, count, on_lost)
     key = "podracer/peer_watch/port"
@@ -281,7 +281,7 @@ def watch_peers(on_lost: Callable[[str], None], timeout_s: float = 60.0) -> Peer
         client.key_value_set(key, str(watch.listen()))
     else:
         port = int(client.blocking_key_value_get(key, int(timeout_s * 1000)))
-        host = distributed.global_state.coordinator_address.rpartition(":")[0].strip("[]")
+        host = state.coordinator_address.rpartition(":")[0].strip("[]")
         try:
             watch.connect(host, port)
         except OSError as error:
@@ -475,10 +475,7 @@ def place_collectives(interface: str | None, timeout_s: float) -> CollectivesPla
     every process's route to the coordinator is loopback (all on one host); the coordinator's
     own host, whose route to itself may be loopback, takes its route to another process."""
     global _place
-    from jax._src import distributed, xla_bridge  # no public way to give gloo its address
-    from jax._src.lib import _jax
-
-    state = distributed.global_state
+    state = _jax_internals.distributed_state()
     client = state.client
     if interface is not None:
         place = CollectivesPlace(_interface_address(interface), f"interface {interface}'s")
@@ -501,20 +498,12 @@ def place_collectives(interface: str | None, timeout_s: float) -> CollectivesPla
     if interface is None and _is_loopback(place.address) and remote is not None:
         place = CollectivesPlace(_address_toward(remote), "its route to another host's")
     try:
-        collectives = _jax.make_gloo_tcp_collectives(
-            distributed_client=client, hostname=place.address
-        )
+        collectives = _jax_internals.make_gloo_collectives(client, place.address)
     except Exception as error:  # noqa: BLE001 - gloo raises whatever its socket calls do
         raise UsageError(
             f"could not open the collectives (gloo) on {place.address}: {_first_line(error)}"
         ) from None
-    default = xla_bridge._backend_factories["cpu"]
-    xla_bridge.register_backend_factory(
-        "cpu",
-        lambda: xla_bridge.make_cpu_client(collectives=collectives),
-        priority=default.priority,
-        fail_quietly=default.fail_quietly,
-    )
+    _jax_internals.use_cpu_collectives(collectives)  # no public way to give gloo its address
     _place = place
     return place
 
@@ -716,9 +705,7 @@ class Lockstep:
 
     def _exchange(self, mine: str) -> list[Any]:
         """Every process's `mine` of this round, in process order."""
-        from jax._src import distributed  # the job's client: no public handle (orbax does this)
-
-        client = distributed.global_state.client
+        client = _jax_internals.coordination_client()
         index, count = jax.process_index(), jax.process_count()
         round_key = f"{self._prefix}/{self._round}"
         self._round += 1

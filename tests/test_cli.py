@@ -1,11 +1,14 @@
 """The `podracer` command itself: light until its input is checked, options and overrides in any
 order, one line for a bad command."""
 
+import pathlib
+import re
 import subprocess
 import sys
 
 import pytest
 
+import podracer
 from podracer import cli, train_command
 from podracer.train_command import make_parser
 
@@ -68,6 +71,17 @@ def test_a_missing_or_unknown_command_is_a_usage_error(args, capsys):
         cli.main(args)
     assert exit_info.value.code == 2
     assert "usage: podracer" in capsys.readouterr().err
+
+
+def test_version_is_the_changelog_newest(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"podracer {podracer.__version__}"
+    assert re.fullmatch(r"0\.\d+\.\d+", podracer.__version__)  # semantic, 0.x
+    changelog = pathlib.Path(__file__).resolve().parent.parent / "CHANGELOG.md"
+    newest = re.search(r"^## (\S+)", changelog.read_text(), re.MULTILINE)
+    assert newest and newest.group(1) == podracer.__version__
 
 
 def test_a_stop_line_goes_out_in_one_write_with_its_newline(monkeypatch):

@@ -105,3 +105,27 @@ def test_every_module_with_public_names_lists_them_in_all():
         if public and not has_all and not name.endswith("__main__"):
             missing.append(name)
     assert not missing, f"modules with public names and no __all__: {missing}"
+
+
+def test_only_the_jax_internals_module_imports_jax_private_modules():
+    """JAX's `_src` changes between versions: one module uses it and checks the version."""
+    allowed = ROOT / "selfplay" / "_jax_internals.py"
+    offenders = []
+    for package in ORDER:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            private = {
+                name
+                for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                for name in [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                if name.startswith("jax._src")
+            } | {
+                alias.name
+                for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.Import)
+                for alias in node.names
+                if alias.name.startswith("jax._src")
+            }
+            if private and path != allowed:
+                offenders.append(str(path.relative_to(ROOT)))
+    assert not offenders, f"import jax._src only in selfplay/_jax_internals.py: {offenders}"

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import configs
-from selfplay import anakin, launch, processes
+from selfplay import _jax_internals, anakin, launch, processes
 from selfplay.actors import ACTOR_STAGES
 from selfplay.agent import make_agent
 from selfplay.checkpoints import restore_params
@@ -634,3 +634,32 @@ def test_an_mpi_job_without_mpi4py_is_refused_naming_what_to_install(monkeypatch
     message = r"started by Open MPI's mpirun: .*podracer\[mpi\]"
     with pytest.raises(configs.UsageError, match=message):
         processes._detection_method()
+
+
+def test_a_jax_without_the_private_names_gets_one_line_naming_the_versions(monkeypatch):
+    def renamed():
+        raise AttributeError("module 'jax._src.distributed' has no attribute 'global_state'")
+
+    monkeypatch.setattr(_jax_internals, "_load", renamed)
+    monkeypatch.setattr(_jax_internals.jax, "__version__", "0.99.0")
+    _jax_internals._private.cache_clear()
+    try:
+        with pytest.raises(configs.UsageError) as error:
+            _jax_internals.coordination_client()
+    finally:
+        _jax_internals._private.cache_clear()
+    line = str(error.value)
+    assert "\n" not in line and "jax 0.99.0" in line and "global_state" in line
+    assert "pip install 'jax>=0.10,<0.12'" in line
+
+
+def test_an_untried_jax_version_with_the_names_warns_once(monkeypatch):
+    monkeypatch.setattr(_jax_internals.jax, "__version__", "0.99.0")
+    _jax_internals._private.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="known to work with jax 0.10 and 0.11") as caught:
+            _jax_internals.distributed_state()
+            _jax_internals.distributed_state()
+    finally:
+        _jax_internals._private.cache_clear()
+    assert len(caught) == 1
