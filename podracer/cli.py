@@ -2,6 +2,8 @@
 
     podracer train [options] [key.path=value ...]     train by self-play (podracer.train_command)
     podracer arena --game G --players A,B,...         rate players (podracer.arena_command)
+    podracer pbt --population N --explore K=LO:HI ... Population Based Training on Ray Tune
+                                                      (podracer.pbt_command)
 
 Only the chosen subcommand's module is imported, and each imports its heavy parts (JAX, flax,
 OpenSpiel's bots, orbax) only once its input is checked: `podracer train --help` and a bad config
@@ -29,6 +31,11 @@ COMMANDS = {
     "arena": (
         "podracer.arena_command",
         "rate players (bots, checkpoints, you) against each other in a two-player game",
+    ),
+    "pbt": (
+        "podracer.pbt_command",
+        "Population Based Training on Ray Tune: a population of runs that copy the best and "
+        "perturb their hyperparameters",
     ),
 }
 
