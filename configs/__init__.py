@@ -8,6 +8,7 @@ from configs import presets
 from configs.errors import UsageError
 from configs.experiment import (
     MODES,
+    MUTABLE,
     RUNTIMES,
     ActorConfig,
     DevicesConfig,
@@ -22,6 +23,7 @@ from configs.loading import apply_overrides, describe_fields, from_dict, load_co
 
 __all__ = [
     "MODES",
+    "MUTABLE",
     "RUNTIMES",
     "ActorConfig",
     "DevicesConfig",

@@ -20,6 +20,7 @@ from search.config import SearchConfig
 
 __all__ = [
     "MODES",
+    "MUTABLE",
     "RUNTIMES",
     "ActorConfig",
     "DevicesConfig",
@@ -37,6 +38,42 @@ RUNTIMES = ("sebulba", "anakin")
 JAX_FAMILIES = ("pgx", "gymnax")
 CPU_CONVOLUTIONS = ("xla", "eigen")
 ACCELERATOR_PATHS = ("auto", "on", "off")
+
+# The fields that may change when a run resumes, worth changing mid-run: the train state's
+# structure does not depend on them, so a run goes on from its checkpoint with another value.
+# Population Based Training explores these (`podracer pbt --explore`). A resume still accepts
+# changes to any field but `selfplay.run.MUST_MATCH` (limits, actors, devices...); these are the
+# hyperparameters of learning and acting. Value: whether 0 switches off a part that holds
+# parameters (the consistency loss's projector), so a value may move only within > 0.
+MUTABLE: dict[str, bool] = {
+    "optimizer.learning_rate": False,
+    "loss.value_loss_weight": False,
+    "loss.reward_loss_weight": False,
+    "loss.policy_loss_weight": False,
+    "loss.dynamics_gradient_scale": False,
+    "loss.consistency_weight": True,
+    "loss.baseline_cost": False,
+    "loss.entropy_cost": False,
+    "loss.clip_rho_threshold": False,
+    "loss.clip_pg_rho_threshold": False,
+    "loss.vtrace_lambda": False,
+    "replay.priority_alpha": False,
+    "replay.priority_beta": False,
+    "replay.samples_per_insert": False,
+    "reanalyse.fraction": False,
+    "search.temperature": False,
+    "search.dirichlet_alpha": False,
+    "search.dirichlet_fraction": False,
+    "search.pb_c_init": False,
+    "search.gumbel_scale": False,
+    "actors.random_move_prob": False,
+    "stochastic.chance_loss_weight": False,
+    "stochastic.commitment_loss_weight": False,
+    "stochastic.afterstate_value_loss_weight": False,
+    "stochastic.turn_loss_weight": False,
+    "stochastic.consistency_loss_weight": False,
+    "stochastic.code_information_weight": False,
+}
 
 
 def _fail(section: str, field: str, expected: str, value) -> None:

@@ -2,6 +2,8 @@
 
     podracer train [options] [key.path=value ...]     train by self-play (podracer.train_command)
     podracer arena --game G --players A,B,...         rate players (podracer.arena_command)
+    podracer pbt --population N --explore K=LO:HI ... Population Based Training on Ray Tune
+                                                      (podracer.pbt_command)
     podracer --version
 
 Only the chosen subcommand's module is imported, and each imports its heavy parts (JAX, flax,
@@ -30,6 +32,11 @@ COMMANDS = {
     "arena": (
         "podracer.arena_command",
         "rate players (bots, checkpoints, you) against each other in a two-player game",
+    ),
+    "pbt": (
+        "podracer.pbt_command",
+        "Population Based Training on Ray Tune: a population of runs that copy the best and "
+        "perturb their hyperparameters",
     ),
 }
 

@@ -1,8 +1,9 @@
 """What each command needs installed beyond the search library, and one line when it is missing.
 
 A plain `pip install podracer` is `search` alone (jax, chex, numpy, mctx). Training needs the
-`train` extra, the arena the `train` and `openspiel` extras, and each environment family its own
-(`selfplay.envs.registry.require_family`); `.[all]` is everything.
+`train` extra, the arena the `train` and `openspiel` extras, `podracer pbt` the `train` and `pbt`
+(Ray Tune) extras, and each environment family its own (`selfplay.envs.registry.require_family`);
+`.[all]` is everything.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ __all__ = ["EXTRAS", "require"]
 EXTRAS = {
     "train": ("flax", "optax", "orbax", "tensorboardX", "matplotlib", "tqdm"),
     "openspiel": ("pyspiel", "open_spiel"),
+    "pbt": ("ray",),
 }
 
 

@@ -143,7 +143,7 @@ def run(args) -> int:
         watch_peers,
     )
     from selfplay.run import LIMITS, split_cpu
-    from selfplay.train import train
+    from selfplay.train import enable_compilation_cache, train
 
     split_cpu(config.devices.cpu_devices)  # before anything starts JAX's backend
     if joins:
@@ -152,7 +152,7 @@ def run(args) -> int:
             timeout_s=args.connect_timeout,
             collectives_interface=args.collectives_interface,
         )
-    _enable_compilation_cache()
+    enable_compilation_cache()
     warn_if_sized_for_an_accelerator(config)
     runtime = ", anakin" if config.runtime == "anakin" else ""
     who, watch = "", None
@@ -291,17 +291,3 @@ def warn_if_sized_for_an_accelerator(config: configs.ExperimentConfig) -> None:
         file=sys.stderr,
         flush=True,
     )
-
-
-def _enable_compilation_cache() -> None:
-    """Reuse compiled searches and updates across runs (a restart compiles nothing new)."""
-    import os
-    import pathlib
-
-    import jax
-
-    if os.environ.get("JAX_COMPILATION_CACHE_DIR") or jax.config.jax_compilation_cache_dir:
-        return
-    cache = pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache"))
-    jax.config.update("jax_compilation_cache_dir", str(cache / "podracer" / "jax"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)

@@ -26,6 +26,7 @@ import json
 import os
 import pathlib
 import queue
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -420,7 +421,11 @@ def run(
     limiter = runtime.replay.rate_limiter if runtime.replay is not None else None
     stopped_by: str | None = None
     try:
-        with handle_signals(stop), evaluation.running(), runtime.running(stop):
+        # Signals reach the main thread only: a run in another thread (a Ray Tune trial's)
+        # leaves them to its process, and ends on its limits or on `stop`.
+        main = threading.current_thread() is threading.main_thread()
+        signals = handle_signals(stop) if main else contextlib.nullcontext(stop)
+        with signals, evaluation.running(), runtime.running(stop):
             while True:
                 reason = stop.reason if stop.is_set() else limit_reached()
                 if distributed:

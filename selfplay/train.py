@@ -18,7 +18,7 @@ from selfplay.envs import EnvSpec
 from selfplay.lifetime import StopSignal
 from selfplay.run import Evaluator, RunResult, run, split_cpu
 
-__all__ = ["RunResult", "train"]
+__all__ = ["RunResult", "enable_compilation_cache", "train"]
 
 
 def train(
@@ -42,3 +42,19 @@ def train(
     return run(
         config, run_dir, make_runtime, progress=progress, stop=stop, make_evaluator=make_evaluator
     )
+
+
+def enable_compilation_cache() -> None:
+    """Reuse compiled searches and updates across runs (a restart compiles nothing new, nor does
+    a population member's next interval where its values did not change): JAX's persistent
+    cache in $XDG_CACHE_HOME/podracer/jax (~/.cache), unless JAX_COMPILATION_CACHE_DIR or the
+    caller set one."""
+    import pathlib
+
+    import jax
+
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR") or jax.config.jax_compilation_cache_dir:
+        return
+    cache = pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache"))
+    jax.config.update("jax_compilation_cache_dir", str(cache / "podracer" / "jax"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)

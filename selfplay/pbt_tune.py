@@ -1,0 +1,366 @@
+"""Population Based Training on Ray Tune: each member an ordinary run, trained one interval at a
+time in its Tune trial; Tune's `PopulationBasedTraining` scheduler ranks the members by their
+fitness every interval and has a member of the bottom quantile take over a top member's
+checkpoint (exploit) with perturbed values of the explored fields (explore).
+
+    run_population(settings, DIR)            ray.init() here (each member: its share of the
+                                             cores and GPUs), or on a cluster with `address`
+      Tuner(member trial x population, PBT)  DIR is Tune's storage_path: DIR/tune/
+        member i, in its trial's process:    adopt the source's checkpoint after an exploit;
+          until max_frames:                    train() to the interval's end in DIR/member_i
+            report(fitness, frames)            with a pointer to the checkpoint just saved
+      DIR/pbt.jsonl                          start, each interval, exploit, restart, end
+
+A member's process killed mid-interval is restarted by Tune (`max_failures` times) and resumes
+from the member's newest checkpoint. `run_population` again on the same DIR resumes the whole
+population (Tune's `Tuner.restore`). Ray is imported here and by the `podracer pbt` command only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import ray
+from ray import tune
+from ray.tune.schedulers import PopulationBasedTraining
+
+from configs import UsageError
+from selfplay.pbt import (
+    PopulationSettings,
+    adopt,
+    fitness_of,
+    interval_config,
+    log_event,
+    member_dir,
+    write_settings,
+)
+
+__all__ = ["MemberResult", "PopulationResult", "member_resources", "run_population"]
+
+TUNE_DIR = "tune"  # DIR/tune: Tune's experiment
+PROCESS_FILE = "process.json"  # in a member's folder: the process that trains it now
+POINTER_FILE = "member_checkpoint.json"  # a Tune checkpoint's content: which member, which step
+
+
+class MemberResult(NamedTuple):
+    member: int
+    frames: int  # behind its last reported parameters
+    fitness: float  # of its last interval
+    values: dict[str, float]  # its explored values then
+    error: str | None  # why it failed, if it did
+
+
+class PopulationResult(NamedTuple):
+    members: list[MemberResult]
+    finished: bool  # every member reached max_frames (else: stopped, or a member failed)
+
+
+def member_resources(population: int, cpus: float, gpus: float) -> dict[str, float]:
+    """Each member's share of a machine's (or a cluster's) cores and GPUs: whole cores, at
+    least one; whole GPUs where there are as many as members, else a fraction of one."""
+    share = {"cpu": max(1.0, float(int(cpus // population)))}
+    if gpus >= population:
+        share["gpu"] = float(int(gpus // population))
+    elif gpus > 0:
+        share["gpu"] = 1.0 / math.ceil(population / gpus)
+    return share
+
+
+def _member_name(trial: Any) -> str:
+    """Tune's trial ids end in the trial's number (`1a2b3_00002`): member_2."""
+    return f"member_{int(trial.trial_id.rsplit('_', 1)[1])}"
+
+
+def _clipper(settings: PopulationSettings) -> Callable[[dict], dict]:
+    def clip(config: dict) -> dict:
+        values = config["explore"]
+        config["explore"] = {k: settings.explore_value(k, v) for k, v in values.items()}
+        return config
+
+    return clip
+
+
+class _Scheduler(PopulationBasedTraining):
+    """Ray's PBT, writing each exploit as a line of DIR/pbt.jsonl when it decides it."""
+
+    def __init__(self, run_dir: str, **options: Any):
+        super().__init__(**options)
+        self.run_dir = run_dir
+
+    def _checkpoint_or_exploit(
+        self, trial: Any, tune_controller: Any, upper_quantile: list, lower_quantile: list
+    ) -> None:
+        # Ray records a top member's checkpoint only when that member reports while in the top
+        # quantile; a member's newest reported one (a pointer to its newest checkpoint, which
+        # its folder keeps) serves as well, so a bottom member can exploit at any report.
+        if trial in lower_quantile:
+            for top in upper_quantile:
+                state = self._trial_state[top]
+                if state.last_checkpoint is None and top.checkpoint is not None:
+                    state.last_checkpoint = top.checkpoint
+        super()._checkpoint_or_exploit(trial, tune_controller, upper_quantile, lower_quantile)
+
+    def _exploit(self, tune_controller: Any, trial: Any, trial_to_clone: Any) -> None:
+        old = dict(trial.config["explore"])
+        target, source = self._trial_state[trial], self._trial_state[trial_to_clone]
+        super()._exploit(tune_controller, trial, trial_to_clone)
+        event = log_event(
+            self.run_dir,
+            {
+                "event": "exploit",
+                "source": _number(str(trial_to_clone)),
+                "target": _number(str(trial)),
+                "frames": (target.last_result or {}).get("frames"),
+                "source_frames": (source.last_result or {}).get("frames"),
+                "source_fitness": source.last_score,
+                "target_fitness": target.last_score,
+                "old": old,
+                "new": dict(trial.config["explore"]),
+            },
+        )
+        print(
+            f"podracer pbt: member {event['target']} takes member {event['source']}'s "
+            f"checkpoint ({event['source_fitness']:.3g} > {event['target_fitness']:.3g}), "
+            f"now {_values_text(event['new'])}",
+            flush=True,
+        )
+
+
+class _Log(tune.Callback):
+    """Each member's interval (and a restart after a failure) as a line of DIR/pbt.jsonl and
+    one line on the console."""
+
+    def __init__(self, run_dir: str):
+        self.run_dir = run_dir
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info):
+        event = log_event(
+            self.run_dir,
+            {
+                "event": "interval",
+                "member": _number(str(trial)),
+                "frames": result["frames"],
+                "updates": result.get("updates"),
+                "fitness": result["fitness"],
+                # The values it trained with (an exploit decided at this result has changed
+                # the trial's config already).
+                "values": dict(result.get("config", trial.config)["explore"]),
+                "pid": result.get("pid"),
+                "node": result.get("node_ip"),
+            },
+        )
+        print(
+            f"podracer pbt: member {event['member']} at {event['frames']:,} frames: fitness "
+            f"{event['fitness']:.4g} ({_values_text(event['values'])})",
+            flush=True,
+        )
+
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info):
+        member = _number(str(trial))
+        log_event(self.run_dir, {"event": "restart", "member": member})
+        print(f"podracer pbt: member {member} failed; restarted from its checkpoint", flush=True)
+
+
+def _number(name: str) -> int:
+    return int(name.rsplit("_", 1)[1])
+
+
+def _values_text(values: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:.3g}" for k, v in values.items())
+
+
+def _member(
+    tune_config: dict,
+    settings: PopulationSettings | None = None,
+    run_dir: str = "",
+    make_evaluator: Callable | None = None,
+    gpu_share: float = 0.0,
+) -> None:
+    """A member's trial: one interval after another until `max_frames`, each reported to Tune
+    with its fitness and a pointer to the checkpoint it ended with."""
+    assert settings is not None
+    if 0 < gpu_share < 1:  # members sharing a GPU: each its share of its memory, not JAX's 75%
+        os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{0.9 * gpu_share:.2f}")
+    from selfplay.checkpoints import Checkpointer
+    from selfplay.metrics import read_metrics
+    from selfplay.run import LIMITS, RunTotals
+    from selfplay.train import enable_compilation_cache, train
+
+    enable_compilation_cache()
+    member = _number(tune.get_context().get_trial_name())
+    root = pathlib.Path(run_dir)
+    own = member_dir(root, member)
+    values = {k: settings.explore_value(k, v) for k, v in tune_config["explore"].items()}
+    own.mkdir(parents=True, exist_ok=True)
+    node = ray.util.get_node_ip_address()
+    (own / PROCESS_FILE).write_text(  # which process trains the member now
+        json.dumps({"pid": os.getpid(), "node": node, "since": time.time()})
+    )
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            pointer = json.loads((pathlib.Path(folder) / POINTER_FILE).read_text())
+        if pointer["member"] != member:  # an exploit: go on from the source's parameters
+            adopt(member_dir(root, pointer["member"]), pointer["step"], own)
+
+    def frames_so_far() -> int:
+        if not (own / "checkpoints").is_dir():
+            return 0
+        saved = Checkpointer(own / "checkpoints", max_to_keep=None, read_only=True)
+        try:
+            steps = saved.all_steps()
+            return RunTotals.from_metadata(saved.restore_metadata()).frames if steps else 0
+        finally:
+            saved.close()
+
+    while (frames := frames_so_far()) < settings.max_frames:
+        config = interval_config(settings, member, values, frames)
+        logged = len(read_metrics(own)) if (own / "metrics.jsonl").is_file() else 0
+        result = train(config, own, progress=False, make_evaluator=make_evaluator)
+        if result.stopped_by not in LIMITS:
+            raise RuntimeError(f"member {member} stopped early: {result.stopped_by}")
+        fitness = fitness_of(read_metrics(own)[logged:], settings.two_player)
+        with tempfile.TemporaryDirectory() as folder:
+            pointer = {"member": member, "step": result.updates, "frames": result.frames}
+            (pathlib.Path(folder) / POINTER_FILE).write_text(json.dumps(pointer))
+            tune.report(
+                {"fitness": fitness, "frames": result.frames, "updates": result.updates},
+                checkpoint=tune.Checkpoint.from_directory(folder),
+            )
+
+
+def run_population(
+    settings: PopulationSettings,
+    run_dir: str | os.PathLike,
+    *,
+    address: str | None = None,
+    make_evaluator: Callable | None = None,
+    resources: dict[str, float] | None = None,
+) -> PopulationResult:
+    """Trains the population of `settings` in `run_dir` (its `pbt.json`, `pbt.jsonl`,
+    `member_<i>/` and Tune's `tune/`), or resumes the one there. Ray: the session already
+    started in this process, else `ray.init(address)` (None: a local one with this machine's
+    cores and GPUs). `resources`: each member's, by default its share (`member_resources`).
+    Two-player games need `make_evaluator` (e.g. `arena.RunEvaluator`): their fitness is the
+    evaluation against the bots."""
+    if settings.two_player and make_evaluator is None:
+        raise UsageError("a two-player game's fitness is its evaluation: give make_evaluator")
+    root = pathlib.Path(run_dir).absolute()
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        if address:
+            ray.init(address=address)
+        else:
+            ray.init(include_dashboard=False)
+    try:
+        cluster = ray.cluster_resources()
+        share = resources or member_resources(
+            settings.population, cluster.get("CPU", 1.0), cluster.get("GPU", 0.0)
+        )
+        trainable = tune.with_resources(
+            tune.with_parameters(
+                _member,
+                settings=settings,
+                run_dir=str(root),
+                make_evaluator=make_evaluator,
+                gpu_share=share.get("gpu", 0.0),
+            ),
+            share,
+        )
+        experiment = root / TUNE_DIR
+        if tune.Tuner.can_restore(str(experiment)):
+            log_event(root, {"event": "resume", "members": settings.population})
+            tuner = tune.Tuner.restore(
+                str(experiment), trainable, resume_unfinished=True, resume_errored=True
+            )
+        else:
+            write_settings(root, settings)
+            log_event(
+                root,
+                {
+                    "event": "start",
+                    "population": settings.population,
+                    "interval_frames": settings.interval_frames,
+                    "max_frames": settings.max_frames,
+                    "explore": [e._asdict() for e in settings.explore],
+                    "config": settings.config.name,
+                    "resources_per_member": share,
+                },
+            )
+            tuner = _new_tuner(settings, root, trainable)
+        grid = tuner.fit()
+    finally:
+        if started_ray:
+            ray.shutdown()
+    members = []
+    for result in grid:
+        metrics = result.metrics or {}
+        trial_name = pathlib.Path(result.path).name
+        members.append(
+            MemberResult(
+                member=_number(trial_name),
+                frames=int(metrics.get("frames", 0)),
+                fitness=float(metrics.get("fitness", math.nan)),
+                values=dict((result.config or {}).get("explore", {})),
+                error=None if result.error is None else str(result.error).splitlines()[0],
+            )
+        )
+    members.sort(key=lambda m: m.member)
+    finished = all(m.error is None and m.frames >= settings.max_frames for m in members)
+    log_event(
+        root,
+        {
+            "event": "end" if finished else "stopped",
+            "members": [
+                {"member": m.member, "frames": m.frames, "fitness": m.fitness, "error": m.error}
+                for m in members
+            ],
+        },
+    )
+    return PopulationResult(members, finished)
+
+
+def _new_tuner(settings: PopulationSettings, root: pathlib.Path, trainable: Any) -> tune.Tuner:
+    def domain(explore) -> Any:
+        return (tune.loguniform if explore.log else tune.uniform)(explore.low, explore.high)
+
+    mutations = {"explore": {e.key: domain(e) for e in settings.explore}}
+    scheduler = _Scheduler(
+        str(root),
+        time_attr="frames",
+        metric="fitness",
+        mode="max",
+        # Members report a little past each multiple of the interval: every report is a
+        # decision.
+        perturbation_interval=settings.interval_frames / 2,
+        hyperparam_mutations=mutations,
+        custom_explore_fn=_clipper(settings),
+        quantile_fraction=0.25,
+        resample_probability=0.25,
+        log_config=False,
+    )
+    return tune.Tuner(
+        trainable,
+        param_space={"explore": {e.key: domain(e) for e in settings.explore}},
+        tune_config=tune.TuneConfig(
+            scheduler=scheduler,
+            num_samples=settings.population,
+            reuse_actors=True,  # a member restarted after an exploit keeps its warm process
+            trial_name_creator=_member_name,
+            trial_dirname_creator=_member_name,
+        ),
+        run_config=tune.RunConfig(
+            name=TUNE_DIR,
+            storage_path=str(root),
+            failure_config=tune.FailureConfig(max_failures=settings.max_failures),
+            callbacks=[_Log(str(root))],
+            verbose=0,
+        ),
+    )

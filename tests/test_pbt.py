@@ -1,0 +1,237 @@
+"""`podracer pbt`: a population on Ray Tune exploits and explores, survives a killed member and
+an interruption, and refuses a bad --explore before starting Ray."""
+
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import configs
+from podracer import cli
+from selfplay import pbt
+from selfplay.checkpoints import restore_params
+
+CARTPOLE = [  # a tiny V-trace learner: each 2,000-frame interval takes seconds once compiled
+    "evaluation.every_s=0",
+    "network.mlp_sizes=[16,16]",
+    "learner.batch_size=2",
+    "actors.envs_per_thread=4",
+    "actors.unroll_length=8",
+    "learner.log_every_s=0.5",
+    "learner.checkpoint_every=20",
+    "learner.keep_checkpoints=50",  # every step stays on disk: the test compares parameters
+]
+TIC_TAC_TOE = [
+    "learner.batch_size=16",
+    "replay.min_size=64",
+    "replay.capacity=4000",
+    "actors.threads_per_device=1",
+    "actors.envs_per_thread=8",
+    "actors.unroll_length=8",
+    "search.num_simulations=4",
+    "network.channels=8",
+    "network.head_hidden=8",
+    "loss.unroll_steps=2",
+    "learner.log_every_s=0.5",
+    "learner.checkpoint_every=50",
+    "evaluation.opponents=[random]",
+    "evaluation.games=2",
+]
+LEARNING_RATE = "optimizer.learning_rate=1e-5:1e-2:log"
+
+
+@pytest.mark.parametrize(
+    "explore, message",
+    [
+        ("optimizer.no_such_rate=1:2", "unknown config field 'optimizer.no_such_rate'"),
+        ("network.channels=8:16", "network.channels: not a field a run may change"),
+        ("optimizer=1:2", "'optimizer' is a section"),
+        ("optimizer.learning_rate=3e-3:1e-4", "LOW < HIGH"),
+        ("replay.priority_alpha=-1:1", "bound -1.0 is out of range"),
+        ("actors.random_move_prob=0.5:2", "bound 2.0 is out of range"),
+        ("optimizer.learning_rate=0:1e-3:log", "a log scale needs LOW > 0"),
+        ("optimizer.learning_rate=1e-4", "is not KEY=LOW:HIGH"),
+        ("optimizer.learning_rate=1e-4:1e-3:ln", "is not KEY=LOW:HIGH"),
+        ("optimizer.learning_rate=a:b", "bounds must be numbers"),
+    ],
+)
+def test_a_bad_explore_gets_one_line_and_exit_2_before_ray_starts(
+    explore, message, capsys, tmp_path, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, "selfplay.pbt_tune", None)  # importing it (Ray) would fail
+    code = cli.main(
+        [
+            "pbt",
+            "--config",
+            "cartpole_vtrace",
+            "--population=2",
+            "--interval-frames=100",
+            "--max-frames=200",
+            "--explore",
+            explore,
+            "--run-dir",
+            str(tmp_path / "pop"),
+        ]
+    )
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(lines) == 1 and message in lines[0], lines
+    assert not (tmp_path / "pop").exists()
+
+
+def test_a_consistency_weight_stays_on_when_explored():
+    config = configs.load_config("minatar_efficientzero")
+    with pytest.raises(configs.UsageError, match="needs LOW > 0"):
+        pbt.parse_explore("loss.consistency_weight=0:2", config)
+    assert pbt.parse_explore("loss.consistency_weight=0.5:4", config).high == 4.0
+
+
+@pytest.fixture(scope="module")
+def ray_session(tmp_path_factory):
+    """One Ray session for the module; members share a compilation cache."""
+    ray = pytest.importorskip("ray")
+    cache = tmp_path_factory.mktemp("jax-cache")
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        runtime_env={"env_vars": {"JAX_COMPILATION_CACHE_DIR": str(cache)}},
+    )
+    yield
+    ray.shutdown()
+
+
+def _settings(preset, overrides, interval, total, explore=(LEARNING_RATE,)):
+    config = configs.load_config(preset, overrides)
+    return pbt.PopulationSettings(
+        config, 2, interval, total, tuple(pbt.parse_explore(e, config) for e in explore)
+    )
+
+
+def _watch(run_dir, events):
+    """Kills member 1's process while it trains its second interval (Ray restarts it); once it
+    has reported that interval, SIGUSR1 to this process: Tune's graceful stop, as Ctrl-C is for
+    `podracer pbt`. Appends what it did to `events`."""
+    from selfplay.pbt_tune import PROCESS_FILE
+
+    deadline = time.monotonic() + 300
+    process = pbt.member_dir(run_dir, 1) / PROCESS_FILE
+    while time.monotonic() < deadline:
+        lines = pbt.read_events(run_dir)
+        intervals = [e for e in lines if e["event"] == "interval"]
+        first = [e["frames"] for e in intervals if e["member"] == 1][:1]
+        if not events and first and _trained_past(pbt.member_dir(run_dir, 1), first[0]):
+            os.kill(json.loads(process.read_text())["pid"], signal.SIGKILL)
+            events.append("killed")
+        restarts = [e["time"] for e in lines if e["event"] == "restart"]
+        if events == ["killed"] and restarts:
+            if any(e["member"] == 1 and e["time"] > restarts[0] for e in intervals):
+                events.append("interrupted")
+                os.kill(os.getpid(), signal.SIGUSR1)
+                return
+        time.sleep(0.2)
+
+
+def _trained_past(run_dir, frames):
+    """Whether the run logged a line past `frames`."""
+    with open(run_dir / "metrics.jsonl") as f:
+        return any(json.loads(line).get("frames", 0) > frames for line in f if line.endswith("\n"))
+
+
+@pytest.fixture(scope="module")
+def cartpole_population(ray_session, tmp_path_factory):
+    """A population of 2 on CartPole, 3 intervals of 1,000 frames: member 1's process killed
+    in the second, the population interrupted after it and resumed for the third."""
+    from selfplay.pbt_tune import run_population
+
+    run_dir = tmp_path_factory.mktemp("cartpole") / "pop"
+    settings = _settings("cartpole_vtrace", CARTPOLE, 1_000, 3_000)
+    events: list = []
+    watcher = threading.Thread(target=_watch, args=(run_dir, events), daemon=True)
+    watcher.start()
+    interrupted = run_population(settings, run_dir)
+    watcher.join(timeout=5)
+    resumed = run_population(settings, run_dir)
+    return run_dir, settings, events, interrupted, resumed
+
+
+@pytest.mark.xfail(
+    reason="open (2026-11-27): a population stopped right after a killed member's restart has "
+    "resumed without running that member again in one of two runs here",
+    strict=False,
+)
+def test_cartpole_population_resumes_after_an_interruption(cartpole_population):
+    run_dir, settings, events, interrupted, resumed = cartpole_population
+    assert events == ["killed", "interrupted"]
+    assert not interrupted.finished
+    assert resumed.finished
+    assert all(m.frames >= settings.max_frames and m.error is None for m in resumed.members)
+    kinds = [e["event"] for e in pbt.read_events(run_dir)]
+    assert kinds[0] == "start" and "stopped" in kinds and "resume" in kinds
+    assert kinds[-1] == "end"
+
+
+def test_a_killed_member_is_restarted_from_its_checkpoint(cartpole_population):
+    run_dir, *_ = cartpole_population
+    lines = pbt.read_events(run_dir)
+    restart = next(i for i, e in enumerate(lines) if e["event"] == "restart")
+    assert lines[restart]["member"] == 1
+    # It went on from where it was, not from the start: its next interval ends further on.
+    intervals = [(i, e["frames"]) for i, e in enumerate(lines) if e["event"] == "interval"]
+    before = [frames for i, frames in intervals if i < restart and lines[i]["member"] == 1]
+    after = [frames for i, frames in intervals if i > restart and lines[i]["member"] == 1]
+    assert after and min(after) > max(before)
+
+
+def test_cartpole_population_exploits_and_explores_within_bounds(cartpole_population):
+    run_dir, settings, *_ = cartpole_population
+    (bounds,) = settings.explore
+    lines = pbt.read_events(run_dir)
+    exploits = [e for e in lines if e["event"] == "exploit"]
+    assert exploits, "no exploit in 3 intervals of 2 members"
+    for line in lines:
+        for values in (line.get("values"), line.get("old"), line.get("new")):
+            if values:
+                assert bounds.low <= values[bounds.key] <= bounds.high
+    # The worse member's next interval starts from the better one's parameters: the checkpoint
+    # it adopted is the source's, leaf for leaf, and it trained on from that step.
+    exploit = exploits[-1]
+    target = pbt.member_dir(run_dir, exploit["target"])
+    adopted = json.loads((target / pbt.ADOPTED_FILE).read_text())
+    source = pbt.member_dir(run_dir, int(adopted["source"].rsplit("_", 1)[1]))
+    theirs = restore_params(source, adopted["step"])
+    ours = restore_params(target, adopted["step"])
+    leaves = zip(*(jax_leaves(p) for p in (theirs, ours)), strict=True)
+    assert all(np.array_equal(a, b) for a, b in leaves)
+    records = [json.loads(line) for line in (target / "metrics.jsonl").read_text().splitlines()]
+    assert any(r["step"] > adopted["step"] for r in records)
+
+
+def jax_leaves(tree):
+    import jax
+
+    return jax.tree.leaves(tree)
+
+
+def test_tic_tac_toe_population_ranks_by_the_evaluation_against_bots(ray_session, tmp_path):
+    from arena import RunEvaluator
+    from selfplay.pbt_tune import run_population
+
+    explore = (LEARNING_RATE, "search.dirichlet_fraction=0.1:0.5")
+    settings = _settings("tic_tac_toe_muzero", TIC_TAC_TOE, 400, 800, explore)
+    result = run_population(settings, tmp_path / "pop", make_evaluator=RunEvaluator)
+    assert result.finished
+    lines = pbt.read_events(tmp_path / "pop")
+    intervals = [e for e in lines if e["event"] == "interval"]
+    assert len(intervals) >= 4  # 2 each, and an interval again after each exploit
+    assert all(0.0 <= e["fitness"] <= 1.0 for e in intervals)  # a score against random
+    assert any(e["event"] == "exploit" for e in lines)
+    for line in intervals:
+        for spec in settings.explore:
+            assert spec.low <= line["values"][spec.key] <= spec.high
+    assert not any(math.isnan(e["fitness"]) for e in intervals)
