@@ -135,6 +135,7 @@ def run(args) -> int:
         extras.require("openspiel", "evaluation during training (or set evaluation.every_s=0)")
         from arena import RunEvaluator as make_evaluator
     # Heavy imports only once the input is known to be good.
+    from selfplay.files import WriteFailed
     from selfplay.processes import (
         CollectivesUnreachable,
         PeerLost,
@@ -170,6 +171,12 @@ def run(args) -> int:
         result = train(config, run_dir, progress=not args.quiet, make_evaluator=make_evaluator)
     except UsageError:
         raise
+    except WriteFailed as error:  # a full disk, a file-size limit: the file and the error
+        say_whole(
+            f"podracer train{who}: run stopped: {error}; the checkpoints saved before it are "
+            "whole: run again to resume once the run directory can be written"
+        )
+        return 1
     except Exception as error:  # a failed thread or learner: its message, then a non-zero exit
         if isinstance(error, PeerLost) or (joins and _from_a_lost_peer(error)):
             lost = error if isinstance(error, PeerLost) else peer_lost(error)
