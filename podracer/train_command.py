@@ -172,9 +172,11 @@ def run(args) -> int:
     except UsageError:
         raise
     except WriteFailed as error:  # a full disk, a file-size limit: the file and the error
-        say_whole(
+        print(
             f"podracer train{who}: run stopped: {error}; the checkpoints saved before it are "
-            "whole: run again to resume once the run directory can be written"
+            "whole: run again to resume once the run directory can be written",
+            file=sys.stderr,
+            flush=True,
         )
         return 1
     except Exception as error:  # a failed thread or learner: its message, then a non-zero exit
