@@ -14,6 +14,7 @@ from typing import NoReturn
 import configs
 from configs import UsageError
 from podracer import extras
+from podracer.cli import OneLineParser
 
 __all__ = ["make_parser", "run", "warn_if_sized_for_an_accelerator"]
 
@@ -30,7 +31,7 @@ _EXAMPLES = """examples:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="podracer train",
         description=(
             "Train by self-play. Runs in --run-dir (config.json, metrics.jsonl, "
@@ -40,7 +41,7 @@ def make_parser() -> argparse.ArgumentParser:
             "on from where the run stopped)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=(
+        epilog=lambda: (  # type: ignore[arg-type]  # built only for --help
             f"presets (default {configs.presets.DEFAULT}), [the hardware each is sized for] and "
             f"what it reaches there:\n" + "\n".join(configs.presets.describe()) + "\n\n"
             f"{_EXAMPLES}\nfields (section.field = default  description):\n"
