@@ -66,7 +66,11 @@ class Tally:
                 self.failures.append(f"{args!r}: {type(error).__name__}: {error}"[:600])
             return
         self.handled += 1
-        self.accepted += result is True or result == 0
+        from configs import ExperimentConfig
+
+        is_code = isinstance(result, int) and not isinstance(result, bool)
+        self.accepted += result is True or (is_code and result == 0)
+        self.accepted += isinstance(result, ExperimentConfig)
 
     def report(self, **extra) -> None:
         line = {
