@@ -9,6 +9,7 @@ from pathlib import Path
 
 from configs import UsageError
 from podracer import extras
+from podracer.cli import OneLineParser
 
 __all__ = ["make_parser", "run"]
 
@@ -19,7 +20,7 @@ def make_parser() -> argparse.ArgumentParser:
     from arena.matches import FORMATS
     from arena.players import describe_players
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="podracer arena",
         description="Play a round-robin or gauntlet tournament and fit Elo ratings with 95% CIs, "
         "and each pairing's expected score with its interval; in a one-player game (2048), each "

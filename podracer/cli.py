@@ -20,7 +20,7 @@ import sys
 
 from configs.errors import UsageError
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "OneLineParser", "main"]
 
 # Subcommand -> (its module, one line for `podracer --help`).
 COMMANDS = {
@@ -39,6 +39,21 @@ COMMANDS = {
         "perturb their hyperparameters",
     ),
 }
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A subcommand's parser: a bad option is one line and exit 2, as every other bad input
+    (argparse's own error prints the whole usage first, several lines for our commands). The
+    epilog may be a function, called only when the help is shown (`podracer train`'s lists
+    every config field, which takes half a second to build)."""
+
+    def format_help(self) -> str:
+        if callable(self.epilog):
+            self.epilog = self.epilog()
+        return super().format_help()
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _top_parser() -> argparse.ArgumentParser:

@@ -14,6 +14,7 @@ from typing import NoReturn
 import configs
 from configs import UsageError
 from podracer import extras
+from podracer.cli import OneLineParser
 
 __all__ = ["make_parser", "run", "warn_if_sized_for_an_accelerator"]
 
@@ -30,7 +31,7 @@ _EXAMPLES = """examples:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="podracer train",
         description=(
             "Train by self-play. Runs in --run-dir (config.json, metrics.jsonl, "
@@ -40,7 +41,7 @@ def make_parser() -> argparse.ArgumentParser:
             "on from where the run stopped)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=(
+        epilog=lambda: (  # type: ignore[arg-type]  # built only for --help
             f"presets (default {configs.presets.DEFAULT}), [the hardware each is sized for] and "
             f"what it reaches there:\n" + "\n".join(configs.presets.describe()) + "\n\n"
             f"{_EXAMPLES}\nfields (section.field = default  description):\n"
@@ -135,6 +136,7 @@ def run(args) -> int:
         extras.require("openspiel", "evaluation during training (or set evaluation.every_s=0)")
         from arena import RunEvaluator as make_evaluator
     # Heavy imports only once the input is known to be good.
+    from selfplay.files import WriteFailed
     from selfplay.processes import (
         CollectivesUnreachable,
         PeerLost,
@@ -170,6 +172,14 @@ def run(args) -> int:
         result = train(config, run_dir, progress=not args.quiet, make_evaluator=make_evaluator)
     except UsageError:
         raise
+    except WriteFailed as error:  # a full disk, a file-size limit: the file and the error
+        print(
+            f"podracer train{who}: run stopped: {error}; the checkpoints saved before it are "
+            "whole: run again to resume once the run directory can be written",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
     except Exception as error:  # a failed thread or learner: its message, then a non-zero exit
         if isinstance(error, PeerLost) or (joins and _from_a_lost_peer(error)):
             lost = error if isinstance(error, PeerLost) else peer_lost(error)

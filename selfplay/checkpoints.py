@@ -8,6 +8,16 @@ temporary directory and renames it when complete, so a crash leaves either a who
 temporary directory that is never listed; nothing already saved is deleted except by `max_to_keep`
 after a newer checkpoint is complete.
 
+A checkpoint proves itself whole: `meta` holds SHA-256 digests (`sha256`) of each top-level
+field of the state (every leaf's path, dtype, shape and bytes), of the config and of `meta`
+itself, written at save and checked at every read. A damaged checkpoint (a file truncated,
+emptied, missing or garbled; its metadata or config rewritten; its folder empty; its commit
+marker gone) raises `DamagedCheckpoint`, one line, before a garbled byte is trained on or
+played with. A resume (`newest_whole`) goes on from the newest whole checkpoint and moves each
+damaged one aside (never deleted). A save that cannot be written (a full disk, a file-size
+limit) raises `selfplay.files.WriteFailed`, one line naming the checkpoint and the error; the
+checkpoints before it stay whole.
+
 With `replay.checkpoint=true` each process also saves its replay beside each checkpoint
 (`save_replay`: `<run_dir>/replay/process_<I>-step_<N>.npz`, plain arrays written to a temporary
 file and renamed, the last two kept), and a resumed run reloads the one of its step
@@ -17,14 +27,19 @@ replay's copy, not for the file.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import logging
 import os
 import re
+import shutil
+import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,9 +47,12 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from configs import UsageError
+from selfplay.files import WriteFailed, describe_write_error
 
 __all__ = [
     "Checkpointer",
+    "DamagedCheckpoint",
+    "Resumed",
     "ReplayWriter",
     "checkpoint_step",
     "config_differences",
@@ -62,16 +80,31 @@ def save_replay(
     run_dir: str | os.PathLike, process: int, step: int, arrays: Mapping[str, Any]
 ) -> Path:
     """Writes a process's replay (`SequenceReplay.state`) for checkpoint `step` atomically and
-    keeps the newest `REPLAYS_KEPT`; returns the file."""
+    keeps the newest `REPLAYS_KEPT`; returns the file.
+
+    Raises:
+      WriteFailed: the file could not be written (named, with the system's error); the
+        replays saved before stay whole and the partial file is removed.
+    """
     folder = Path(run_dir) / "replay"
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"process_{process}-step_{step}.npz"
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        # A writer killed mid-write left its temporary file: never read, it only takes space.
+        for stale in folder.glob(f"process_{process}-step_*.npz.tmp"):
+            stale.unlink(missing_ok=True)
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise WriteFailed(
+            f"cannot write the replay {path}: {describe_write_error(error)}"
+        ) from None
     saved = sorted(_replay_files(Path(run_dir), process).items())
     for _, old in saved[:-REPLAYS_KEPT]:
         old.unlink(missing_ok=True)
@@ -214,20 +247,112 @@ def _tree_differences(saved: Any, target: Any) -> list[str]:
     return diffs
 
 
+DIGESTS = "sha256"  # the key in `meta` of the digests that prove a checkpoint whole
+COMMIT_MARKER = "commit_success.txt"  # orbax writes it into a step's folder as the save ends
+DAMAGED_FOLDER = "checkpoints-damaged"  # beside `checkpoints/`: where a resume sets damage aside
+
+
+def _state_digests(tree: Any) -> dict[str, str]:
+    """SHA-256 of each top-level field of a state (raw keys: as saved), over every leaf's path,
+    dtype, shape and bytes, in the order of the paths. A state that is one array is field ""."""
+    digests: dict[str, Any] = {}
+    for path, leaf in sorted(_flatten_paths(_raw_keys(tree)).items()):
+        field = path.split(".", 1)[0]
+        value = np.ascontiguousarray(np.asarray(leaf))
+        digest = digests.setdefault(field, hashlib.sha256())
+        digest.update(f"{path}|{value.dtype.str}|{value.shape}|".encode())
+        digest.update(value.tobytes())
+    return {field: digest.hexdigest() for field, digest in digests.items()}
+
+
+def _json_digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def _sealed(meta: dict[str, Any]) -> dict[str, Any]:
+    """`meta` with the digest of its own content added to its digests (`update_metadata` seals
+    it again)."""
+    digests = dict(meta.get(DIGESTS, {}))
+    digests.pop("meta", None)
+    unsealed = {**meta, DIGESTS: digests}
+    return {**unsealed, DIGESTS: {**digests, "meta": _json_digest(unsealed)}}
+
+
+class DamagedCheckpoint(UsageError):
+    """A checkpoint that is not whole: `reason` says why in a few words (also the name of the
+    folder a resume sets it aside in)."""
+
+    def __init__(self, path: Path, step: int, reason: str, detail: str = "", others=()):
+        self.path, self.step, self.reason, self.detail = path, step, reason, detail
+        self.why = f"{reason}: {detail}" if detail else reason
+        more = f"; other saved steps: {list(others)}" if others else ""
+        super().__init__(f"checkpoint {path} is damaged ({self.why}){more}")
+
+
+class Resumed(NamedTuple):
+    """What `Checkpointer.newest_whole` found: the newest whole checkpoint and what it skipped."""
+
+    step: int | None  # None: no checkpoint at all (a new run)
+    state: Any  # the restored state (the target's structure); None with no checkpoint
+    metadata: dict[str, Any]  # the checkpoint's metadata
+    damaged: list[tuple[DamagedCheckpoint, Path | None]]  # newest first; where each was moved
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error)
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+class _QuietOrbax(logging.Filter):
+    """Drops orbax's own log records below CRITICAL (its warnings about a missing metadata file,
+    the traceback its background thread logs for a failed write): every failure of a save or a
+    read reaches the caller as one line of ours instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.CRITICAL or f"{os.sep}orbax{os.sep}" not in record.pathname
+
+
+def _quiet_orbax() -> None:
+    absl = logging.getLogger("absl")
+    if not any(isinstance(f, _QuietOrbax) for f in absl.filters):
+        absl.addFilter(_QuietOrbax())
+
+
+def _drop_closed_loop_callbacks() -> None:
+    """After a failed read, TensorStore completes the reads still in flight and calls back into
+    orbax's event loop, which orbax closed as the first error returned: Python reports each
+    callback's `RuntimeError: Event loop is closed` as an unraisable exception, a traceback after
+    the line that already said what was wrong. This hook drops exactly those; every other
+    unraisable exception goes to the hook before it."""
+    if getattr(sys.unraisablehook, "drops_closed_loop_callbacks", False):
+        return
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        error = unraisable.exc_value
+        if isinstance(error, RuntimeError) and str(error) == "Event loop is closed":
+            return
+        previous(unraisable)
+
+    hook.drops_closed_loop_callbacks = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
+
+
 class Checkpointer:
     """Saves and restores the training state of one run.
 
     Usage:
 
         ckpt = Checkpointer(run_dir / "checkpoints", max_to_keep=3, must_match=("env", "network"))
-        if ckpt.latest_step() is not None:            # resume
-            state = ckpt.restore(target=initial_state, config=config_dict)
+        found = ckpt.newest_whole(initial_state, config_dict, set_aside_in=run_dir)  # resume
+        state = found.state if found.step is not None else initial_state
         ...
         ckpt.save(step, state, config_dict)           # every N steps and at stop
         ckpt.close()                                  # waits for the last write
 
-    `save` returns once the arrays are copied to host memory; the files are written in a
-    background thread (orbax's asynchronous checkpointing), so the learner is not held up.
+    `save` returns once the arrays are copied to host memory (and their digests taken); the
+    files are written in a background thread (orbax's asynchronous checkpointing), so the
+    learner is not held up.
     """
 
     def __init__(
@@ -252,6 +377,7 @@ class Checkpointer:
             raise UsageError(f"no checkpoint directory at {self.directory}")
         if max_to_keep is not None and max_to_keep < 1:
             raise UsageError(f"max_to_keep must be >= 1 or None, got {max_to_keep}")
+        _quiet_orbax()
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, create=not read_only, read_only=read_only
         )
@@ -261,9 +387,16 @@ class Checkpointer:
             "config": ocp.JsonCheckpointHandler(),
             "meta": ocp.JsonCheckpointHandler(),
         }
-        self._manager = ocp.CheckpointManager(
-            self.directory, options=options, item_handlers=handlers
-        )
+        try:
+            self._manager = ocp.CheckpointManager(
+                self.directory, options=options, item_handlers=handlers
+            )
+        except OSError as error:
+            raise WriteFailed(
+                f"cannot create the checkpoint directory {self.directory}: "
+                f"{describe_write_error(error)}"
+            ) from None
+        self._writing: int | None = None  # the step whose files may still be in flight
 
     def all_steps(self) -> list[int]:
         """The steps of the complete checkpoints, oldest first."""
@@ -285,36 +418,75 @@ class Checkpointer:
 
         Returns False without writing when `step` is already saved (a resumed run that saves
         the step it restored). `metadata` must be JSON-serialisable (e.g. parameter versions).
+
+        Raises:
+          WriteFailed: the previous save, or this one, could not be written (its files are
+            left in orbax's temporary folder, never listed as a checkpoint).
         """
         step = int(step)
         if step in self._manager.all_steps():
             return False
-        meta = {"step": step, "time": time.time(), **(metadata or {})}
+        config = dict(config)
+        digests = {"state": _state_digests(state), "config": _json_digest(config)}
+        meta = _sealed({"step": step, "time": time.time(), **(metadata or {}), DIGESTS: digests})
         args = ocp.args.Composite(
             state=ocp.args.PyTreeSave(_raw_keys(state)),
-            config=ocp.args.JsonSave(dict(config)),
+            config=ocp.args.JsonSave(config),
             meta=ocp.args.JsonSave(meta),
         )
-        return bool(self._manager.save(step, args=args, force=True))
+        self.wait()  # the previous save's error names the previous step
+        self._writing = step
+        with self._writes():
+            return bool(self._manager.save(step, args=args, force=True))
 
     def update_metadata(self, step: int, metadata: Mapping[str, Any]) -> None:
         """Adds `metadata` to the metadata of the saved `step`, atomically (a temporary file
-        renamed over the item's JSON): a run that stops at a step it had already saved records
-        its final counts there. The save of `step` must be finished (`wait`); over several
-        processes one of them calls this (it reads and writes the file alone: no collective)."""
-        path = self.directory / str(int(step)) / "meta" / "metadata"
-        meta = {**json.loads(path.read_text()), **metadata}
+        renamed over the item's JSON, its digest sealed again): a run that stops at a step it had
+        already saved records its final counts there. The save of `step` must be finished
+        (`wait`); over several processes one of them calls this (it reads and writes the file
+        alone: no collective)."""
+        step = int(step)
+        meta = _sealed({**self._verified_meta(step), **metadata})
+        path = self.directory / str(step) / "meta" / "metadata"
         tmp = path.with_name(f".metadata.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(meta))
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w") as f:
+                f.write(json.dumps(meta))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise WriteFailed(
+                f"cannot write checkpoint {path.parent.parent}'s metadata: "
+                f"{describe_write_error(error)}"
+            ) from None
 
     def wait(self) -> None:
-        """Blocks until every started save is on disk (and raises a save's error)."""
-        self._manager.wait_until_finished()
+        """Blocks until every started save is on disk (and raises a save's error as
+        WriteFailed)."""
+        with self._writes():
+            self._manager.wait_until_finished()
 
     def close(self) -> None:
-        """Waits for pending saves and releases the manager."""
-        self._manager.close()
+        """Waits for pending saves and releases the manager (a save's error: WriteFailed)."""
+        with self._writes():
+            self._manager.close()
+
+    @contextlib.contextmanager
+    def _writes(self) -> Iterator[None]:
+        """Around orbax's calls that finish a save: its error, however orbax words it, becomes
+        one line naming the checkpoint and the system's error."""
+        try:
+            yield
+        except (UsageError, WriteFailed):
+            raise
+        except Exception as error:
+            where = self.directory / str(self._writing) if self._writing is not None else None
+            raise WriteFailed(
+                f"cannot write checkpoint {where or self.directory}: {describe_write_error(error)}"
+            ) from None
 
     def _step_or_latest(self, step: int | None) -> int:
         """The newest complete step, or `step` checked to be saved: the one rule every restore
@@ -330,41 +502,78 @@ class Checkpointer:
             )
         return int(step)
 
-    def _restore_items(self, step: int, **items: Any) -> Any:
+    def _damaged(self, step: int, reason: str, detail: str = "") -> DamagedCheckpoint:
+        others = [s for s in self.all_steps() if s != step]
+        return DamagedCheckpoint(self.directory / str(step), step, reason, detail, others)
+
+    def _restore_items(self, step: int, what: str = "state", **items: Any) -> Any:
         try:
             return self._manager.restore(step, args=ocp.args.Composite(**items))
         except UsageError:
             raise
         except Exception as e:
-            others = [s for s in self.all_steps() if s != step]
-            raise UsageError(
-                f"checkpoint {self.directory / str(step)} is unreadable "
-                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-                f"other saved steps: {others}"
-            ) from e
+            _drop_closed_loop_callbacks()
+            raise self._damaged(step, f"unreadable {what}", _first_line(e)) from None
+
+    def _verified_meta(self, step: int) -> dict[str, Any]:
+        """The metadata of the saved `step`, its folder and digest checked: DamagedCheckpoint
+        for an empty folder, a missing commit marker, or metadata unreadable or rewritten."""
+        folder = self.directory / str(step)
+        if not folder.is_dir() or not any(folder.iterdir()):
+            raise self._damaged(step, "empty folder")
+        if not (folder / COMMIT_MARKER).is_file():
+            raise self._damaged(step, "no commit marker", f"{COMMIT_MARKER} is missing")
+        meta = self._restore_items(step, "metadata", meta=ocp.args.JsonRestore()).meta
+        if not isinstance(meta, dict):
+            raise self._damaged(step, "unreadable metadata", "not a JSON object")
+        digests = meta.get(DIGESTS)
+        if digests is None:  # saved before checkpoints carried digests: nothing to check
+            return meta
+        if not isinstance(digests, dict) or _sealed(meta)[DIGESTS].get("meta") != digests.get(
+            "meta"
+        ):
+            raise self._damaged(step, "metadata rewritten", "its digest differs")
+        return meta
+
+    def _check_state(self, step: int, meta: Mapping[str, Any], tree: Any, fields: Any) -> None:
+        """DamagedCheckpoint unless the restored `tree` (raw keys) has the digests saved for
+        `fields` (None: all of them)."""
+        saved = meta.get(DIGESTS, {}).get("state")
+        if saved is None:
+            return
+        got = _state_digests(tree)
+        for field in sorted(saved) if fields is None else fields:
+            if got.get(field) != saved.get(field):
+                raise self._damaged(
+                    step, "state garbled", f"the digest of {field or 'the state'} differs"
+                )
 
     def _saved_tree(self, step: int) -> Any:
         """The saved state's structure with each leaf's shape and dtype, read from metadata."""
         try:
             saved = self._manager.item_metadata(step).state
         except Exception as e:
-            raise UsageError(
-                f"checkpoint {self.directory / str(step)} has unreadable metadata "
-                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
-            ) from e
+            raise self._damaged(step, "unreadable metadata", _first_line(e)) from None
         if saved is None:
-            raise UsageError(f"checkpoint {self.directory / str(step)} has no saved state")
+            raise self._damaged(step, "no saved state")
         return getattr(saved, "tree", saved)
 
     def restore_config(self, step: int | None = None) -> dict[str, Any]:
-        """The config dict saved with `step` (default: the newest)."""
+        """The config dict saved with `step` (default: the newest), checked against its
+        digest."""
         step = self._step_or_latest(step)
-        return self._restore_items(step, config=ocp.args.JsonRestore()).config
+        meta = self._verified_meta(step)
+        config = self._restore_items(step, "config", config=ocp.args.JsonRestore()).config
+        saved = meta.get(DIGESTS, {}).get("config")
+        if saved is not None and _json_digest(config) != saved:
+            raise self._damaged(step, "config rewritten", "its digest differs")
+        return config
 
     def restore_metadata(self, step: int | None = None) -> dict[str, Any]:
-        """The metadata saved with `step` (default: the newest): step, time, and the caller's."""
-        step = self._step_or_latest(step)
-        return self._restore_items(step, meta=ocp.args.JsonRestore()).meta
+        """The metadata saved with `step` (default: the newest): step, time, and the caller's
+        (the digests, `sha256`, checked and left out)."""
+        meta = self._verified_meta(self._step_or_latest(step))
+        return {k: v for k, v in meta.items() if k != DIGESTS}
 
     def check_config(self, config: Mapping[str, Any], step: int | None = None) -> None:
         """Raises UsageError naming the `must_match` keys where `config` differs from the saved."""
@@ -382,7 +591,7 @@ class Checkpointer:
         target: Any = None,
         config: Mapping[str, Any] | None = None,
     ) -> Any:
-        """The state saved at `step` (default: the newest complete checkpoint).
+        """The state saved at `step` (default: the newest complete checkpoint), checked whole.
 
         Args:
           step: which checkpoint; None for the newest.
@@ -392,14 +601,18 @@ class Checkpointer:
           config: when given, first checked against the saved config on `must_match`.
 
         Raises:
-          UsageError: no such checkpoint, an unreadable one, a config that differs on
-            `must_match`, or a state whose shapes differ from `target` (the leaves are named).
+          DamagedCheckpoint: the checkpoint is not whole (a UsageError: one line).
+          UsageError: no such checkpoint, a config that differs on `must_match`, or a state
+            whose shapes differ from `target` (the leaves are named).
         """
         step = self._step_or_latest(step)
+        meta = self._verified_meta(step)
         if config is not None:
             self.check_config(config, step)
         if target is None:
-            return self._restore_items(step, state=ocp.args.PyTreeRestore()).state
+            raw = self._restore_items(step, state=ocp.args.PyTreeRestore()).state
+            self._check_state(step, meta, raw, None)
+            return raw
         abstract = _abstract(target)
         saved_tree = self._saved_tree(step)
         diffs = _tree_differences(saved_tree, abstract)
@@ -411,6 +624,7 @@ class Checkpointer:
             )
         restore_args = ocp.checkpoint_utils.construct_restore_args(abstract)
         raw = self._restore_items(step, state=ocp.args.PyTreeRestore(abstract, restore_args)).state
+        self._check_state(step, meta, raw, None)
         return jax.tree.map(
             lambda t, x: (
                 jax.random.wrap_key_data(x, dtype=t.dtype) if _is_key(t) else jnp.asarray(x)
@@ -421,8 +635,10 @@ class Checkpointer:
 
     def restore_subtree(self, field: str, step: int | None = None) -> Any:
         """Only the top-level `field` of the saved state (e.g. "params"), as nested dicts of
-        numpy arrays, without reading the rest (optimizer state, keys) from disk."""
+        numpy arrays, without reading the rest (optimizer state, keys) from disk; checked
+        against its digest."""
         step = self._step_or_latest(step)
+        meta = self._verified_meta(step)
         saved_tree = self._saved_tree(step)
         if not isinstance(saved_tree, Mapping) or field not in saved_tree:
             raise UsageError(f"checkpoint {self.directory / str(step)} has no top-level {field!r}")
@@ -432,7 +648,66 @@ class Checkpointer:
         args = ocp.args.PyTreeRestore(
             item, ocp.checkpoint_utils.construct_restore_args(item), partial_restore=True
         )
-        return self._restore_items(step, state=args).state[field]
+        restored = self._restore_items(step, state=args).state
+        self._check_state(step, meta, restored, [field])
+        return restored[field]
+
+    def newest_whole(
+        self,
+        target: Any,
+        config: Mapping[str, Any] | None = None,
+        set_aside_in: str | os.PathLike | None = None,
+    ) -> Resumed:
+        """The newest whole checkpoint, restored as `restore(step, target, config)` restores it:
+        each newer one found damaged is skipped and, with `set_aside_in` (a run directory), moved
+        to `<set_aside_in>/checkpoints-damaged/<step>-<reason>` (never deleted; over several
+        processes, one of them moves them).
+
+        Raises:
+          UsageError: checkpoints were saved and none is whole (one line: how many were damaged
+            and where they are); or `restore`'s refusal of a whole one (a config that differs on
+            `must_match`, another state's shapes).
+        """
+        damaged: list[tuple[DamagedCheckpoint, Path | None]] = []
+        for step in reversed(self.all_steps()):
+            try:
+                metadata = self.restore_metadata(step)
+                state = self.restore(step, target=target, config=config)
+            except DamagedCheckpoint as error:
+                moved = self._set_aside(error, Path(set_aside_in)) if set_aside_in else None
+                damaged.append((error, moved))
+                continue
+            return Resumed(step, state, metadata, damaged)
+        if damaged:
+            newest, moved = damaged[0]
+            where = f", set aside in {moved.parent}" if moved is not None else ""
+            raise UsageError(
+                f"no whole checkpoint left in {self.directory}: {len(damaged)} damaged{where} "
+                f"(the newest, {newest.step}: {newest.why}); start a new --run-dir"
+            )
+        return Resumed(None, None, {}, [])
+
+    def _set_aside(self, error: DamagedCheckpoint, run_dir: Path) -> Path | None:
+        """Moves a damaged checkpoint's folder out of the directory orbax lists."""
+        folder = run_dir / DAMAGED_FOLDER
+        reason = re.sub(r"[^a-z0-9]+", "-", error.reason.lower()).strip("-")
+        destination = folder / f"{error.step}-{reason}"
+        n = 1
+        while destination.exists():  # set aside before: keep both
+            n += 1
+            destination = folder / f"{error.step}-{reason}-{n}"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(error.path), str(destination))
+        except FileNotFoundError:  # another process of the job moved it first
+            destination = None  # type: ignore[assignment]
+        except OSError as move_error:
+            raise WriteFailed(
+                f"cannot set the damaged checkpoint {error.path} aside in {folder}: "
+                f"{describe_write_error(move_error)}"
+            ) from None
+        self._manager.reload()
+        return destination
 
 
 def checkpoint_step(run_dir: str | os.PathLike, step: int | None = None) -> int:
@@ -473,6 +748,8 @@ def restore_params(
     directory = run_dir / "checkpoints" if (run_dir / "checkpoints").is_dir() else run_dir
     ckpt = Checkpointer(directory, max_to_keep=None, read_only=True)
     try:
+        step = ckpt._step_or_latest(step)
+        ckpt.restore_config(step)  # a rewritten config is damage too, though the params are read
         params = ckpt.restore_subtree(field, step)
     finally:
         ckpt.close()

@@ -18,6 +18,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from selfplay.files import WriteFailed, describe_write_error
+
 __all__ = [
     "MetricsLogger",
     "StageTimer",
@@ -140,8 +142,12 @@ class MetricsLogger:
         with self._lock:
             if self._closed:
                 raise RuntimeError("log() after close()")
-            self._file.write(line + "\n")
-            self._file.flush()
+            try:
+                self._file.write(line + "\n")
+                self._file.flush()
+            except OSError as error:
+                detail = describe_write_error(error)
+                raise WriteFailed(f"cannot write {self.path}: {detail}") from None
             if self._writer is not None:
                 for key, value in record.items():
                     if key in ("step", "time", "wall_time") or isinstance(value, str | None):
@@ -183,13 +189,19 @@ class MetricsLogger:
             if self._closed:
                 return
             self._closed = True
-            self._file.close()
+            failed: OSError | None = None
+            try:
+                self._file.close()
+            except OSError as error:  # what was still buffered: a line at most
+                failed = error
             if self._writer is not None:
                 self._writer.close()
             if self._wandb is not None:
                 self._wandb.close()
             if self._bar is not None:
                 self._bar.close()
+            if failed is not None:
+                raise WriteFailed(f"cannot write {self.path}: {describe_write_error(failed)}")
 
     def __enter__(self) -> MetricsLogger:
         return self

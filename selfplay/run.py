@@ -41,6 +41,7 @@ from selfplay.actors import ACTOR_STAGES
 from selfplay.agent import Agent
 from selfplay.checkpoints import Checkpointer, ReplayWriter, config_differences, load_replay
 from selfplay.envs import EnvSpec
+from selfplay.files import RunLock, WriteFailed, describe_write_error
 from selfplay.lifetime import StopSignal, ThreadGroup, handle_signals
 from selfplay.metrics import MetricsLogger, StageTimer, plot_learning_curves
 from selfplay.processes import (
@@ -245,10 +246,14 @@ def split_cpu(count: int) -> None:
 
 
 def prepare_run_dir(
-    run_dir: str | os.PathLike, config: ExperimentConfig, *, write: bool = True
+    run_dir: str | os.PathLike,
+    config: ExperimentConfig,
+    *,
+    write: bool = True,
+    lock: RunLock | None = None,
 ) -> pathlib.Path:
-    """Creates (or reopens) the run directory and writes config.json atomically (with `write`;
-    over several processes only process 0 writes).
+    """Creates (or reopens) the run directory, takes `lock` (if given and not held yet) and
+    writes config.json atomically (with `write`; over several processes only process 0 writes).
 
     A directory that already holds a run with a different game, mode or network is refused, so a
     mistyped --run-dir cannot overwrite someone's checkpoints.
@@ -261,6 +266,8 @@ def prepare_run_dir(
         probe.unlink()
     except OSError as error:
         raise UsageError(f"cannot write to run directory {run_dir}: {error.strerror}") from None
+    if lock is not None:
+        lock.acquire()
     config_path = run_dir / "config.json"
     new = to_dict(config)
     if config_path.exists():
@@ -275,14 +282,20 @@ def prepare_run_dir(
             )
     if write:
         tmp = config_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(new, indent=2))
-        tmp.replace(config_path)
+        try:
+            tmp.write_text(json.dumps(new, indent=2))
+            tmp.replace(config_path)
+        except OSError as error:
+            tmp.unlink(missing_ok=True)
+            detail = describe_write_error(error)
+            raise WriteFailed(f"cannot write {config_path}: {detail}") from None
     return run_dir
 
 
 def start_run(config: ExperimentConfig, agent: Agent, optimizer, run_dir: pathlib.Path) -> RunStart:
-    """The train state for `optimizer` (from the newest checkpoint in `run_dir` if there is
-    one) and the checkpointer that keeps saving there."""
+    """The train state for `optimizer` (from the newest whole checkpoint in `run_dir` if there
+    is one: each newer one found damaged is set aside, with a line saying which and why) and the
+    checkpointer that keeps saving there."""
     init_key, state_key, key = jax.random.split(jax.random.PRNGKey(config.seed), 3)
     state = muzero.init_train_state(
         jax.jit(agent.init)(init_key), optimizer, state_key, agent.target
@@ -291,12 +304,19 @@ def start_run(config: ExperimentConfig, agent: Agent, optimizer, run_dir: pathli
         run_dir / "checkpoints", config.learner.keep_checkpoints, must_match=MUST_MATCH
     )
     config_dict = to_dict(config)
-    resumed_from = checkpointer.latest_step()
+    lead = jax.process_index() == 0  # sets damaged checkpoints aside and says so
+    found = checkpointer.newest_whole(state, config_dict, set_aside_in=run_dir if lead else None)
+    for damaged, moved in found.damaged if lead else ():
+        print(
+            f"podracer: checkpoint {damaged.step} is damaged ({damaged.why}); set aside in "
+            f"{moved}; resuming from an older one",
+            flush=True,
+        )
     before = RunTotals()
-    if resumed_from is not None:
-        state = checkpointer.restore(resumed_from, target=state, config=config_dict)
-        before = RunTotals.from_metadata(checkpointer.restore_metadata(resumed_from))
-    return RunStart(state, checkpointer, config_dict, resumed_from, key, before)
+    if found.step is not None:
+        state = found.state
+        before = RunTotals.from_metadata(found.metadata)
+    return RunStart(state, checkpointer, config_dict, found.step, key, before)
 
 
 def plot_run(run_dir: pathlib.Path) -> None:
@@ -324,12 +344,44 @@ def run(
     Over several processes (`jax.distributed`) every process calls this with the same config and
     run directory: the processes agree every round on whether to go on, learn and log
     (`selfplay.processes.Lockstep`); process 0 writes config.json, the logs and the plot and runs
-    the evaluator; all take part in each checkpoint (orbax writes the replicated state once)."""
+    the evaluator; all take part in each checkpoint (orbax writes the replicated state once).
+
+    One process writes a run directory: process 0 holds its lock (`selfplay.files.RunLock`)
+    from the start (an existing run) or from the directory's creation (a new one) to the end;
+    another process that would train it is refused at once, its holder named."""
+    lock = RunLock(run_dir) if jax.process_index() == 0 else None
+    try:
+        return _run(
+            config,
+            run_dir,
+            make_runtime,
+            lock,
+            progress=progress,
+            stop=stop,
+            make_evaluator=make_evaluator,
+        )
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run(
+    config: ExperimentConfig,
+    run_dir: str | os.PathLike,
+    make_runtime: Callable[[ExperimentConfig, Any], Runtime],
+    lock: RunLock | None,
+    *,
+    progress: bool,
+    stop: StopSignal | None,
+    make_evaluator: Callable[[ExperimentConfig, EnvSpec], Evaluator] | None,
+) -> RunResult:
     optimizer = muzero.make_optimizer(config.optimizer)
     check_same_config(to_dict(config))  # one line in every process if any differs
     lead = jax.process_index() == 0  # logs, plots and evaluates
     refused: UsageError | None = None
     try:  # bad input is refused (one line) before anything is written
+        if lock is not None and pathlib.Path(run_dir).is_dir():
+            lock.acquire()  # a run another process trains: refused before any start-up work
         runtime = make_runtime(config, optimizer)
         evaluator = None
         evaluates = config.evaluation.every_s > 0 or config.evaluation.at_frames
@@ -339,7 +391,7 @@ def run(
             raise UsageError(
                 "logging.wandb=true needs the wandb package: pip install 'podracer[wandb]'"
             )
-        run_dir = prepare_run_dir(run_dir, config, write=lead)
+        run_dir = prepare_run_dir(run_dir, config, write=lead, lock=lock)
     except UsageError as error:
         refused = error
     share_usage_error(refused)  # whichever process refused, every process exits with its line

@@ -1,8 +1,17 @@
 """Checkpoints: round trip, keep-K, resume from the newest, refusal of a mismatched config or
-state, and a crash's leftovers ignored."""
+state, and a crash's leftovers ignored; damage found and set aside, kills during saves, a full
+disk and a file-size limit."""
 
 import json
+import os
+import pathlib
+import random
+import shutil
+import signal
+import subprocess
+import sys
 import threading
+import time
 from typing import NamedTuple
 
 import jax
@@ -277,3 +286,247 @@ def test_the_replay_writer_returns_before_the_file_is_written_and_raises_a_faile
         "process_0-step_10.npz",
         "process_0-step_20.npz",
     ]
+
+
+# What a checkpoint can suffer on disk, each applied to the newest of three: (name, reason the
+# resume gives). The state's data file is the largest file under state/ocdbt.process_0/d/.
+def _data_file(step_dir):
+    files = [p for p in (step_dir / "state").rglob("*") if p.is_file() and p.parent.name == "d"]
+    return max(files, key=lambda p: p.stat().st_size)
+
+
+def _truncate(step_dir):
+    path = _data_file(step_dir)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _garble(step_dir):  # 64 bytes in the middle of the largest file: orbax reads it without error
+    path = _data_file(step_dir)
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 64] = bytes(255 - b for b in data[middle : middle + 64])
+    path.write_bytes(bytes(data))
+
+
+def _rewrite_json(step_dir, item, change):
+    path = step_dir / item / "metadata"
+    path.write_text(json.dumps(change(json.loads(path.read_text()))))
+
+
+def _empty_folder(step_dir):
+    shutil.rmtree(step_dir)
+    step_dir.mkdir()
+
+
+DAMAGE = {
+    "truncated": (_truncate, "unreadable state"),
+    "emptied": (lambda d: _data_file(d).write_bytes(b""), "unreadable state"),
+    "file missing": (lambda d: _data_file(d).unlink(), "unreadable state"),
+    "garbled": (_garble, "state garbled"),
+    "metadata rewritten": (
+        lambda d: _rewrite_json(d, "meta", lambda m: {**m, "frames": 10**9}),
+        "metadata rewritten",
+    ),
+    "config rewritten": (
+        lambda d: _rewrite_json(d, "config", lambda c: {**c, "learner": {"lr": 1.0}}),
+        "config rewritten",
+    ),
+    "empty folder": (_empty_folder, "empty folder"),
+    "commit marker gone": (lambda d: (d / "commit_success.txt").unlink(), "no commit marker"),
+}
+
+
+def _big_state(step: int) -> TrainState:
+    """A state whose params are large enough (64 KiB of noise) to have a data file of their own."""
+    state = _state(step=step, seed=step)
+    w = np.random.default_rng(step).standard_normal((128, 128), np.float32)
+    return state._replace(params={**state.params, "big": jnp.asarray(w)})
+
+
+@pytest.fixture(scope="module")
+def three_checkpoints(tmp_path_factory):
+    """A run directory with checkpoints 1, 2 and 3, written once for every case."""
+    run = tmp_path_factory.mktemp("whole") / "run"
+    ckpt = Checkpointer(run / "checkpoints", max_to_keep=3)
+    for step in (1, 2, 3):
+        ckpt.save(step, _big_state(step), CONFIG, metadata={"frames": step * 100})
+    ckpt.close()
+    return run
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_checkpoint_is_set_aside_and_the_newest_whole_one_resumes(
+    damage, three_checkpoints, tmp_path
+):
+    run = tmp_path / "run"
+    shutil.copytree(three_checkpoints, run)
+    apply, reason = DAMAGE[damage]
+    apply(run / "checkpoints" / "3")
+    files_before = sorted(p.name for p in (run / "checkpoints" / "3").rglob("*"))
+
+    # The arena's read refuses it in one line that names it and the whole ones beside it.
+    with pytest.raises(UsageError) as refused:
+        restore_params(run)
+    line = str(refused.value)
+    assert "\n" not in line and reason in line and "other saved steps: [1, 2]" in line
+    assert (run / "checkpoints" / "3").is_dir()  # a reader moves nothing
+
+    ckpt = Checkpointer(run / "checkpoints", max_to_keep=3)
+    found = ckpt.newest_whole(target=_big_state(0), config=CONFIG, set_aside_in=run)
+    assert found.step == 2 and found.metadata["frames"] == 200
+    _assert_trees_equal(found.state, _big_state(2))
+    ((skipped, moved),) = found.damaged
+    assert skipped.step == 3 and skipped.reason == reason
+    assert moved == run / "checkpoints-damaged" / f"3-{reason.replace(' ', '-')}"
+    assert sorted(p.name for p in moved.rglob("*")) == files_before  # moved whole, not deleted
+    assert ckpt.all_steps() == [1, 2]
+    ckpt.save(3, _big_state(3), CONFIG)  # the run goes on and saves step 3 again
+    ckpt.close()
+    assert int(Checkpointer(run / "checkpoints").restore(target=_big_state(0)).step) == 3
+
+
+def test_with_no_whole_checkpoint_left_the_resume_stops_in_one_line(three_checkpoints, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(three_checkpoints, run)
+    for step, damage in zip((1, 2, 3), ("garbled", "empty folder", "truncated"), strict=True):
+        DAMAGE[damage][0](run / "checkpoints" / str(step))
+    ckpt = Checkpointer(run / "checkpoints", max_to_keep=3)
+    with pytest.raises(UsageError) as refused:
+        ckpt.newest_whole(target=_big_state(0), config=CONFIG, set_aside_in=run)
+    line = str(refused.value)
+    assert "\n" not in line
+    assert line.startswith(f"no whole checkpoint left in {run / 'checkpoints'}: 3 damaged")
+    assert sorted(p.name for p in (run / "checkpoints-damaged").iterdir()) == [
+        "1-state-garbled",
+        "2-empty-folder",
+        "3-unreadable-state",
+    ]
+
+
+def test_final_counts_written_after_the_save_keep_the_checkpoint_whole(tmp_path):
+    ckpt = Checkpointer(tmp_path)
+    ckpt.save(4, _state(step=4), CONFIG, metadata={"frames": 10})
+    ckpt.wait()
+    ckpt.update_metadata(4, {"frames": 25, "final": True})
+    meta = ckpt.restore_metadata(4)
+    assert meta["frames"] == 25 and meta["final"] and meta["step"] == 4
+    assert "sha256" not in meta  # the digests are checked, not handed out
+    ckpt.close()
+    # A hand edit that the digest did not see is damage.
+    _rewrite_json(tmp_path / "4", "meta", lambda m: {**m, "frames": 26})
+    with pytest.raises(UsageError, match="is damaged .metadata rewritten"):
+        Checkpointer(tmp_path).restore_metadata()
+
+
+WORKER = str(pathlib.Path(__file__).parent / "_checkpoint_worker.py")
+ENV = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parents[1])}
+
+
+def test_kills_at_random_moments_of_saves_leave_the_newest_whole_checkpoint(tmp_path):
+    # A process saves checkpoints and replays in a loop. 20 times, at random moments, it is
+    # stopped and its run directory copied: what a SIGKILL at that moment leaves on disk (a kill
+    # undoes no write the kernel took); then one real SIGKILL. Each copy resumes from its newest
+    # whole checkpoint, with the state saved at that step.
+    from tests._checkpoint_worker import CONFIG as WORKER_CONFIG
+    from tests._checkpoint_worker import state
+
+    run = tmp_path / "run"
+    writer = subprocess.Popen(
+        [sys.executable, WORKER, "save-loop", str(run)], stdout=subprocess.PIPE, text=True, env=ENV
+    )
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        moments = random.Random(0)
+        copies = []
+        for i in range(20):
+            time.sleep(moments.uniform(0.02, 0.2))
+            os.kill(writer.pid, signal.SIGSTOP)
+            try:
+                copies.append(tmp_path / f"at_{i}")
+                shutil.copytree(run, copies[-1]) if run.exists() else copies[-1].mkdir()
+            finally:
+                os.kill(writer.pid, signal.SIGCONT)
+    finally:
+        writer.kill()
+        writer.communicate(timeout=30)
+    copies.append(run)
+    resumed = []
+    for copy in copies:
+        ckpt = Checkpointer(copy / "checkpoints", max_to_keep=3)
+        found = ckpt.newest_whole(state(0), WORKER_CONFIG, set_aside_in=copy)
+        ckpt.close()
+        assert not found.damaged, found.damaged  # orbax's rename: never a half checkpoint listed
+        if found.step is not None:
+            np.testing.assert_array_equal(
+                found.state["params"]["w"], state(found.step)["params"]["w"]
+            )
+            replay = load_replay(copy, 0, found.step)  # its replay, or none yet: never a torn one
+            assert replay is None or int(replay["uid"][0]) == found.step
+        assert not list((copy / "replay").glob("*.npz.tmp")) or found.step is not None
+        resumed.append(found.step)
+    assert resumed[-1] is not None and resumed[-1] >= 3, resumed  # it had saved a few
+
+
+def _full_disk(run, prefix=(), limit: int | None = None) -> dict:
+    """What the worker saw writing into `run` until each kind of write failed."""
+    done = subprocess.run(
+        [*prefix, sys.executable, WORKER, "full-disk", str(run)] + ([str(limit)] if limit else []),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.strip() == "", done.stderr[-3000:]  # no traceback, no orbax log
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _assert_each_write_failed_in_one_line(seen: dict, run, error: str) -> None:
+    assert seen["replay"] == f"cannot write the replay {run}/replay/process_0-step_2.npz: {error}"
+    assert seen["replay_kept"] == 1 and seen["replay_whole"] and seen["replay_tmp_left"] == []
+    failed = run / "checkpoints" / str(seen["saved"] + 1)
+    assert seen["checkpoint"] == f"cannot write checkpoint {failed}: {error}"
+    assert seen["saved"] >= 1 and seen["resumed"] == seen["saved"] and seen["resumed_equal"]
+    assert seen["metrics"] == f"cannot write {run}/metrics.jsonl: {error}"
+
+
+def test_a_full_disk_stops_each_write_in_one_line_and_keeps_what_was_saved(tmp_path):
+    run = tmp_path / "disk"
+    run.mkdir()
+    # A real full disk: a tmpfs of 1.5 MiB mounted in a mount namespace of the worker's own.
+    mount = [
+        "unshare",
+        "--mount",
+        "sh",
+        "-c",
+        f'mount -t tmpfs -o size=1536k tmpfs "{run}" && exec "$@"',
+        "sh",
+    ]
+    if shutil.which("unshare") is None or subprocess.run([*mount, "true"]).returncode != 0:
+        pytest.skip("`unshare --mount` cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
+    seen = _full_disk(run, prefix=mount)
+    _assert_each_write_failed_in_one_line(seen, run, "[Errno 28] No space left on device")
+
+
+def test_a_file_size_limit_stops_each_write_in_one_line_and_keeps_what_was_saved(tmp_path):
+    # RLIMIT_FSIZE at 600 KiB (SIGXFSZ ignored, as Python does): a larger file fails with EFBIG.
+    seen = _full_disk(tmp_path, limit=600 * 1024)
+    _assert_each_write_failed_in_one_line(seen, tmp_path, "[Errno 27] File too large")
+
+
+def test_a_damaged_checkpoint_read_ends_in_one_line_with_no_traceback(three_checkpoints, tmp_path):
+    # TensorStore's reads still in flight after the first failed one call back into orbax's
+    # closed event loop; that must not print `RuntimeError: Event loop is closed` after the line.
+    run = tmp_path / "run"
+    shutil.copytree(three_checkpoints, run)
+    _truncate(run / "checkpoints" / "3")
+    done = subprocess.run(
+        [sys.executable, WORKER, "read-damaged", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is damaged (unreadable state" in lines[0], done.stderr[-3000:]

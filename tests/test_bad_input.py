@@ -1,0 +1,433 @@
+"""Generated bad input (hypothesis): every config field of every preset, the command lines of
+`podracer train` and `podracer arena`, and the search's entry points. Each input gets one clear
+error (a UsageError, or exit 2, of at most three lines) or is accepted; never another exception,
+a traceback or a hang. A fixed seed here (`derandomize`); a larger budget in
+benchmarks/bad_input.py, which uses the same strategies and checks."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import io
+import json
+import pathlib
+import tempfile
+import typing
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import configs
+from configs.experiment import ExperimentConfig
+
+CI = settings(
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    database=None,
+)
+MAX_LINES = 3
+
+
+def leaf_fields(cls=ExperimentConfig, prefix: str = "") -> list[tuple[str, typing.Any]]:
+    """Every leaf field of the config as (dotted path, type hint)."""
+    fields = []
+    for field in dataclasses.fields(cls):
+        hint = typing.get_type_hints(cls)[field.name]
+        if dataclasses.is_dataclass(hint):
+            fields += leaf_fields(hint, f"{prefix}{field.name}.")
+        else:
+            fields.append((f"{prefix}{field.name}", hint))
+    return fields
+
+
+FIELDS = [path for path, _ in leaf_fields()]
+PRESETS = configs.presets.names()
+
+# Text a user might type for a value: numbers of every size and kind, words, JSON, unicode.
+EXTREME_NUMBERS = ["0", "-1", "1e308", "-1e308", "1e-320", "nan", "inf", "-inf", "9" * 40, "-0"]
+value_text = st.one_of(
+    st.sampled_from(EXTREME_NUMBERS + ["", " ", "true", "no", "none", "null", "[]", "{}"]),
+    st.integers(-(2**70), 2**70).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.text(max_size=12),  # unicode, control characters, empty
+    st.lists(st.integers(-5, 300), max_size=4).map(json.dumps),
+    st.dictionaries(st.text(max_size=4), st.integers(-3, 3), max_size=2).map(json.dumps),
+)
+json_value = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=2)
+    ),
+    max_leaves=6,
+)
+
+
+def check_one_clear_error(run: typing.Callable[[], typing.Any]) -> typing.Any:
+    """Runs `run`: it returns, or raises a UsageError of at most MAX_LINES lines (returned)."""
+    try:
+        return run()
+    except configs.UsageError as error:
+        text = str(error)
+        assert text.strip(), "an empty error"
+        assert len(text.splitlines()) <= MAX_LINES, text
+        return error
+
+
+def check_config_round_trips(config: ExperimentConfig) -> None:
+    """A config accepted is one a run can save and read back (config.json, a resume)."""
+    data = json.loads(json.dumps(configs.to_dict(config)))
+    again = configs.from_dict(data)
+    assert json.dumps(configs.to_dict(again), sort_keys=True) == json.dumps(
+        configs.to_dict(config), sort_keys=True
+    )
+
+
+def check_overrides(preset: str, overrides: list[str]) -> bool:
+    """One example through `load_config`; True when the config was accepted."""
+    result = check_one_clear_error(lambda: configs.load_config(preset, overrides))
+    if isinstance(result, ExperimentConfig):
+        check_config_round_trips(result)
+        return True
+    return False
+
+
+overrides = st.lists(
+    st.tuples(st.sampled_from(FIELDS), value_text).map(lambda kv: f"{kv[0]}={kv[1]}"),
+    min_size=1,
+    max_size=3,
+)
+
+
+@settings(CI, max_examples=150)
+@given(preset=st.sampled_from(PRESETS), overrides=overrides)
+def test_generated_overrides_of_every_field_get_one_line_or_a_valid_config(preset, overrides):
+    check_overrides(preset, overrides)
+
+
+WORST = ("-1", "nan", "1e308", "", "x")
+
+
+def test_every_field_meets_the_worst_values():
+    # Beside the sampled examples, every field meets each of the worst values, under a preset
+    # that changes from field to field (every preset's fields: benchmarks/bad_input.py).
+    for i, field in enumerate(FIELDS):
+        for raw in WORST:
+            check_overrides(PRESETS[i % len(PRESETS)], [f"{field}={raw}"])
+
+
+def _mutated(data: dict, path: str, value) -> dict:
+    node = data
+    *parents, leaf = path.split(".")
+    for part in parents:
+        node = node[part]
+    node[leaf] = value
+    return data
+
+
+def check_config_file(preset: str, changes: list[tuple[str, typing.Any]], folder: pathlib.Path):
+    """A preset's config.json with fields replaced by generated JSON, loaded as a run's file."""
+    data = configs.to_dict(configs.presets.get(preset))
+    for path, value in changes:
+        data = _mutated(data, path, value)
+    path = folder / "config.json"
+    path.write_text(json.dumps(data))
+    result = check_one_clear_error(lambda: configs.load_config(str(path)))
+    if isinstance(result, ExperimentConfig):
+        check_config_round_trips(result)
+    return result
+
+
+_FILES = pathlib.Path(tempfile.mkdtemp(prefix="podracer-bad-input-"))
+
+
+@settings(CI, max_examples=100)
+@given(
+    preset=st.sampled_from(PRESETS),
+    changes=st.lists(st.tuples(st.sampled_from(FIELDS), json_value), min_size=1, max_size=3),
+)
+def test_generated_config_files_get_one_line_or_a_valid_config(preset, changes):
+    check_config_file(preset, changes, _FILES)
+
+
+# The command lines. Tokens a user might put together; values of every kind beside them.
+TRAIN_FLAGS = [
+    "--config",
+    "--run-dir",
+    "--quiet",
+    "--distributed",
+    "--coordinator",
+    "--num-processes",
+    "--process-id",
+    "--connect-timeout",
+    "--collectives-interface",
+    "--local-processes",
+]
+ARENA_FLAGS = [
+    "--game",
+    "--players",
+    "--games",
+    "--out",
+    "--format",
+    "--seed",
+    "--anchor",
+    "--concurrent",
+    "--quiet",
+]
+small_int_text = st.integers(-3, 5).map(str)
+GAMES = ["tic_tac_toe", "connect_four", "go(board_size=5)", "2048", "kuhn_poker", "no_such_game"]
+PLAYERS = ["random", "minimax", "mcts", "mcts:4", "mcts:0", "mcts:-2", "mcts:4,uct_c=x", "uct"]
+PLAYERS += ["ckpt:/nonexistent/run", "ckpt:", "human:1", "random,random", "mcts:4,,random"]
+
+
+def train_token(folder: pathlib.Path):
+    return st.one_of(
+        st.sampled_from(TRAIN_FLAGS),
+        st.sampled_from(PRESETS + ["no_such_preset", str(folder / "config.json"), "x.json"]),
+        st.sampled_from([str(folder / "run"), str(folder / "file"), "host:1", "0", "2", "-1"]),
+        small_int_text,
+        value_text,
+        st.tuples(st.sampled_from(FIELDS), value_text).map(lambda kv: f"{kv[0]}={kv[1]}"),
+    )
+
+
+def arena_argv(folder: pathlib.Path):
+    token = st.one_of(
+        st.sampled_from(ARENA_FLAGS),
+        st.sampled_from(GAMES),
+        st.lists(st.sampled_from(PLAYERS), min_size=1, max_size=3).map(",".join),
+        st.sampled_from(["round-robin", "gauntlet", "swiss", str(folder / "arena")]),
+        small_int_text,
+        st.text(max_size=8),
+    )
+    # Mostly well-formed: --game and --players given, then a few tokens anywhere.
+    return st.tuples(
+        st.sampled_from(GAMES),
+        st.lists(st.sampled_from(PLAYERS), min_size=1, max_size=3).map(",".join),
+        st.lists(token, max_size=4),
+    ).map(lambda t: ["--game", t[0], "--players", t[1], "--out", str(folder / "arena"), *t[2]])
+
+
+class Started(BaseException):
+    """Raised where the command would start its heavy work: the input was accepted."""
+
+
+def run_command(argv: list[str]) -> tuple[int, str]:
+    """`podracer ARGV` in this process: (exit code, stderr). Started counts as exit 0."""
+    from podracer import cli
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = cli.main(argv)
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else 1
+        except Started:
+            code = 0
+    return code, err.getvalue()
+
+
+def check_command(argv: list[str]) -> int:
+    code, err = run_command(argv)
+    assert "Traceback" not in err, err
+    assert code in (0, 2), (argv, code, err)
+    if code == 2:
+        assert 1 <= len(err.strip().splitlines()) <= MAX_LINES, (argv, err)
+    return code
+
+
+@pytest.fixture
+def stopped_before_training(monkeypatch, tmp_path):
+    """`podracer train` stops where training would start: the run, the launchers and joining a
+    job are stand-ins that raise Started."""
+    from podracer import train_command
+    from selfplay import launch, processes
+    from selfplay import train as train_module
+
+    def started(*args, **kwargs):
+        raise Started
+
+    monkeypatch.setattr(train_module, "train", started)
+    monkeypatch.setattr(launch, "launch_local", started)
+    monkeypatch.setattr(launch, "supervise", started)
+    monkeypatch.setattr(processes, "initialize", started)
+    monkeypatch.setattr("selfplay.run.split_cpu", lambda count: None)
+    monkeypatch.setattr(train_command, "_enable_compilation_cache", lambda: None)
+    monkeypatch.delenv("PODRACER_JOB_PROCESS", raising=False)
+    (tmp_path / "file").write_text("not a folder")
+    (tmp_path / "config.json").write_text("{not json")
+    return tmp_path
+
+
+def test_generated_train_command_lines_get_one_line_or_start(stopped_before_training):
+    folder = stopped_before_training
+
+    @settings(CI, max_examples=150)
+    @given(argv=st.lists(train_token(folder), max_size=6))
+    def check(argv):
+        if any(a in ("-h", "--help") for a in argv):
+            return
+        check_command(["train", *argv])
+
+    check()
+
+
+@pytest.fixture
+def stopped_before_playing(monkeypatch, tmp_path):
+    """`podracer arena` stops where the first game would start, every player already made."""
+    pytest.importorskip("pyspiel")
+    from arena import matches, solo
+
+    def started(*args, **kwargs):
+        raise Started
+
+    def solo_started(game, spec, *args, **kwargs):
+        from arena.players import make_player
+
+        make_player(spec, game)
+        raise Started
+
+    monkeypatch.setattr(matches, "_check_manifest", started)
+    monkeypatch.setattr(solo, "evaluate_solo", solo_started)
+    return tmp_path
+
+
+def test_generated_arena_command_lines_get_one_line_or_start(stopped_before_playing):
+    folder = stopped_before_playing
+
+    @settings(CI, max_examples=100)
+    @given(argv=arena_argv(folder))
+    def check(argv):
+        if any(a in ("-h", "--help") for a in argv):
+            return
+        check_command(["arena", *argv])
+
+    check()
+
+
+# The search: shapes, dtypes and masks given to `search.run` and `search.select_action`. One
+# shape, jitted once per algorithm: the examples vary the masks, which are data.
+BATCH, ACTIONS = 3, 4
+
+
+def _recurrent_fn(params, key, action, embedding):
+    import jax.numpy as jnp
+    import mctx
+
+    b = action.shape[0]
+    out = mctx.RecurrentFnOutput(
+        reward=jnp.zeros(b),
+        discount=jnp.ones(b),
+        prior_logits=jnp.zeros((b, ACTIONS)),
+        value=jnp.zeros(b),
+    )
+    return out, embedding
+
+
+def _root(batch: int = BATCH, actions: int = ACTIONS):
+    import jax.numpy as jnp
+    import mctx
+
+    return mctx.RootFnOutput(
+        prior_logits=jnp.zeros((batch, actions)),
+        value=jnp.zeros(batch),
+        embedding=jnp.zeros((batch, 2)),
+    )
+
+
+def _search_config(algorithm: str = "muzero"):
+    import search
+
+    gumbel = algorithm == "gumbel_muzero"
+    return search.SearchConfig(
+        num_simulations=4,
+        algorithm=algorithm,
+        qtransform="completed_by_mix_value" if gumbel else None,
+    )
+
+
+@functools.cache
+def _searched(algorithm: str):
+    """(invalid [B, A]) -> (action [B], sampled [B]), jitted."""
+    import jax
+
+    import search
+
+    def act(invalid):
+        out = search.run(
+            None,
+            jax.random.key(0),
+            _root(),
+            _recurrent_fn,
+            _search_config(algorithm),
+            invalid_actions=invalid,
+        )
+        sampled = search.select_action(jax.random.key(1), out.action_weights, 1.0, invalid)
+        return out.action, sampled
+
+    return jax.jit(act)
+
+
+masks = st.lists(
+    st.lists(st.booleans(), min_size=ACTIONS, max_size=ACTIONS).filter(any),
+    min_size=BATCH,
+    max_size=BATCH,
+)
+
+
+@settings(CI, max_examples=30)
+@given(legal=masks, algorithm=st.just("muzero"))  # and gumbel_muzero: benchmarks/bad_input.py
+def test_the_search_picks_only_legal_actions_under_generated_masks(legal, algorithm):
+    import numpy as np
+
+    chosen, sampled = _searched(algorithm)(~np.asarray(legal, bool))
+    for row in range(BATCH):
+        assert legal[row][int(chosen[row])] and legal[row][int(sampled[row])], (legal, chosen)
+
+
+@settings(CI, max_examples=12)
+@given(
+    batch=st.integers(1, 3),
+    actions=st.integers(2, 4),
+    wrong=st.sampled_from(["logits rank", "value shape", "mask shape", "mask rank"]),
+)
+def test_the_search_refuses_generated_wrong_shapes_with_one_clear_error(batch, actions, wrong):
+    import jax
+    import jax.numpy as jnp
+
+    import search
+
+    root, invalid = _root(batch, actions), jnp.zeros((batch, actions), bool)
+    if wrong == "logits rank":
+        root = root.replace(prior_logits=root.prior_logits[..., None])
+    elif wrong == "value shape":
+        root = root.replace(value=jnp.zeros(batch + 1))
+    elif wrong == "mask shape":
+        invalid = jnp.zeros((batch, actions + 1), bool)
+    else:
+        invalid = jnp.zeros((actions,), bool)
+    with pytest.raises((AssertionError, ValueError, TypeError)) as raised:
+        search.run(
+            None, jax.random.key(0), root, _recurrent_fn, _search_config(), invalid_actions=invalid
+        )
+    assert str(raised.value).strip() and len(str(raised.value).splitlines()) <= MAX_LINES
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="search.run returns an action for a row with no legal action, silently (search/ is "
+    "being changed elsewhere; the check belongs there)",
+)
+def test_the_search_refuses_a_row_with_no_legal_action():
+    import numpy as np
+
+    legal = np.ones((BATCH, ACTIONS), bool)
+    legal[1] = False  # the second row has no legal action
+    with pytest.raises(ValueError, match="no legal action"):
+        _searched("muzero")(~legal)

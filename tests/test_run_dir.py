@@ -1,0 +1,106 @@
+"""A run directory has one writer (a second `podracer train` is refused at once, naming the
+holder; a killed holder leaves no lock), a resume skips and sets aside a damaged checkpoint with
+one line, and a write that fails stops the command with one line."""
+
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import configs
+import muzero
+from podracer import cli
+from selfplay.files import LOCK_FILE, RunLock, WriteFailed
+
+ENV = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parents[1])}
+# Takes the lock of the run directory argv[1] and holds it until killed (no JAX: starts at once).
+HOLDER = """
+import sys, time
+from selfplay.files import RunLock
+RunLock(sys.argv[1]).acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def _hold(run: pathlib.Path) -> subprocess.Popen:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(run)], stdout=subprocess.PIPE, text=True, env=ENV
+    )
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_second_writer_is_refused_at_once_and_a_killed_holder_leaves_no_lock(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    holder = _hold(run)
+    try:
+        started = time.monotonic()
+        code = cli.main(["train", "--run-dir", str(run), "learner.max_updates=1"])
+        refused_in = time.monotonic() - started
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert f"is being trained by process {holder.pid} on {socket.gethostname()} since" in err
+        assert refused_in < 10, refused_in  # before any start-up work
+        assert not (run / "config.json").exists()  # nothing of the holder's run rewritten
+        with pytest.raises(configs.UsageError, match=f"process {holder.pid}"):
+            RunLock(run).acquire()
+    finally:
+        holder.kill()  # as a crash: no chance to release
+        holder.wait(timeout=30)
+    lock = RunLock(run)
+    lock.acquire()  # the kernel released the dead holder's lock
+    assert (run / LOCK_FILE).read_text().startswith(f"process {os.getpid()} on ")
+    lock.release()
+    assert (run / LOCK_FILE).read_text() == ""  # released: the note goes with it
+
+
+def test_a_resume_skips_a_damaged_checkpoint_with_one_line(tmp_path, capsys):
+    from selfplay.agent import make_agent
+    from selfplay.envs import env_spec
+    from selfplay.run import prepare_run_dir, start_run
+    from tests.test_checkpoints import DAMAGE
+
+    config = configs.load_config(
+        "tic_tac_toe_alphazero", ["network.channels=8", "network.head_hidden=8"]
+    )
+    agent = make_agent(config, env_spec(config.env.name))
+    optimizer = muzero.make_optimizer(config.optimizer)
+    run = prepare_run_dir(tmp_path / "run", config)
+    begun = start_run(config, agent, optimizer, run)
+    assert begun.resumed_from is None
+    for step in (1, 2):
+        state = begun.state._replace(step=begun.state.step + step)
+        begun.checkpointer.save(step, state, begun.config_dict, metadata={"frames": 10 * step})
+    begun.checkpointer.close()
+    DAMAGE["garbled"][0](run / "checkpoints" / "2")
+
+    again = start_run(config, agent, optimizer, run)
+    again.checkpointer.close()
+    assert again.resumed_from == 1 and again.before.frames == 10 and int(again.state.step) == 1
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert line.startswith("podracer: checkpoint 2 is damaged (")
+    assert line.endswith(f"set aside in {run}/checkpoints-damaged/2-" + line.split("/2-")[-1])
+    assert (run / "checkpoints-damaged").is_dir() and not (run / "checkpoints" / "2").exists()
+
+
+def test_a_failed_write_stops_the_command_in_one_line(tmp_path, capsys, monkeypatch):
+    from selfplay import train as train_module
+
+    def full_disk(config, run_dir, **kwargs):
+        raise WriteFailed(f"cannot write {run_dir}/metrics.jsonl: [Errno 28] No space left")
+
+    monkeypatch.setattr(train_module, "train", full_disk)
+    monkeypatch.setattr("podracer.train_command._enable_compilation_cache", lambda: None)
+    code = cli.main(["train", "--run-dir", str(tmp_path / "run"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(
+        f"podracer train: run stopped: cannot write {tmp_path}/run/metrics.jsonl: [Errno 28] No "
+        "space left; the checkpoints saved before it are whole"
+    )
