@@ -258,7 +258,7 @@ def stopped_before_training(monkeypatch, tmp_path):
     monkeypatch.setattr(launch, "supervise", started)
     monkeypatch.setattr(processes, "initialize", started)
     monkeypatch.setattr("selfplay.run.split_cpu", lambda count: None)
-    monkeypatch.setattr(train_command, "_enable_compilation_cache", lambda: None)
+    monkeypatch.setattr("selfplay.train.enable_compilation_cache", lambda: None)
     monkeypatch.delenv("PODRACER_JOB_PROCESS", raising=False)
     (tmp_path / "file").write_text("not a folder")
     (tmp_path / "config.json").write_text("{not json")

@@ -446,6 +446,9 @@ def test_kills_at_random_moments_of_saves_leave_the_newest_whole_checkpoint(tmp_
                 shutil.copytree(run, copies[-1]) if run.exists() else copies[-1].mkdir()
             finally:
                 os.kill(writer.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 60  # a loaded machine saves slowly: a few saves first
+        while len(list((run / "checkpoints").glob("[0-9]*"))) < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
     finally:
         writer.kill()
         writer.communicate(timeout=30)

@@ -96,7 +96,7 @@ def test_a_failed_write_stops_the_command_in_one_line(tmp_path, capsys, monkeypa
         raise WriteFailed(f"cannot write {run_dir}/metrics.jsonl: [Errno 28] No space left")
 
     monkeypatch.setattr(train_module, "train", full_disk)
-    monkeypatch.setattr("podracer.train_command._enable_compilation_cache", lambda: None)
+    monkeypatch.setattr("selfplay.train.enable_compilation_cache", lambda: None)
     code = cli.main(["train", "--run-dir", str(tmp_path / "run"), "--quiet"])
     err = capsys.readouterr().err
     assert code == 1 and len(err.strip().splitlines()) == 1, err
