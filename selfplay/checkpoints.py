@@ -318,24 +318,31 @@ def _quiet_orbax() -> None:
         absl.addFilter(_QuietOrbax())
 
 
+def _is_closed_loop_callback(error: BaseException | None) -> bool:
+    return isinstance(error, RuntimeError) and str(error) == "Event loop is closed"
+
+
 def _drop_closed_loop_callbacks() -> None:
-    """After a failed read, TensorStore completes the reads still in flight and calls back into
-    orbax's event loop, which orbax closed as the first error returned: Python reports each
-    callback's `RuntimeError: Event loop is closed` as an unraisable exception, a traceback after
-    the line that already said what was wrong. This hook drops exactly those; every other
-    unraisable exception goes to the hook before it."""
+    """After a failed read or write, TensorStore completes the operations still in flight and
+    calls back into orbax's event loop, which orbax closed as the first error returned: Python
+    reports each callback's `RuntimeError: Event loop is closed` (as an unraisable exception, or
+    through `sys.excepthook` from TensorStore's thread), a traceback after the line that already
+    said what was wrong. These hooks drop exactly those; every other exception goes to the hook
+    before them."""
     if getattr(sys.unraisablehook, "drops_closed_loop_callbacks", False):
         return
-    previous = sys.unraisablehook
+    previous_unraisable, previous_except = sys.unraisablehook, sys.excepthook
 
-    def hook(unraisable: Any) -> None:
-        error = unraisable.exc_value
-        if isinstance(error, RuntimeError) and str(error) == "Event loop is closed":
-            return
-        previous(unraisable)
+    def unraisable_hook(unraisable: Any) -> None:
+        if not _is_closed_loop_callback(unraisable.exc_value):
+            previous_unraisable(unraisable)
 
-    hook.drops_closed_loop_callbacks = True  # type: ignore[attr-defined]
-    sys.unraisablehook = hook
+    def except_hook(kind: Any, error: BaseException, traceback: Any) -> None:
+        if not _is_closed_loop_callback(error):
+            previous_except(kind, error, traceback)
+
+    unraisable_hook.drops_closed_loop_callbacks = True  # type: ignore[attr-defined]
+    sys.unraisablehook, sys.excepthook = unraisable_hook, except_hook
 
 
 class Checkpointer:
@@ -378,6 +385,7 @@ class Checkpointer:
         if max_to_keep is not None and max_to_keep < 1:
             raise UsageError(f"max_to_keep must be >= 1 or None, got {max_to_keep}")
         _quiet_orbax()
+        _drop_closed_loop_callbacks()  # before any read or write can fail
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, create=not read_only, read_only=read_only
         )

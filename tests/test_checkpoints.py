@@ -441,6 +441,7 @@ def test_kills_at_random_moments_of_saves_leave_the_newest_whole_checkpoint(tmp_
         for i in range(20):
             time.sleep(moments.uniform(0.02, 0.2))
             os.kill(writer.pid, signal.SIGSTOP)
+            _wait_stopped(writer.pid)
             try:
                 copies.append(tmp_path / f"at_{i}")
                 shutil.copytree(run, copies[-1]) if run.exists() else copies[-1].mkdir()
@@ -468,6 +469,23 @@ def test_kills_at_random_moments_of_saves_leave_the_newest_whole_checkpoint(tmp_
         assert not list((copy / "replay").glob("*.npz.tmp")) or found.step is not None
         resumed.append(found.step)
     assert resumed[-1] is not None and resumed[-1] >= 3, resumed  # it had saved a few
+
+
+def _wait_stopped(pid: int) -> None:
+    """Until every thread of `pid` is stopped: a signal is delivered to each thread apart, and a
+    loaded machine may run one on (and write) after `kill` returned."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = []
+        for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+            try:
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except (FileNotFoundError, IndexError):
+                continue  # a thread that just ended
+        if all(state in "tT" for state in states):
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"process {pid} did not stop")
 
 
 def _full_disk(run, prefix=(), limit: int | None = None) -> dict:
