@@ -278,8 +278,8 @@ class DevicesConfig:
     # busy; Sebulba then acts on device 0 and learns on the others. Takes effect only where the
     # run starts JAX (`podracer train`); a process whose JAX is already running gets a warning.
     cpu_devices: int = 0
-    # The paths built for accelerators: the fused pgx act+step of Sebulba's actors and Anakin's
-    # updates inside the iteration's jit. "auto": on for GPUs and TPUs, off on CPUs (slower
+    # The paths built for accelerators: the fused pgx act+step of Sebulba's actors (move by move:
+    # actors.scan_moves=off) and Anakin's updates inside the iteration's jit. "auto": on for GPUs and TPUs, off on CPUs (slower
     # there, see BENCHMARKS.md); "on" forces them on a CPU (how the tests exercise them).
     accelerator_paths: str = "auto"
 
