@@ -37,9 +37,9 @@ that of the fused act+step, same batch).
 `--paths per_move segment` runs each configuration on both of Sebulba's paths for a JAX
 environment, in that order: `per_move` (`actors.scan_moves=off replay.on_device=off`: a device
 round trip per move, the host replay and its input thread) and `segment`
-(`actors.scan_moves=auto replay.on_device=auto`: a whole segment per device call, the replay on
-the learner's device); each line says its `path`, and the second carries
-`host_cpu_s_per_1000_positions_ratio_to_first` beside the rates' ratios.
+(`actors.scan_moves=on replay.on_device=on`: a whole segment per device call, the replay on the
+learner's device; "auto" takes both on accelerators only); each line says its `path`, and the
+second carries `host_cpu_s_per_1000_positions_ratio_to_first` beside the rates' ratios.
 
 The host's CPU proxy: `cpu_s_per_1000_positions_{actors,input,learner,other}` is the CPU time
 of the actor threads, the learner's input thread, the learner (the main thread) and every other
@@ -175,7 +175,7 @@ CONFIGS: dict[str, tuple[str, list[str], float | None]] = {
 # --paths: Sebulba's two ways of playing a JAX environment, as config overrides.
 PATHS = {
     "per_move": ["actors.scan_moves=off", "replay.on_device=off"],
-    "segment": ["actors.scan_moves=auto", "replay.on_device=auto"],
+    "segment": ["actors.scan_moves=on", "replay.on_device=on"],
 }
 # Applied to every configuration before --set: each position learned from once, like pgx's example.
 _COMMON = [
@@ -402,7 +402,8 @@ def bench_actors(name: str, args) -> dict:
     stats = actors.ActorStats()
     # Where the run's replay would be the learner device's, the segments stay on the device.
     on_device = config.replay.on_device != "off" and agent.uses_replay
-    store = _DropStore(getattr(actors, "scans_moves", lambda c: False)(config) and on_device)
+    scans = getattr(actors, "scans_moves", lambda config, devices: False)
+    store = _DropStore(scans(config, actor_devices) and on_device)
     stop = StopSignal()
     key = jax.random.PRNGKey(config.seed + 1)
     with ThreadGroup(stop, join_timeout=60.0) as threads:
@@ -801,9 +802,10 @@ def main(argv=None) -> None:
         alphazero = CONFIGS[name][0].endswith("alphazero")
         actors_module = _actors_module()
         # The fused act+step is the per-move actor's; a segment's scan steps the game itself.
-        per_move = actors_module is not None and not getattr(
-            actors_module, "scans_moves", lambda config: False
-        )(make_config(name, run_args))
+        scans = getattr(actors_module, "scans_moves", lambda config, devices: False)
+        per_move = actors_module is not None and not scans(
+            make_config(name, run_args), jax.local_devices()[:1]
+        )
         if alphazero and per_move and first_of_name:
             result["pgx_step_share_of_act_step"] = round(pgx_step_share(name, run_args), 4)
         if (round_, name) not in ceilings:

@@ -100,10 +100,10 @@ class ActorConfig:
     # (never where the actor acts greedily). The policy target stays the search's; the data then
     # holds the positions after blunders, which a learned model must also get right.
     random_move_prob: float = 0.0
-    # JAX environments (pgx:, gymnax:) under Sebulba: "auto" or "on" plays a whole segment
-    # (unroll_length moves of every env, the search and the env's step) per device call, in one
-    # jitted scan, instead of one device round trip per move; "off" acts move by move. Other
-    # environments always act move by move ("on" refuses them).
+    # JAX environments (pgx:, gymnax:) under Sebulba: "on" plays a whole segment (unroll_length
+    # moves of every env, the search and the env's step) per device call, in one jitted scan,
+    # instead of one device round trip per move; "auto" does on accelerators (devices.
+    # accelerator_paths), "off" acts move by move. Other environments always act move by move.
     scan_moves: str = "auto"
 
     def __post_init__(self):
@@ -164,11 +164,12 @@ class ReplayConfig:
     # run goes on with the data it had instead of refilling; Sebulba's MuZero and AlphaZero only.
     # On disk: about the replay's memory (`capacity` transitions), twice (the last 2 kept).
     checkpoint: bool = False
-    # Sebulba's MuZero and AlphaZero on a JAX environment (pgx:, gymnax:): "auto" keeps the
+    # Sebulba's MuZero and AlphaZero on a JAX environment (pgx:, gymnax:): "on" keeps the
     # replay on the learner's device, written by the actors' segments and sampled inside the
-    # update's jit (selfplay/device_replay.py), where it can (one process, one learner device,
-    # checkpoint off; else the host replay, and a line says why); "on" refuses where it cannot;
-    # "off" keeps the host replay. Anakin's replay is always on its devices.
+    # update's jit (selfplay/device_replay.py), and refuses where it cannot (several processes
+    # or learner devices, checkpoint on); "auto" does so on accelerators (devices.
+    # accelerator_paths) where it can (else one line says why not); "off" keeps the host
+    # replay. Anakin's replay is always on its devices.
     on_device: str = "auto"
 
     def __post_init__(self):
@@ -278,9 +279,11 @@ class DevicesConfig:
     # busy; Sebulba then acts on device 0 and learns on the others. Takes effect only where the
     # run starts JAX (`podracer train`); a process whose JAX is already running gets a warning.
     cpu_devices: int = 0
-    # The paths built for accelerators: the fused pgx act+step of Sebulba's actors (move by move:
-    # actors.scan_moves=off) and Anakin's updates inside the iteration's jit. "auto": on for GPUs and TPUs, off on CPUs (slower
-    # there, see BENCHMARKS.md); "on" forces them on a CPU (how the tests exercise them).
+    # The paths built for accelerators: Sebulba's segments per device call and its replay on the
+    # learner's device on JAX environments (where actors.scan_moves and replay.on_device say
+    # "auto"), its actors' fused pgx act+step move by move, and Anakin's updates inside the
+    # iteration's jit. "auto": on for GPUs and TPUs, off on CPUs (slower there, see
+    # BENCHMARKS.md); "on" forces them on a CPU (how the tests exercise them).
     accelerator_paths: str = "auto"
 
     def __post_init__(self):

@@ -8,9 +8,9 @@
 `start_actors` starts them in a `ThreadGroup`; each runs `actor_loop` or, in envpool's async mode
 (`actors.envs_per_step` < `actors.envs_per_thread`), `async_actor_loop`, which acts on the first
 envs_per_step envs to finish a step and keeps one column of steps per env (`EnvColumns`). On a
-JAX environment (pgx, gymnax) `segment_actor_loop` plays a whole segment per device call
-(`selfplay.rollout`, the moves Anakin plays: search, step, auto-reset in one jitted scan) unless
-`actors.scan_moves=off`; move by move, on an accelerator, a pgx game's search and rules run in
+JAX environment (pgx, gymnax) on an accelerator `segment_actor_loop` plays a whole segment per
+device call (`selfplay.rollout`, the moves Anakin plays: search, step, auto-reset in one jitted
+scan; `actors.scan_moves`); move by move, on an accelerator, a pgx game's search and rules run in
 one jitted call (`fused_pgx_act_step`). What the trajectories look like (their length and overlap)
 and where they go (the `Store`) come from the agent; the actors never ask which mode they serve.
 """
@@ -91,11 +91,16 @@ def is_async(config: ExperimentConfig) -> bool:
     return 0 < config.actors.envs_per_step < config.actors.envs_per_thread
 
 
-def scans_moves(config: ExperimentConfig) -> bool:
-    """Whether the actor threads play whole segments per device call (`segment_actor_loop`):
-    on a JAX environment unless `actors.scan_moves=off`."""
+def scans_moves(config: ExperimentConfig, devices: list[jax.Device]) -> bool:
+    """Whether the actor threads on `devices` play whole segments per device call
+    (`segment_actor_loop`): on a JAX environment, with `actors.scan_moves=on`, or "auto" on an
+    accelerator. On a CPU the moves cost XLA more CPU inside a scan than called one by one, more
+    than the host's round trips save there (BENCHMARKS.md)."""
     family, _ = parse_env_name(config.env.name)
-    return family in ("pgx", "gymnax") and config.actors.scan_moves != "off"
+    choice = config.actors.scan_moves
+    if family not in ("pgx", "gymnax") or choice == "off":
+        return False
+    return choice == "on" or accelerator_paths(config, devices)
 
 
 def check_actor_envs(config: ExperimentConfig) -> None:
@@ -131,7 +136,7 @@ def start_actors(
     `fold_in(key, i)` and the stream name `actor-i`); returns how many. Each process of a job
     numbers its threads from its own `first_index`, so its environments' seeds differ."""
     loop = async_actor_loop if is_async(config) else actor_loop
-    if scans_moves(config):
+    if scans_moves(config, devices):
         loop = segment_actor_loop
     per_device = config.actors.threads_per_device
     for d, device in enumerate(devices):

@@ -21,7 +21,9 @@ back |search value - value target| of its windows, as `SequenceReplay` does (the
 the update finishes; here, in the update itself). A window never spans two actors' games, nor
 steps the ring has overwritten.
 
-Where the host replay stays (`device_replay_refusal`): several processes (each samples its share
+`replay.on_device=auto` takes it on accelerators (GPUs, TPUs, `devices.accelerator_paths=on`), as
+the actors' segments (`actors.scan_moves`); `on` takes it on a CPU too. Where the host replay
+stays (`device_replay_refusal`): several processes (each samples its share
 from its own replay, and the rate limiter's ratio is the job's), several learner devices (the
 batch is sharded from the host), `replay.checkpoint` (the saved replay is the host's), reanalyse
 on the actor device when that is not the learner's. `replay.on_device=auto` falls back there with
@@ -41,7 +43,7 @@ import numpy as np
 
 import muzero
 from configs import ExperimentConfig, UsageError
-from selfplay.agent import Agent
+from selfplay.agent import Agent, accelerator_paths
 from selfplay.anakin import AnakinPlan, RingPriorities, learn_from_ring, write_ring
 from selfplay.envs import parse_env_name
 from selfplay.replay import RateLimiter, ReplaySample, make_rate_limiter
@@ -79,11 +81,15 @@ def uses_device_replay(
     learner_devices: list[jax.Device],
 ) -> bool:
     """Whether this Sebulba run's replay lives on the learner's device (`replay.on_device`):
-    "auto" where it can (else one line says why not), "on" (UsageError where it cannot)."""
+    "auto" on an accelerator where it can (else one line says why not), "on" (UsageError where
+    it cannot). "auto" keeps a CPU's on the host, as its actors play move by move there
+    (`selfplay.actors.scans_moves`)."""
     family, _ = parse_env_name(config.env.name)
     choice = config.replay.on_device
     if choice == "off" or family not in ("pgx", "gymnax") or not agent.uses_replay:
         return False  # the config refuses "on" for the others
+    if choice == "auto" and not accelerator_paths(config, learner_devices):
+        return False
     reason = device_replay_refusal(config, agent, actor_devices, learner_devices)
     if reason is None:
         return True
@@ -146,7 +152,8 @@ class DeviceReplay:
         self._priorities = jax.device_put(
             RingPriorities(np.zeros((ring, columns), np.float32), np.ones((), np.float32)), device
         )
-        self._key = jax.device_put(jax.random.PRNGKey(config.seed + 7), device)
+        # The draws' own stream, folded with each update's step: a resumed run draws on.
+        self._key = jax.device_put(jax.random.fold_in(jax.random.PRNGKey(config.seed), 53), device)
         prioritised = config.replay.priority_alpha > 0
         self._write = jax.jit(
             lambda ring, priorities, segment, row, column: write_ring(

@@ -22,7 +22,7 @@ from selfplay.replay import make_sequence_replay
 from selfplay.sebulba import SebulbaRuntime
 from tests.test_train import TINY, _podracer, _wait_for_checkpoint, checkpoint_steps
 
-# Both of Sebulba's paths for JAX environments forced on: "auto" takes them on accelerators.
+# Both of Sebulba's paths for JAX environments forced on: "auto" takes them on accelerators only.
 DEVICE_PATHS = ["actors.scan_moves=on", "replay.on_device=on"]
 
 
@@ -198,9 +198,15 @@ def _tiny_run(*extra):
 def test_the_runtime_takes_the_device_replay_or_says_why_not(capsys):
     optimizer = muzero.make_optimizer(_tiny_run().optimizer)
     assert SebulbaRuntime(_tiny_run(), optimizer).device_replay is not None
-    assert SebulbaRuntime(_tiny_run("replay.on_device=off"), optimizer).device_replay is None
-    # Saving the replay with the checkpoints keeps the host's, and one line says so.
-    kept = SebulbaRuntime(_tiny_run("replay.on_device=auto", "replay.checkpoint=true"), optimizer)
+    for choice in ("off", "auto"):  # "auto": on accelerators only
+        runtime = SebulbaRuntime(_tiny_run(f"replay.on_device={choice}"), optimizer)
+        assert runtime.device_replay is None
+    # As on a GPU, "auto" takes it, but where the replay is saved with the checkpoints it keeps
+    # the host's, and one line says so.
+    auto = ["replay.on_device=auto", "devices.accelerator_paths=on"]
+    assert SebulbaRuntime(_tiny_run(*auto), optimizer).device_replay is not None
+    assert not capsys.readouterr().out
+    kept = SebulbaRuntime(_tiny_run(*auto, "replay.checkpoint=true"), optimizer)
     assert kept.device_replay is None
     assert "the replay stays on the host: replay.checkpoint=true" in capsys.readouterr().out
     with pytest.raises(
