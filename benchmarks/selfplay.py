@@ -317,9 +317,11 @@ def bench_train(name: str, args) -> dict:
         first = max(0, len(records) - 2)
     window = records[first:]
     cpu_s = cpu_at_line.get(len(records) - 1, float("nan")) - cpu_at_line.get(first, float("nan"))
-    threads_cpu = _role_differences(
-        threads_at_line.get(first), threads_at_line.get(len(records) - 1)
-    )
+    # The threads' CPU up to the line before the last: the last comes as the run stops, when the
+    # actor threads may have ended (their CPU time gone with them).
+    last_alive = max(first + 1, len(records) - 2)
+    threads_cpu = _role_differences(threads_at_line.get(first), threads_at_line.get(last_alive))
+    thread_frames = records[last_alive]["frames"] - records[first]["frames"]
     seconds = window[-1]["time"] - window[0]["time"]
     frames = window[-1]["frames"] - window[0]["frames"]
     frames_per_s = frames / seconds if seconds > 0 else float("nan")
@@ -354,7 +356,7 @@ def bench_train(name: str, args) -> dict:
         "prefetch": config.learner.prefetch,
         "stopped_by": result.stopped_by,
     }
-    out.update(_host_cpu_per_1000(threads_cpu, frames))
+    out.update(_host_cpu_per_1000(threads_cpu, thread_frames))
     mean_length = float(np.mean(lengths)) if lengths else None
     games = _games_per_minute(config, frames_per_s, mean_length)
     if games is not None:

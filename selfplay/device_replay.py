@@ -40,6 +40,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import muzero
 from configs import ExperimentConfig, UsageError
@@ -144,16 +146,22 @@ class DeviceReplay:
             min_iterations=0,
         )
         self.rate_limiter: RateLimiter = make_rate_limiter(config, window, num_streams)
+        # Everything here as the learner's state is placed (replicated over a mesh of the one
+        # device): the update's outputs keep that placement, and inputs placed otherwise would
+        # compile the update (and the write) a second time.
+        self._placement = NamedSharding(muzero.make_mesh([device]), P())
         self._cond = threading.Condition()
         self._closed = False
         self._streams: dict[Hashable, int] = {}  # actor stream -> its block of columns
         self._recorded = np.zeros(num_streams, np.int64)  # steps written per stream
         self._ring: Any = None  # allocated by the first segment (its leaves' shapes)
         self._priorities = jax.device_put(
-            RingPriorities(np.zeros((ring, columns), np.float32), np.ones((), np.float32)), device
+            RingPriorities(np.zeros((ring, columns), np.float32), np.ones((), np.float32)),
+            self._placement,
         )
         # The draws' own stream, folded with each update's step: a resumed run draws on.
-        self._key = jax.device_put(jax.random.fold_in(jax.random.PRNGKey(config.seed), 53), device)
+        key = jax.random.fold_in(jax.random.PRNGKey(config.seed), 53)
+        self._key = jax.device_put(key, self._placement)
         prioritised = config.replay.priority_alpha > 0
         self._write = jax.jit(
             lambda ring, priorities, segment, row, column: write_ring(
@@ -213,7 +221,7 @@ class DeviceReplay:
                 f"segments of {self.plan.moves} steps of {self.games} games go to the device "
                 f"replay, not [{steps}, {games}]"
             )
-        segment = jax.device_put(trajectory, self.device)  # from the actor's device, if another
+        segment = jax.device_put(trajectory, self._placement)  # from the actor's device
         if not self.rate_limiter.acquire_insert(steps * games, timeout):
             return False
         with self._cond:
@@ -225,7 +233,8 @@ class DeviceReplay:
             if self._ring is None:
                 shape = (self.plan.ring, self.plan.games)
                 self._ring = jax.tree.map(
-                    lambda x: jnp.zeros(shape + x.shape[2:], x.dtype, device=self.device), segment
+                    lambda x: jnp.zeros(shape + x.shape[2:], x.dtype, device=self._placement),
+                    segment,
                 )
             row = self._recorded[index] % self.plan.ring
             # Dispatched in the order of the learner's updates (both hold the lock): the device
