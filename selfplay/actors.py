@@ -265,8 +265,9 @@ def segment_actor_loop(
     pending: Any = None  # host steps not pushed yet: the next push's first `overlap` and more
     name = f"actor-{index}"
     while not stop.is_set():
-        # The newest parameters at the start of each segment: its later moves may lag the
-        # learner by up to K moves' worth of updates, the unroll a trajectory spans anyway.
+        # The newest parameters published at the start of each segment act for all its K moves:
+        # the policy may lag the learner by the updates of those K moves, the span a trajectory
+        # has anyway (a per-move actor's segment holds K policies up to K moves old).
         snapshot = server.latest(device)
         started = time.perf_counter()
         env_state, timestep, key, trajectory, ends = rollout(

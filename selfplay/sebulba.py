@@ -11,10 +11,10 @@ Data flow (one process per host):
              then the replicated update over the learner devices, both dispatched without
              waiting -> priorities written back as each update finishes -> publish params
 
-MuZero and AlphaZero on a JAX environment keep their replay on the learner's device instead
-(`selfplay.device_replay`, `replay.on_device`): the actors' segments are written there, and each
-update draws its windows, builds their targets and writes their priorities back in its own jit;
-no input thread, no sample on the host.
+On an accelerator, MuZero and AlphaZero on a JAX environment keep their replay on the learner's
+device instead (`selfplay.device_replay`, `replay.on_device`): the actors' segments
+(`actors.scan_moves`) are written there, and each update draws its windows, builds their targets
+and writes their priorities back in its own jit; no input thread, no sample on the host.
 
 `selfplay.run.run` drives it: the stop limits, logging and checkpoints are the run loop's. One
 `StopSignal` ends every loop: SIGINT/SIGTERM, the limits, or an exception in any thread (the
