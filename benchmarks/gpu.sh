@@ -94,7 +94,8 @@ GO9="$C4 env.name=pgx:go_9x9"
 # still open (after the three H100 sessions of 2026-11-26: atari_muzero alone, go 9x9 and the
 # connect four match; the learning check is done, and atari100k's protocol is hours long). The
 # fourth (2026-11-27) ran `env go9 go9_anakin atari_muzero`.
-ALL="env atari learner search selfplay anakin atari_muzero vtrace_threads vtrace_async"
+ALL="env bars_c4 bars_go9 atari learner search selfplay anakin atari_muzero vtrace_threads"
+ALL="$ALL vtrace_async"
 ALL="$ALL muzero_batch prefetch go9 go9_anakin atari100k"
 for name in ${@:-$ALL}; do
     case $name in
@@ -113,6 +114,19 @@ for name in ${@:-$ALL}; do
         # shellcheck disable=SC2086
         step anakin 120 "$PY" benchmarks/selfplay.py $C4 runtime=anakin --seconds 20 --warmup 5 \
             --max-seconds 100 --compile-cache '' ;;
+    bars_c4)
+        # Issue 53's bars on connect four (1,024 games, 32 simulations): Sebulba (a segment per
+        # device call, the replay on the device: both "auto" on a GPU) and Anakin against pgx's
+        # loop, and each against the act-only ceiling (--reference: the same search and rules in
+        # one scan, no learning); both ceilings measured once, after the Sebulba run.
+        # shellcheck disable=SC2086
+        step bars_c4 270 "$PY" benchmarks/selfplay.py $C4 --runtimes sebulba anakin --pgx-loop \
+            --reference --seconds 15 --warmup 5 --max-seconds 120 --compile-cache '' ;;
+    bars_go9)
+        # The same on go 9x9 (the go9 step, Sebulba and pgx's loop, took 175 s on the H100).
+        # shellcheck disable=SC2086
+        step bars_go9 330 "$PY" benchmarks/selfplay.py $GO9 --runtimes sebulba anakin --pgx-loop \
+            --reference --seconds 15 --warmup 5 --max-seconds 150 --compile-cache '' ;;
     go9)
         # 175 s on the H100 (2026-11-27): 150 s ran out during pgx's loop.
         # shellcheck disable=SC2086

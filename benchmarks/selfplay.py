@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/selfplay.py --only az_connect_four_1x128 --seconds 60
     .venv/bin/python benchmarks/selfplay.py --actors-only --reference  # actor threads alone
     .venv/bin/python benchmarks/selfplay.py --only az_tic_tac_toe_2x64 --pgx-loop  # vs pgx's loop
+    .venv/bin/python benchmarks/selfplay.py --only az_tic_tac_toe_1x128 --paths per_move segment
     .venv/bin/python benchmarks/selfplay.py --only mz_tic_tac_toe --set actors.envs_per_thread=64
     .venv/bin/python benchmarks/selfplay.py --only az_tic_tac_toe_2x64 --reference \
         --set runtime=anakin devices.cpu_devices=2     # Anakin: 64 games on each of 2 devices
@@ -27,10 +28,26 @@ input pipeline), and each line after the first carries `updates_per_s_ratio_to_f
 `positions_per_s_ratio_to_first`; `--rounds N` repeats them, alternating the values within each
 round (the ratios compare runs of one round). `frames_per_update` beside
 `frames_per_update_at_ratio` says whether the window measured the rate a long run settles at:
-the replay's rate limiter lets either side run free until its `error_buffer` is used up. On an
-accelerator a pgx env step runs inside the search's jitted call (no host round trip for the
-game state), so its time is in `search` there; `pgx_step_share_of_act_step` measures it apart
-after the run (CPU time of the pgx step alone over that of the fused act+step, same batch).
+the replay's rate limiter lets either side run free until its `error_buffer` is used up.
+Where a pgx env step runs inside the search's jitted call (a segment's scan; move by move, on
+an accelerator, the fused act+step), its time is in `search`; on the per-move path
+`pgx_step_share_of_act_step` measures it apart after the run (CPU time of the pgx step alone over
+that of the fused act+step, same batch).
+
+`--paths per_move segment` runs each configuration on both of Sebulba's paths for a JAX
+environment, in that order: `per_move` (`actors.scan_moves=off replay.on_device=off`: a device
+round trip per move, the host replay and its input thread) and `segment`
+(`actors.scan_moves=on replay.on_device=on`: a whole segment per device call, the replay on the
+learner's device; "auto" takes both on accelerators only); each line says its `path`, and the
+second carries `host_cpu_s_per_1000_positions_ratio_to_first` beside the rates' ratios.
+
+The host's CPU proxy: `cpu_s_per_1000_positions_{actors,input,learner,other}` is the CPU time
+of the actor threads, the learner's input thread, the learner (the main thread) and every other
+thread (XLA's, where a CPU device computes the search and the update), per 1,000 positions, over
+the same window (/proc/self/task/*/stat); `host_cpu_s_per_1000_positions` sums the first three:
+the host's own work, which on a GPU host competes with nothing the device does, measured here
+so that a change to it is seen on this CPU and only confirmed on a card. `--actors-only` reports
+the same for its actor threads.
 
 `positions_per_cpu_s` divides the same frames by the process's CPU time over the same window
 (all its threads). On a machine shared with other jobs the wall-clock rate depends on what share
@@ -55,6 +72,10 @@ machine's load at the time hits both: `ratio_to_jitted` is ours / jitted.
 configuration's own network, search, rules, loss and optimizer (a jitted self-play scan of
 `--loop-steps` moves of all the games, then one update per `--loop-batch` positions), in the same
 process after the run: `ratio_to_pgx_loop` is ours / that loop, the same work on the same cores.
+
+`--runtimes sebulba anakin` runs each configuration on both runtimes in turn; the ceilings of
+`--pgx-loop` and `--reference` are measured once per configuration (and round), after its first
+run, and every line carries its ratios to them.
 
 With `--set runtime=anakin` the same configurations run on the Anakin runtime (selfplay/anakin.py:
 `actors.envs_per_thread` games on each device, acting and learning in one jitted step per
@@ -151,6 +172,11 @@ CONFIGS: dict[str, tuple[str, list[str], float | None]] = {
     "mz_tic_tac_toe": ("tic_tac_toe_muzero", [], None),
     "mz_connect_four": ("connect_four_muzero", [], None),
 }
+# --paths: Sebulba's two ways of playing a JAX environment, as config overrides.
+PATHS = {
+    "per_move": ["actors.scan_moves=off", "replay.on_device=off"],
+    "segment": ["actors.scan_moves=on", "replay.on_device=on"],
+}
 # Applied to every configuration before --set: each position learned from once, like pgx's example.
 _COMMON = [
     "replay.samples_per_insert=1",
@@ -184,11 +210,71 @@ def _shares(totals: dict[str, float]) -> dict[str, float]:
     return {f"share_{k}": round(v / whole, 3) for k, v in sorted(totals.items()) if whole > 0}
 
 
+# The threads whose CPU time the host spends on its own work, by their role: the actor threads
+# (their Python, the dispatch of their device calls, a host step's env work, building segments),
+# the learner's input thread (host sampling, the copy's dispatch) and the learner (the main
+# thread: building and dispatching updates, publishing). XLA's own threads, where a CPU device
+# computes (the search, the update), are `other`, with any thread not named here.
+ROLES = ("actors", "input", "learner", "other")
+
+
+def thread_cpu_by_role() -> dict[str, float]:
+    """CPU seconds so far of this process's threads, summed by role (`ROLES`), from
+    /proc/self/task/*/stat (Linux; {} elsewhere). Threads that ended are left out."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    main = threading.main_thread().native_id
+    ticks = os.sysconf("SC_CLK_TCK")
+    totals = dict.fromkeys(ROLES, 0.0)
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return {}
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        seconds = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+        tid, name = int(task), names.get(int(task), "")
+        role = (
+            "learner"
+            if tid == main
+            else "actors"
+            if name.startswith("actor-")
+            else "input"
+            if name == "learner-input"
+            else "other"
+        )
+        totals[role] += seconds
+    return totals
+
+
+def _role_differences(before: dict | None, after: dict | None) -> dict[str, float]:
+    if not before or not after:
+        return {}
+    return {role: after[role] - before[role] for role in ROLES}
+
+
+def _host_cpu_per_1000(threads_cpu: dict[str, float], frames: int) -> dict:
+    """CPU seconds per 1,000 positions by thread role, and the host's own (actors + input +
+    learner: what a GPU host spends beside the device's work)."""
+    if not threads_cpu or frames <= 0:
+        return {}
+    per = {
+        f"cpu_s_per_1000_positions_{r}": round(1000 * s / frames, 4) for r, s in threads_cpu.items()
+    }
+    host = sum(threads_cpu[r] for r in ("actors", "input", "learner"))
+    per["host_cpu_s_per_1000_positions"] = round(1000 * host / frames, 4)
+    return per
+
+
 def bench_train(name: str, args) -> dict:
     config = make_config(name, args)
     with tempfile.TemporaryDirectory(prefix="podracer-bench-") as tmp:
         path = os.path.join(tmp, "run", "metrics.jsonl")
         cpu_at_line: dict[int, float] = {}
+        threads_at_line: dict[int, dict[str, float]] = {}
         done = threading.Event()
         stop = StopSignal()
 
@@ -203,8 +289,9 @@ def bench_train(name: str, args) -> dict:
                 except OSError:
                     continue
                 lines = text.count(b"\n")
-                if lines:
-                    cpu_at_line.setdefault(lines - 1, time.process_time())
+                if lines and lines - 1 not in cpu_at_line:
+                    cpu_at_line[lines - 1] = time.process_time()
+                    threads_at_line[lines - 1] = thread_cpu_by_role()
                 # The clock starts at the first line of a learning run (the run logs from its
                 # first second: compiling, filling the replay).
                 if b'"status": "learning"' in text:
@@ -230,6 +317,11 @@ def bench_train(name: str, args) -> dict:
         first = max(0, len(records) - 2)
     window = records[first:]
     cpu_s = cpu_at_line.get(len(records) - 1, float("nan")) - cpu_at_line.get(first, float("nan"))
+    # The threads' CPU up to the line before the last: the last comes as the run stops, when the
+    # actor threads may have ended (their CPU time gone with them).
+    last_alive = max(first + 1, len(records) - 2)
+    threads_cpu = _role_differences(threads_at_line.get(first), threads_at_line.get(last_alive))
+    thread_frames = records[last_alive]["frames"] - records[first]["frames"]
     seconds = window[-1]["time"] - window[0]["time"]
     frames = window[-1]["frames"] - window[0]["frames"]
     frames_per_s = frames / seconds if seconds > 0 else float("nan")
@@ -264,6 +356,7 @@ def bench_train(name: str, args) -> dict:
         "prefetch": config.learner.prefetch,
         "stopped_by": result.stopped_by,
     }
+    out.update(_host_cpu_per_1000(threads_cpu, thread_frames))
     mean_length = float(np.mean(lengths)) if lengths else None
     games = _games_per_minute(config, frames_per_s, mean_length)
     if games is not None:
@@ -286,7 +379,11 @@ def bench_train(name: str, args) -> dict:
 
 
 class _DropStore:
-    """A store that takes every trajectory and keeps none: the actors never wait on a learner."""
+    """A store that takes every trajectory and keeps none: the actors never wait on a learner.
+    With `keeps_device_arrays`, as the device replay, the segments stay on the device."""
+
+    def __init__(self, keeps_device_arrays: bool = False):
+        self.keeps_device_arrays = keeps_device_arrays
 
     def add(self, trajectory, stream, timeout):
         del trajectory, stream, timeout
@@ -305,11 +402,15 @@ def bench_actors(name: str, args) -> dict:
     server = ParameterServer(actor_devices)
     server.publish(params, version=0)
     stats = actors.ActorStats()
+    # Where the run's replay would be the learner device's, the segments stay on the device.
+    on_device = config.replay.on_device != "off" and agent.uses_replay
+    scans = getattr(actors, "scans_moves", lambda config, devices: False)
+    store = _DropStore(scans(config, actor_devices) and on_device)
     stop = StopSignal()
     key = jax.random.PRNGKey(config.seed + 1)
     with ThreadGroup(stop, join_timeout=60.0) as threads:
         index = actors.start_actors(
-            threads, actor_devices, config, agent, server, _DropStore(), stats, stop, key
+            threads, actor_devices, config, agent, server, store, stats, stop, key
         )
         # Past compilation: every thread has stepped at least twice.
         per_step = config.actors.envs_per_thread
@@ -321,8 +422,10 @@ def bench_actors(name: str, args) -> dict:
         stats.drain_episodes()
         stats.timer.summary(reset=True)
         frames0, start, cpu0 = stats.frames, time.monotonic(), time.process_time()
+        threads0 = thread_cpu_by_role()
         stop.wait(args.seconds)
         frames1, end, cpu1 = stats.frames, time.monotonic(), time.process_time()
+        threads1 = thread_cpu_by_role()
         totals = stats.timer.totals()
         _, lengths = stats.drain_episodes()
         stop.set("benchmark done")
@@ -337,6 +440,7 @@ def bench_actors(name: str, args) -> dict:
         "measured_s": round(end - start, 1),
         "positions_per_s": round(frames_per_s, 1),
         "positions_per_cpu_s": round((frames1 - frames0) / (cpu1 - cpu0), 1),
+        **_host_cpu_per_1000(_role_differences(threads0, threads1), frames1 - frames0),
     }
     games = _games_per_minute(config, frames_per_s, float(np.mean(lengths)) if lengths else None)
     if games is not None:
@@ -621,6 +725,23 @@ def main(argv=None) -> None:
         help="train mode: run each configuration with each learner.prefetch, in order",
     )
     parser.add_argument(
+        "--paths",
+        nargs="+",
+        choices=list(PATHS),
+        default=None,
+        help="run each configuration on each of Sebulba's paths for JAX environments, in "
+        "order: per_move (a device round trip per move, the host replay), segment (a "
+        "segment per device call, the replay on the learner's device)",
+    )
+    parser.add_argument(
+        "--runtimes",
+        nargs="+",
+        choices=["sebulba", "anakin"],
+        default=None,
+        help="run each configuration on each runtime, in order (the ceilings of --pgx-loop and "
+        "--reference are measured once, after the first, and given to each line)",
+    )
+    parser.add_argument(
         "--rounds",
         type=int,
         default=1,
@@ -635,23 +756,43 @@ def main(argv=None) -> None:
     if args.compile_cache:
         jax.config.update("jax_compilation_cache_dir", args.compile_cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-    runs = [(name, None) for name in args.only]
-    if args.prefetch and not args.actors_only:
-        runs = [(name, prefetch) for name in args.only for prefetch in args.prefetch]
-    runs = [(round_, name, prefetch) for round_ in range(args.rounds) for name, prefetch in runs]
+    # Each configuration once per (--prefetch, --paths, --runtimes value), in order, per round.
+    prefetches = args.prefetch if args.prefetch and not args.actors_only else [None]
+    variants = [
+        (prefetch, path, runtime)
+        for prefetch in prefetches
+        for path in args.paths or [None]
+        for runtime in args.runtimes or [None]
+    ]
+    runs = [
+        (round_, name, variant)
+        for round_ in range(args.rounds)
+        for name in args.only
+        for variant in variants
+    ]
     first_of_round: dict[tuple[int, str], dict] = {}
-    for round_, name, prefetch in runs:
-        run_args = args
+    ceilings: dict[tuple[int, str], dict] = {}  # measured once per round and configuration
+    for round_, name, (prefetch, path, runtime) in runs:
+        run_args = argparse.Namespace(**vars(args))
         if prefetch is not None:
-            run_args = argparse.Namespace(**vars(args))
-            run_args.set = [*args.set, f"learner.prefetch={prefetch}"]
-        result = bench_actors(name, args) if args.actors_only else bench_train(name, run_args)
-        if prefetch is not None:
+            run_args.set = [*run_args.set, f"learner.prefetch={prefetch}"]
+        if path is not None:
+            run_args.set = [*run_args.set, *PATHS[path]]
+        if runtime is not None:
+            run_args.set = [*run_args.set, f"runtime={runtime}"]
+        if args.actors_only:
+            result = bench_actors(name, run_args)
+        else:
+            result = bench_train(name, run_args)
+        if path is not None:
+            result["path"] = path
+        if len(variants) > 1:
             first = first_of_round.setdefault((round_, name), result)
             if first is not result:
-                for key in ("updates_per_s", "positions_per_s"):
-                    ratio = (result[key] or float("nan")) / (first[key] or float("nan"))
-                    result[f"{key}_ratio_to_first"] = round(ratio, 3)
+                for key in ("updates_per_s", "positions_per_s", "host_cpu_s_per_1000_positions"):
+                    if key in result:
+                        ratio = (result[key] or float("nan")) / (first.get(key) or float("nan"))
+                        result[f"{key}_ratio_to_first"] = round(ratio, 3)
         result["round"] = round_
         reference = CONFIGS[name][2]
         result["two_core_estimate"] = round(2 * result["positions_per_cpu_s"], 1)
@@ -659,14 +800,23 @@ def main(argv=None) -> None:
             result["reference_positions_per_s"] = reference
             result["ratio_to_reference"] = round(result["positions_per_s"] / reference, 3)
             result["two_core_estimate_ratio"] = round(result["two_core_estimate"] / reference, 3)
-        first_of_name = round_ == 0 and (prefetch is None or prefetch == args.prefetch[0])
+        first_of_name = round_ == 0 and (prefetch, path, runtime) == variants[0]
         alphazero = CONFIGS[name][0].endswith("alphazero")
-        if alphazero and _actors_module() is not None and first_of_name:
-            result["pgx_step_share_of_act_step"] = round(pgx_step_share(name, args), 4)
-        if args.pgx_loop:
-            _add_ceiling(result, "pgx_loop", bench_pgx_loop(name, args))
-        if args.reference:
-            _add_ceiling(result, "jitted", bench_jitted(name, args))
+        actors_module = _actors_module()
+        # The fused act+step is the per-move actor's; a segment's scan steps the game itself.
+        scans = getattr(actors_module, "scans_moves", lambda config, devices: False)
+        per_move = actors_module is not None and not scans(
+            make_config(name, run_args), jax.local_devices()[:1]
+        )
+        if alphazero and per_move and first_of_name:
+            result["pgx_step_share_of_act_step"] = round(pgx_step_share(name, run_args), 4)
+        if (round_, name) not in ceilings:
+            ceilings[(round_, name)] = {
+                "pgx_loop": bench_pgx_loop(name, args) if args.pgx_loop else None,
+                "jitted": bench_jitted(name, args) if args.reference else None,
+            }
+        for prefix, ceiling in ceilings[(round_, name)].items():
+            _add_ceiling(result, prefix, ceiling)
         result["loadavg_1m"] = round(os.getloadavg()[0], 2)
         result["xla_flags"] = os.environ.get("XLA_FLAGS", "")
         print(json.dumps(result), flush=True)

@@ -38,6 +38,8 @@ RUNTIMES = ("sebulba", "anakin")
 JAX_FAMILIES = ("pgx", "gymnax")
 CPU_CONVOLUTIONS = ("xla", "eigen")
 ACCELERATOR_PATHS = ("auto", "on", "off")
+# Sebulba's paths for JAX environments (`ActorConfig.scan_moves`, `ReplayConfig.on_device`).
+DEVICE_PATHS = ("auto", "on", "off")
 
 # The fields that may change when a run resumes, worth changing mid-run: the train state's
 # structure does not depend on them, so a run goes on from its checkpoint with another value.
@@ -135,9 +137,18 @@ class ActorConfig:
     # (never where the actor acts greedily). The policy target stays the search's; the data then
     # holds the positions after blunders, which a learned model must also get right.
     random_move_prob: float = 0.0
+    # JAX environments (pgx:, gymnax:) under Sebulba: "on" plays a whole segment (unroll_length
+    # moves of every env, the search and the env's step) per device call, in one jitted scan,
+    # instead of one device round trip per move; "auto" does on accelerators (devices.
+    # accelerator_paths), "off" acts move by move. Other environments always act move by move.
+    scan_moves: str = "auto"
 
     def __post_init__(self):
         _int_at_least(self, "threads_per_device", 1)
+        if self.scan_moves not in DEVICE_PATHS:
+            _fail(
+                "ActorConfig", "scan_moves", " or ".join(map(repr, DEVICE_PATHS)), self.scan_moves
+            )
         _int_at_least(self, "envs_per_thread", 1)
         _int_at_least(self, "unroll_length", 2)
         _int_at_least(self, "greedy_after_moves", 0)
@@ -190,9 +201,18 @@ class ReplayConfig:
     # run goes on with the data it had instead of refilling; Sebulba's MuZero and AlphaZero only.
     # On disk: about the replay's memory (`capacity` transitions), twice (the last 2 kept).
     checkpoint: bool = False
+    # Sebulba's MuZero and AlphaZero on a JAX environment (pgx:, gymnax:): "on" keeps the
+    # replay on the learner's device, written by the actors' segments and sampled inside the
+    # update's jit (selfplay/device_replay.py), and refuses where it cannot (several processes
+    # or learner devices, checkpoint on); "auto" does so on accelerators (devices.
+    # accelerator_paths) where it can (else one line says why not); "off" keeps the host
+    # replay. Anakin's replay is always on its devices.
+    on_device: str = "auto"
 
     def __post_init__(self):
         _int_at_least(self, "capacity", 1)
+        if self.on_device not in DEVICE_PATHS:
+            _fail("ReplayConfig", "on_device", " or ".join(map(repr, DEVICE_PATHS)), self.on_device)
         _int_at_least(self, "min_size", 1)
         if self.min_size > self.capacity:
             _fail("ReplayConfig", "min_size", f"<= capacity ({self.capacity})", self.min_size)
@@ -297,9 +317,11 @@ class DevicesConfig:
     # busy; Sebulba then acts on device 0 and learns on the others. Takes effect only where the
     # run starts JAX (`podracer train`); a process whose JAX is already running gets a warning.
     cpu_devices: int = 0
-    # The paths built for accelerators: the fused pgx act+step of Sebulba's actors and Anakin's
-    # updates inside the iteration's jit. "auto": on for GPUs and TPUs, off on CPUs (slower
-    # there, see BENCHMARKS.md); "on" forces them on a CPU (how the tests exercise them).
+    # The paths built for accelerators: Sebulba's segments per device call and its replay on the
+    # learner's device on JAX environments (where actors.scan_moves and replay.on_device say
+    # "auto"), its actors' fused pgx act+step move by move, and Anakin's updates inside the
+    # iteration's jit. "auto": on for GPUs and TPUs, off on CPUs (slower there, see
+    # BENCHMARKS.md); "on" forces them on a CPU (how the tests exercise them).
     accelerator_paths: str = "auto"
 
     def __post_init__(self):
@@ -437,6 +459,7 @@ class ExperimentConfig:
                 "queue holds a few trajectories in flight, no replay)",
                 True,
             )
+        self._check_device_paths(family)
         self._check_sample_efficiency()
         algorithm = self.search.algorithm
         if self.mode == "stochastic_muzero" and algorithm != "stochastic_muzero":
@@ -461,6 +484,35 @@ class ExperimentConfig:
                 "mode",
                 "'muzero' or 'vtrace' for a non-JAX environment (alphazero needs pgx:...)",
                 self.mode,
+            )
+
+    def _check_device_paths(self, family: str) -> None:
+        """Sebulba's paths for JAX environments, where forced on, need one."""
+        if self.actors.scan_moves == "on" and family not in JAX_FAMILIES:
+            _fail(
+                "ActorConfig",
+                "scan_moves",
+                "'auto' or 'off' for a non-JAX environment ('on' plays moves inside a jit: "
+                "pgx:... or gymnax:...)",
+                "on",
+            )
+        if self.replay.on_device != "on":
+            return
+        if family not in JAX_FAMILIES or self.mode == "vtrace":
+            _fail(
+                "ReplayConfig",
+                "on_device",
+                "'auto' or 'off' unless a search agent (muzero, alphazero) plays a JAX "
+                "environment (pgx:..., gymnax:...): V-trace learns from a queue, and other "
+                "environments' segments come from the host",
+                "on",
+            )
+        if self.replay.checkpoint:
+            _fail(
+                "ReplayConfig",
+                "on_device",
+                "'auto' or 'off' with replay.checkpoint=true (the saved replay is the host's)",
+                "on",
             )
 
     def _check_sample_efficiency(self) -> None:

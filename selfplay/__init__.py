@@ -5,7 +5,10 @@
                  checkpoints, plot
     sebulba      actor threads + a replicated learner fed from a store
     learner_input  Sebulba's prefetching input thread and the updates left in flight
-    actors       Sebulba's actor threads (sync, envpool async, the fused pgx act+step)
+    actors       Sebulba's actor threads (sync, envpool async, the fused pgx act+step, a
+                 segment per device call on JAX environments)
+    device_replay  Sebulba's replay on the learner's device (search agents, JAX environments)
+    rollout      moves of JAX environments in one jitted scan (Anakin's and Sebulba's actors)
     anakin       acting and learning in one jitted iteration per device (pgx games)
     agent        what depends on the mode (MuZero, AlphaZero, V-trace), as pure functions
     replay       the stores between actors and learner (prioritized windows; a FIFO queue)

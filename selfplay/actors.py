@@ -7,10 +7,12 @@
 
 `start_actors` starts them in a `ThreadGroup`; each runs `actor_loop` or, in envpool's async mode
 (`actors.envs_per_step` < `actors.envs_per_thread`), `async_actor_loop`, which acts on the first
-envs_per_step envs to finish a step and keeps one column of steps per env (`EnvColumns`). On an
-accelerator a pgx game's search and rules run in one jitted call (`fused_pgx_act_step`). What the
-trajectories look like (their length and overlap) and where they go (the `Store`) come from the
-agent; the actors never ask which mode they serve.
+envs_per_step envs to finish a step and keeps one column of steps per env (`EnvColumns`). On a
+JAX environment (pgx, gymnax) on an accelerator `segment_actor_loop` plays a whole segment per
+device call (`selfplay.rollout`, the moves Anakin plays: search, step, auto-reset in one jitted
+scan; `actors.scan_moves`); move by move, on an accelerator, a pgx game's search and rules run in
+one jitted call (`fused_pgx_act_step`). What the trajectories look like (their length and overlap)
+and where they go (the `Store`) come from the agent; the actors never ask which mode they serve.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ import numpy as np
 import muzero
 from configs import ExperimentConfig, UsageError
 from selfplay.agent import Agent, accelerator_paths
-from selfplay.envs import make_env, parse_env_name
+from selfplay.envs import jax_env_functions, make_env, parse_env_name
 from selfplay.lifetime import StopSignal, ThreadGroup
 from selfplay.metrics import StageTimer
 from selfplay.params import ParameterServer
 from selfplay.replay import Store
+from selfplay.rollout import jitted_rollout
 
 __all__ = [
     "ACTOR_STAGES",
@@ -47,12 +50,16 @@ __all__ = [
     "is_async",
     "outcome_fields",
     "push",
+    "scans_moves",
+    "segment_actor_loop",
     "start_actors",
 ]
 
 POLL_S = 0.5  # every blocking call wakes at least this often to check the stop signal
 # What an actor thread's time is spent on (`ActorStats.timer`): the search (the act, on its
-# device), the environments' step, and waiting for the store to take a trajectory.
+# device), the environments' step, and waiting for the store to take a trajectory. Where the
+# env steps on the device with the search (a pgx game's fused step, a segment's scan), its time
+# counts as search.
 ACTOR_STAGES = ("search", "env", "queue")
 
 
@@ -82,6 +89,18 @@ class ActorStats:
 def is_async(config: ExperimentConfig) -> bool:
     """Whether the actors act on `envs_per_step` of their envs at a time (envpool's async mode)."""
     return 0 < config.actors.envs_per_step < config.actors.envs_per_thread
+
+
+def scans_moves(config: ExperimentConfig, devices: list[jax.Device]) -> bool:
+    """Whether the actor threads on `devices` play whole segments per device call
+    (`segment_actor_loop`): on a JAX environment, with `actors.scan_moves=on`, or "auto" on an
+    accelerator. On a CPU the moves cost XLA more CPU inside a scan than called one by one, more
+    than the host's round trips save there (BENCHMARKS.md)."""
+    family, _ = parse_env_name(config.env.name)
+    choice = config.actors.scan_moves
+    if family not in ("pgx", "gymnax") or choice == "off":
+        return False
+    return choice == "on" or accelerator_paths(config, devices)
 
 
 def check_actor_envs(config: ExperimentConfig) -> None:
@@ -117,6 +136,8 @@ def start_actors(
     `fold_in(key, i)` and the stream name `actor-i`); returns how many. Each process of a job
     numbers its threads from its own `first_index`, so its environments' seeds differ."""
     loop = async_actor_loop if is_async(config) else actor_loop
+    if scans_moves(config, devices):
+        loop = segment_actor_loop
     per_device = config.actors.threads_per_device
     for d, device in enumerate(devices):
         for i in range(per_device):
@@ -207,6 +228,72 @@ def actor_loop(
                 segment = segment[len(segment) - agent.segment_overlap :]
     finally:
         env.close()
+
+
+def segment_actor_loop(
+    index: int,
+    device: jax.Device,
+    config: ExperimentConfig,
+    agent: Agent,
+    server: ParameterServer,
+    store: Store,
+    stats: ActorStats,
+    stop: StopSignal,
+    key: jax.Array,
+) -> None:
+    """One actor thread on a JAX environment: each device call plays K moves of all its
+    environments (search, step and auto-reset in one jitted scan) and returns the K steps at
+    once, K = the agent's new steps per push (`actors.unroll_length`). The same environments,
+    seeds and keys as `actor_loop`'s, so the same steps: only the device round trips differ
+    (one per segment, not one per move). A store that keeps device arrays (the device replay)
+    takes the segment as it is; other stores get it on the host, in pushes of the agent's
+    length and overlap (V-trace's bootstrap step repeats, as `actor_loop` pushes)."""
+    num_envs = config.actors.envs_per_thread
+    seed = config.seed * 1000 + index
+    functions = jax_env_functions(config.env.name, num_envs, **config.env.options)
+    length, overlap = agent.segment_length, agent.segment_overlap
+    moves = length - overlap
+    reset, rollout = jitted_rollout(
+        agent, functions, num_envs, moves, config.actors.greedy_after_moves
+    )
+    env_state, timestep = reset(jax.device_put(jax.random.PRNGKey(seed), device))
+    key = jax.device_put(key, device)
+    # A store on the learner's device (`selfplay.device_replay`) takes the device's arrays.
+    on_device = getattr(store, "keeps_device_arrays", False)
+    if on_device and overlap:
+        raise ValueError("a store of device arrays takes segments without overlap")
+    pending: Any = None  # host steps not pushed yet: the next push's first `overlap` and more
+    name = f"actor-{index}"
+    while not stop.is_set():
+        # The newest parameters published at the start of each segment act for all its K moves:
+        # the policy may lag the learner by the updates of those K moves, the span a trajectory
+        # has anyway (a per-move actor's segment holds K policies up to K moves old).
+        snapshot = server.latest(device)
+        started = time.perf_counter()
+        env_state, timestep, key, trajectory, ends = rollout(
+            snapshot.params, np.int32(snapshot.version), env_state, timestep, key
+        )
+        ends = jax.device_get(ends)  # [K, B]; waits for the segment
+        if not on_device:
+            trajectory = jax.device_get(trajectory)
+        played = time.perf_counter()
+        stats.timer.add("search", played - started)
+        stats.add(
+            moves * num_envs, ends.episode_return[ends.ended], ends.episode_length[ends.ended]
+        )
+        if overlap == 0:  # K = the agent's length: the segment is one push
+            push(store, trajectory, name, stop)
+        else:
+            pending = trajectory if pending is None else _concatenate_steps(pending, trajectory)
+            while len(pending.action) >= length:
+                push(store, jax.tree.map(lambda x: x[:length], pending), name, stop)
+                pending = jax.tree.map(lambda x: x[length - overlap :], pending)
+        stats.timer.add("queue", time.perf_counter() - played)
+
+
+def _concatenate_steps(first: muzero.Trajectory, second: muzero.Trajectory) -> muzero.Trajectory:
+    """The host steps of `first` then `second` ([T1 + T2, B, ...])."""
+    return jax.tree.map(lambda a, b: np.concatenate([a, b]), first, second)
 
 
 def async_actor_loop(

@@ -8,7 +8,8 @@ learner), per device:
 
     1. play     T = actors.unroll_length steps in all B environments: the agent's act (search,
                 or V-trace's policy) and the environment's pure step with auto-reset, in a
-                `lax.scan`; nothing leaves the device
+                `lax.scan` (`selfplay.rollout`, as Sebulba's actors play JAX environments);
+                nothing leaves the device
     2. data     search agents (MuZero, AlphaZero): the T steps overwrite the oldest in a ring of
                 S steps per environment (the device's share of `replay.capacity`), kept as the
                 actors recorded them; every step with L - 1 steps after it in the ring starts
@@ -56,6 +57,7 @@ from selfplay.agent import Agent, accelerator_paths, make_agent
 from selfplay.envs import EnvSpec, TimeStep, env_spec, jax_env_functions
 from selfplay.lifetime import StopSignal
 from selfplay.metrics import StageTimer
+from selfplay.rollout import episode_sums, make_rollout
 from selfplay.run import ReplicatedState
 
 __all__ = [
@@ -66,11 +68,13 @@ __all__ = [
     "RingPriorities",
     "anakin_devices",
     "initial_carries",
+    "learn_from_ring",
     "learn_in_jit",
     "make_anakin_iteration",
     "make_anakin_program",
     "plan_anakin",
     "sharded",
+    "write_ring",
 ]
 
 
@@ -155,14 +159,31 @@ class AnakinPlan(NamedTuple):
         priority ** alpha (`priorities` [S, B]), stratified as `SequenceReplay.sample` draws:
         their rows `[L, minibatch]`, games `[minibatch]` and importance weights `[minibatch]`,
         (windows * P) ** -beta over the minibatch's largest."""
+        written, _ = self._recorded(index)
+        return self.sample_prioritised_from(key, written, priorities, alpha, beta)
+
+    def sample_prioritised_from(
+        self,
+        key: jax.Array,
+        recorded: jax.Array,
+        priorities: jax.Array,
+        alpha: float,
+        beta: float | jax.Array,
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """`sample_prioritised` after `recorded` steps written to each game's rows (step t at
+        row t mod S): [] when every game has as many (Anakin), or [B] (Sebulba's device replay,
+        whose actor threads each write their own games' columns at their own pace). With alpha
+        0 every whole window is as likely (stratified uniform, as `SequenceReplay`'s)."""
         chex.assert_shape(priorities, (self.ring, self.games))
-        written, starts = self._recorded(index)
-        # Row r holds the newest step t <= written - 1 with t = r (mod S); the window starting
+        recorded = jnp.broadcast_to(recorded, (self.games,))  # [B]
+        starts = jnp.minimum(recorded, self.ring) - self.window + 1  # [B] whole windows per game
+        # Row r holds the newest step t <= recorded - 1 with t = r (mod S); the window starting
         # there is `back` windows older than the newest, and whole iff 0 <= back < starts.
-        back = (written - 1 - jnp.arange(self.ring)) % self.ring + 1 - self.window  # [S]
-        whole = (back >= 0) & (back < starts)  # [S]
+        rows = jnp.arange(self.ring)[:, None]  # [S, 1]
+        back = (recorded[None, :] - 1 - rows) % self.ring + 1 - self.window  # [S, B]
+        whole = (back >= 0) & (back < starts[None, :])  # [S, B]
         # Floored as SequenceReplay's min_priority: a window fitted exactly stays drawable.
-        mass = jnp.where(whole[:, None], jnp.maximum(priorities, 1e-6) ** alpha, 0.0)  # [S, B]
+        mass = jnp.where(whole, jnp.maximum(priorities, 1e-6) ** alpha, 0.0)  # [S, B]
         cumulative = jnp.cumsum(mass.reshape(-1))  # [S * B]
         total = cumulative[-1]
         uniform = jax.random.uniform(key, (self.minibatch,))
@@ -173,7 +194,8 @@ class AnakinPlan(NamedTuple):
         flat = jnp.minimum(flat, self.ring * self.games - 1)
         first, games = flat // self.games, flat % self.games
         probability = mass.reshape(-1)[flat] / total  # [minibatch]
-        weights = (self.written(index) * probability) ** -beta
+        windows = jnp.sum(jnp.maximum(starts, 0))  # every whole window of every game
+        weights = (windows * probability) ** -beta
         return self._window_rows(first), games, weights / jnp.max(weights)
 
 
@@ -243,6 +265,61 @@ def plan_anakin(config: ExperimentConfig, agent: Agent, devices: int) -> AnakinP
     return plan._replace(min_iterations=min_iterations)
 
 
+def write_ring(
+    ring: Any,
+    priorities: RingPriorities,
+    trajectory: muzero.Trajectory,
+    row: jax.Array,
+    column: jax.Array | int,
+    prioritised: bool,
+) -> tuple[Any, RingPriorities]:
+    """`trajectory` ([T, b] steps of b games) written over rows row .. row + T - 1 of the ring's
+    columns column .. column + b - 1 (a ring of S rows, S a multiple of T, so the steps never
+    wrap), and, where `prioritised`, the windows starting at the new steps given the largest
+    priority yet, so that they are drawn soon."""
+    ring = jax.tree.map(
+        lambda r, t: jax.lax.dynamic_update_slice(r, t, (row, column) + (0,) * (r.ndim - 2)),
+        ring,
+        trajectory,
+    )
+    if prioritised:
+        fresh = jnp.full(trajectory.action.shape, priorities.largest)  # [T, b]
+        window = jax.lax.dynamic_update_slice(priorities.window, fresh, (row, column))
+        priorities = priorities._replace(window=window)
+    return ring, priorities
+
+
+def learn_from_ring(
+    agent: Agent,
+    update: muzero.UpdateFn,
+    state: muzero.TrainState,
+    ring: Any,
+    priorities: RingPriorities,
+    key: jax.Array,
+    draw: Callable[[jax.Array], tuple[jax.Array, jax.Array, jax.Array]],
+    prioritised: bool,
+) -> tuple[muzero.TrainState, RingPriorities, dict]:
+    """One update on windows of a device's ring: `(state, priorities, metrics)`.
+
+    `draw(key) -> (rows [L, N], games [N], importance weights [N])` picks the windows
+    (`AnakinPlan.sample_windows` or `sample_prioritised*`); their targets are built now
+    (`agent.make_batch`, its reanalyse reading the state's own parameters), and where
+    `prioritised` their new priorities are written back before the update."""
+    sample_key, context_key = jax.random.split(key)
+    rows, games, weights = draw(sample_key)
+    window = jax.tree.map(lambda x: x[rows, games[None, :]], ring)  # [L, N, ...]
+    context = muzero.BatchContext(state.params, state.target_params, context_key, state.step)
+    minibatch, new = agent.make_batch(window, weights, context)  # new: [N]
+    if prioritised:
+        new = new.astype(jnp.float32)
+        priorities = RingPriorities(
+            priorities.window.at[rows[0], games].set(new),
+            jnp.maximum(priorities.largest, jnp.max(new)),
+        )
+    state, metrics = update(state, minibatch)
+    return state, priorities, metrics
+
+
 def make_anakin_iteration(
     config: ExperimentConfig, agent: Agent, plan: AnakinPlan, functions, update: muzero.UpdateFn
 ):
@@ -269,52 +346,9 @@ def make_anakin_iteration(
     # AlphaZero's reanalyse searches again from the recorded game states.
     keep_states = agent.uses_env_state and config.reanalyse.searches
 
-    def rollout(params, version, env_state, timestep, key):
-        def move(carry, _):
-            env_state, timestep, key = carry
-            key, act_key = jax.random.split(key)
-            observation = timestep.observation.astype(jnp.float32)  # [B, ...]
-            legal = timestep.legal_mask  # [B, A]
-            greedy = (
-                env_state.episode_length >= greedy_after if greedy_after else jnp.zeros(games, bool)
-            )  # [B]
-            exact = env_state.game if agent.uses_env_state else None  # AlphaZero's pgx rules
-            out = agent.act_inside_jit(params, act_key, observation, legal, greedy, exact)
-            record_state = env_state.game if keep_states else None
-            env_state, next_timestep = functions.step(env_state, out.action)
-            record = muzero.Trajectory(
-                # Boolean planes (MinAtar's, pgx's) stay bool: 4x less memory in the ring than
-                # float32; the networks cast them.
-                observation=(
-                    timestep.observation if timestep.observation.dtype == jnp.bool_ else observation
-                ),
-                action=out.action.astype(jnp.int32),
-                reward=next_timestep.reward.astype(jnp.float32),
-                discount=jnp.where(next_timestep.done, 0.0, 1.0),
-                search_policy=out.search_policy.astype(jnp.float32),
-                search_value=out.search_value.astype(jnp.float32),
-                legal_mask=legal,
-                to_play=timestep.to_play.astype(jnp.int32),
-                behaviour_logits=out.behaviour_logits.astype(jnp.float32),
-                policy_version=jnp.full(games, version, jnp.int32),
-                truncated=next_timestep.truncated.astype(jnp.float32),
-                state=record_state,
-            )
-            ended = next_timestep.episode_end.astype(jnp.float32)  # [B]
-            # [3]: episodes ended, the sum of their returns, the sum of their lengths
-            episodes = jnp.stack(
-                [
-                    jnp.sum(ended),
-                    jnp.sum(next_timestep.episode_return * ended),
-                    jnp.sum(next_timestep.episode_length * ended),
-                ]
-            )
-            return (env_state, next_timestep, key), (record, episodes)
-
-        (env_state, timestep, key), (trajectory, episodes) = jax.lax.scan(
-            move, (env_state, timestep, key), None, length=moves
-        )
-        return env_state, timestep, key, trajectory, episodes.sum(axis=0)  # [T, B] steps; [3]
+    rollout = make_rollout(
+        agent, functions, games, moves, greedy_after_moves=greedy_after, keep_states=keep_states
+    )
 
     def trajectories(tail, trajectory):
         """V-trace's batch: the B trajectories of T + 1 steps (the carried step first)."""
@@ -348,35 +382,28 @@ def make_anakin_iteration(
         key = jax.random.fold_in(carry.sample_key, update_index)
         priorities = carry.priorities
         if agent.uses_replay:  # windows of the ring, their targets built now
-            sample_key, context_key = jax.random.split(key)
-            if prioritised:
-                rows, games, weights = plan.sample_prioritised(
-                    sample_key,
-                    index,
-                    priorities.window,
-                    alpha,
-                    muzero.annealed_beta(beta, anneal_updates, state.step),
-                )
-            else:
+
+            def draw(sample_key):
+                if prioritised:
+                    return plan.sample_prioritised(
+                        sample_key,
+                        index,
+                        priorities.window,
+                        alpha,
+                        muzero.annealed_beta(beta, anneal_updates, state.step),
+                    )
                 rows, games = plan.sample_windows(sample_key, index)
-                weights = jnp.ones(plan.minibatch)
-            window = jax.tree.map(lambda x: x[rows, games[None, :]], carry.ring)  # [L, N, ...]
-            context = muzero.BatchContext(
-                state.params, state.target_params, context_key, state.step
+                return rows, games, jnp.ones(plan.minibatch)
+
+            return learn_from_ring(
+                agent, update, state, carry.ring, priorities, key, draw, prioritised
             )
-            minibatch, new = agent.make_batch(window, weights, context)  # new: [N]
-            if prioritised:
-                new = new.astype(jnp.float32)
-                priorities = RingPriorities(
-                    priorities.window.at[rows[0], games].set(new),
-                    jnp.maximum(priorities.largest, jnp.max(new)),
-                )
-        else:  # the update_index-th slice of the iteration's trajectories
-            start = update_index * plan.minibatch
-            minibatch = jax.tree.map(
-                lambda x: jax.lax.dynamic_slice_in_dim(x, start, plan.minibatch, agent.batch_axis),
-                carry.ring,
-            )
+        # V-trace: the update_index-th slice of the iteration's trajectories
+        start = update_index * plan.minibatch
+        minibatch = jax.tree.map(
+            lambda x: jax.lax.dynamic_slice_in_dim(x, start, plan.minibatch, agent.batch_axis),
+            carry.ring,
+        )
         state, metrics = update(state, minibatch)
         return state, priorities, metrics
 
@@ -386,26 +413,15 @@ def make_anakin_iteration(
         chex.assert_rank(index, 0)
         key, sample_key = jax.random.split(carry.key)
         priorities = carry.priorities
-        env_state, timestep, key, trajectory, episodes = rollout(
+        env_state, timestep, key, trajectory, ends = rollout(
             state.params, state.step, carry.env, carry.timestep, key
         )
         if agent.uses_replay:
             # Iteration i's T steps go to rows i * T .. i * T + T - 1 of the ring (mod S, a
             # multiple of T): the oldest go first.
             slot = (index * plan.moves) % plan.ring
-            ring = jax.tree.map(
-                lambda r, b: jax.lax.dynamic_update_slice_in_dim(r, b, slot, axis=0),
-                carry.ring,
-                trajectory,
-            )
+            ring, priorities = write_ring(carry.ring, priorities, trajectory, slot, 0, prioritised)
             tail = carry.tail
-            if prioritised:  # the new steps' windows start with the largest priority yet
-                fresh = jnp.full((plan.moves, games), priorities.largest)  # [T, B]
-                priorities = priorities._replace(
-                    window=jax.lax.dynamic_update_slice_in_dim(
-                        priorities.window, fresh, slot, axis=0
-                    )
-                )
         else:  # this iteration's trajectories; unused until the tail holds a real step
             ring = trajectories(carry.tail, trajectory)
             tail = jax.tree.map(
@@ -413,7 +429,7 @@ def make_anakin_iteration(
                 jax.tree.map(lambda a, b: jnp.concatenate([a, b]), carry.tail, trajectory),
             )
         carry = AnakinCarry(env_state, timestep, tail, ring, key, sample_key, priorities)
-        episodes = jax.lax.psum(episodes, muzero.AXIS)
+        episodes = jax.lax.psum(episode_sums(ends), muzero.AXIS)
         metrics = {
             "episodes": episodes[0],
             "episode_return_sum": episodes[1],

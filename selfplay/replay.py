@@ -42,6 +42,7 @@ __all__ = [
     "SequenceReplay",
     "Store",
     "aligned_empty",
+    "make_rate_limiter",
     "make_sequence_replay",
     "steps_per_update_at_ratio",
 ]
@@ -756,7 +757,23 @@ def make_sequence_replay(
     config: ExperimentConfig, window_length: int, num_streams: int
 ) -> SequenceReplay:
     """The prioritised replay of a MuZero / AlphaZero run with `num_streams` actor threads, its
-    rate limiter sized so that neither side can starve the other."""
+    rate limiter sized so that neither side can starve the other (`make_rate_limiter`)."""
+    return SequenceReplay(
+        config.replay.capacity,
+        window_length,
+        alpha=config.replay.priority_alpha,
+        beta=config.replay.priority_beta,
+        rate_limiter=make_rate_limiter(config, window_length, num_streams),
+        seed=config.seed,
+    )
+
+
+def make_rate_limiter(
+    config: ExperimentConfig, window_length: int, num_streams: int
+) -> RateLimiter:
+    """The rate limiter between `num_streams` actor threads and the learner of a replay of
+    windows of `window_length` steps: `replay.samples_per_insert`, with room for every actor's
+    push and a learner batch, and a first sample once some stream holds a window."""
     per_push = config.actors.unroll_length * config.actors.envs_per_thread
     spi = config.replay.samples_per_insert or None
     error_buffer = None
@@ -768,12 +785,4 @@ def make_sequence_replay(
     # the limiter stop the actors before any window exists while the learner waits for one.
     pushes_per_window = -(-window_length // config.actors.unroll_length)  # ceil
     min_size = max(config.replay.min_size, pushes_per_window * per_push * num_streams)
-    limiter = RateLimiter(min_size, spi, error_buffer)
-    return SequenceReplay(
-        config.replay.capacity,
-        window_length,
-        alpha=config.replay.priority_alpha,
-        beta=config.replay.priority_beta,
-        rate_limiter=limiter,
-        seed=config.seed,
-    )
+    return RateLimiter(min_size, spi, error_buffer)

@@ -11,6 +11,11 @@ Data flow (one process per host):
              then the replicated update over the learner devices, both dispatched without
              waiting -> priorities written back as each update finishes -> publish params
 
+On an accelerator, MuZero and AlphaZero on a JAX environment keep their replay on the learner's
+device instead (`selfplay.device_replay`, `replay.on_device`): the actors' segments
+(`actors.scan_moves`) are written there, and each update draws its windows, builds their targets
+and writes their priorities back in its own jit; no input thread, no sample on the host.
+
 `selfplay.run.run` drives it: the stop limits, logging and checkpoints are the run loop's. One
 `StopSignal` ends every loop: SIGINT/SIGTERM, the limits, or an exception in any thread (the
 `ThreadGroup` records it, stops the others and re-raises it from `running`).
@@ -29,8 +34,9 @@ import muzero
 from configs import ExperimentConfig, UsageError
 from selfplay.actors import POLL_S, ActorStats, check_actor_envs, start_actors
 from selfplay.agent import make_agent
+from selfplay.device_replay import DeviceReplay, uses_device_replay
 from selfplay.envs import env_spec
-from selfplay.learner_input import InFlight, LearnerInput, Sampled
+from selfplay.learner_input import InFlight, LearnerInput, Prefetched, Sampled
 from selfplay.lifetime import StopSignal, ThreadGroup
 from selfplay.metrics import StageTimer
 from selfplay.params import ParameterServer
@@ -83,10 +89,20 @@ class SebulbaRuntime(ReplicatedState):
                 "which runtime=anakin keeps and Sebulba's replay does not: use runtime=anakin"
             )
         self.num_actor_threads = len(self.actor_devices) * config.actors.threads_per_device
-        self.store = self.agent.make_store(self.num_actor_threads)
         # Donating the state's buffers would free the params the actors hold when both share a
         # device.
         self.donates_state = not set(self.actor_devices) & set(self.learner_devices)
+        self.device_replay: DeviceReplay | None = None
+        if uses_device_replay(config, self.agent, self.actor_devices, self.learner_devices):
+            self.device_replay = DeviceReplay(
+                config,
+                self.agent,
+                optimizer,
+                self.learner_devices[0],
+                self.num_actor_threads,
+                donate_state=self.donates_state,
+            )
+        self.store = self.device_replay or self.agent.make_store(self.num_actor_threads)
         self.update = muzero.make_replicated_update(
             self.agent.loss_fn,
             optimizer,
@@ -128,8 +144,11 @@ class SebulbaRuntime(ReplicatedState):
         self._state: Any = None  # replicated over the learner devices
         self._key: jax.Array | None = None
         self._metrics: dict[str, Any] = {}  # the newest update's, on the device
-        self._policy_lag: list[float] = []
-        self._next: Sampled | None = None  # a sample taken by `ready`, for the next `learn`
+        # (update, mean policy version of its data): the version may be on the device
+        self._policy_lag: list[tuple[int, Any]] = []
+        # A sample taken by `ready`, for the next `learn` (with the device replay: True, a
+        # batch reserved there)
+        self._next: Sampled | bool | None = None
 
     counts_local = True  # frames and episodes are this process's actors'
 
@@ -165,7 +184,7 @@ class SebulbaRuntime(ReplicatedState):
                 self._key,
                 first_index=jax.process_index() * self.num_actor_threads,
             )
-            if self.prefetch:
+            if self.prefetch and self.device_replay is None:
                 threads.start("learner-input", self.input.run, stop)
             try:
                 yield
@@ -186,7 +205,10 @@ class SebulbaRuntime(ReplicatedState):
         """Takes the next sample (waiting up to a poll interval) unless one is held."""
         if self._next is None:
             with self.timer.stage("wait"):
-                if self.prefetch:
+                if self.device_replay is not None:
+                    batch = self.config.learner.batch_size
+                    self._next = self.device_replay.reserve(batch, timeout=POLL_S) or None
+                elif self.prefetch:
                     self._next = self.input.get(timeout=POLL_S)
                 else:
                     self._next = self.input.sample(timeout=POLL_S)
@@ -199,15 +221,20 @@ class SebulbaRuntime(ReplicatedState):
         if not self.ready():
             return False
         sampled, self._next = self._next, None
-        assert sampled is not None
-        with self.timer.stage("build"):
-            item = self.input.build(sampled)
-        with self.timer.stage("dispatch"):
-            self._state, self._metrics = self.update(self._state, item.batch)
+        if self.device_replay is not None:
+            with self.timer.stage("dispatch"):  # the sample, the build and the update: one call
+                self._state, self._metrics, version = self.device_replay.learn(self._state)
+            item = Prefetched(None, None, None, version)
+        else:
+            assert isinstance(sampled, Sampled)
+            with self.timer.stage("build"):
+                item = self.input.build(sampled)
+            with self.timer.stage("dispatch"):
+                self._state, self._metrics = self.update(self._state, item.batch)
         self._step += 1
         self._anneal_beta()
         self.in_flight.add(self._metrics, item, self.timer)
-        self._policy_lag.append(self._step - 1 - item.mean_policy_version)
+        self._policy_lag.append((self._step - 1, item.mean_policy_version))
         if self._step % self.config.learner.publish_every == 0:
             with self.timer.stage("publish"):
                 state = muzero.unreplicate(self._state)
@@ -245,7 +272,8 @@ class SebulbaRuntime(ReplicatedState):
         metrics = finished if finished is not None else self._metrics
         values = {name: float(value) for name, value in jax.device_get(metrics).items()}
         if self._policy_lag:
-            values["policy_lag"] = float(np.mean(self._policy_lag))
+            steps, versions = zip(*self._policy_lag, strict=True)
+            values["policy_lag"] = float(np.mean(steps) - np.mean(jax.device_get(versions)))
         self._policy_lag = []
         if returns:
             values["episode_return"] = float(np.mean(returns))
@@ -256,7 +284,8 @@ class SebulbaRuntime(ReplicatedState):
         values.update(learner_times)
         if "time/learner/wait_share" in learner_times:
             values["learner_wait_share"] = learner_times["time/learner/wait_share"]
-        values.update(self.input.timer.summary("time/input/", reset=True))
+        if self.device_replay is None:
+            values.update(self.input.timer.summary("time/input/", reset=True))
         values.update(self.stats.timer.summary("time/actors/", reset=True))
         return values
 

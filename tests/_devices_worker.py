@@ -56,7 +56,11 @@ def main(out: pathlib.Path) -> None:
         runtimes.append(runtime)
         return runtime
 
-    config = configs.load_config("tic_tac_toe_alphazero", [*TINY, "devices.cpu_devices=2"])
+    # Move by move and the host replay: the fused act+step, batches built across devices.
+    per_move = ["actors.scan_moves=off", "replay.on_device=off"]
+    config = configs.load_config(
+        "tic_tac_toe_alphazero", [*TINY, *per_move, "devices.cpu_devices=2"]
+    )
     result = run.run(config, out / "sebulba", make_sebulba, progress=False)
     runtime = runtimes[-1]
     stages = {
@@ -77,6 +81,25 @@ def main(out: pathlib.Path) -> None:
         "batch_built_on": sorted(built_on),
         "fused": "env" not in stages and "search" in stages,
         "actor_stages": sorted(stages),
+    }
+
+    # A segment per device call on device 0, the replay on the learner's device 1.
+    config = configs.load_config(
+        "tic_tac_toe_alphazero", [*TINY, "learner.max_updates=8", "devices.cpu_devices=2"]
+    )
+    segment_runtimes = []
+
+    def make_segments(config, optimizer):
+        segment_runtimes.append(sebulba.SebulbaRuntime(config, optimizer))
+        return segment_runtimes[-1]
+
+    result = run.run(config, out / "segments", make_segments, progress=False)
+    replay = segment_runtimes[-1].device_replay
+    results["segments"] = {
+        "stopped_by": result.stopped_by,
+        "replay_on": [replay.device.id] if replay is not None else [],
+        "donates_state": segment_runtimes[-1].donates_state,
+        "windows": replay.num_windows if replay is not None else 0,
     }
 
     config = configs.load_config(

@@ -283,7 +283,8 @@ def test_the_learner_input_pipeline_keeps_updates_in_flight_and_the_replay_consi
 def test_the_accelerator_paths_run_on_two_cpu_devices_and_learn(tmp_path):
     # `devices.accelerator_paths=on` on 2 CPU devices, as on a GPU box: Sebulba's actors on
     # device 0 with the fused pgx act+step, the learner on device 1 with its state donated and
-    # its batches prefetched across devices; Anakin with its updates inside the iteration's jit.
+    # its batches prefetched across devices; Sebulba's segments from device 0 into the replay on
+    # device 1; Anakin with its updates inside the iteration's jit.
     proc = subprocess.run(
         [sys.executable, str(pathlib.Path(__file__).parent / "_devices_worker.py"), str(tmp_path)],
         env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parents[1])},
@@ -304,3 +305,7 @@ def test_the_accelerator_paths_run_on_two_cpu_devices_and_learn(tmp_path):
         assert len(losses) >= 3 and min(losses[1:]) < 0.95 * losses[0], losses
     # The fused step counts the game's step as search: no separate env stage.
     assert sebulba["actor_stages"] == ["queue", "search"]
+    # A segment per device call on device 0 fed the replay on the learner's device 1.
+    segments = results["segments"]
+    assert segments["stopped_by"] == "max_updates" and segments["replay_on"] == [1]
+    assert segments["donates_state"] and segments["windows"] > 0
