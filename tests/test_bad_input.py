@@ -246,7 +246,6 @@ def check_command(argv: list[str]) -> int:
 def stopped_before_training(monkeypatch, tmp_path):
     """`podracer train` stops where training would start: the run, the launchers and joining a
     job are stand-ins that raise Started."""
-    from podracer import train_command
     from selfplay import launch, processes
     from selfplay import train as train_module
 
