@@ -67,6 +67,7 @@ __all__ = [
     "AnakinRuntime",
     "RingPriorities",
     "anakin_devices",
+    "avoid_shardy_crash",
     "initial_carries",
     "learn_from_ring",
     "learn_in_jit",
@@ -85,8 +86,11 @@ class AnakinCarry(NamedTuple):
     timestep: TimeStep  # [B] the environments' current TimeStep: what the agent acts on next
     tail: muzero.Trajectory  # [tail, B] V-trace: the previous iteration's last step; else empty
     # Search agents: the ring of recorded steps, a `Trajectory` with leaves [S, B, ...] (step t
-    # of the run at row t mod S). V-trace: this iteration's batch.
+    # of the run at row t mod S). None for V-trace.
     ring: Any
+    # V-trace: this iteration's batch (the agent's `make_batch` of its [T + 1, B] trajectories),
+    # learned from in slices. None for search agents.
+    batch: Any
     key: jax.Array  # this device's PRNG key for the next iteration's acting
     sample_key: jax.Array  # this device's key for this iteration's minibatches
     priorities: RingPriorities  # of the windows starting at each ring row (search agents)
@@ -320,6 +324,137 @@ def learn_from_ring(
     return state, priorities, metrics
 
 
+class _RingData(NamedTuple):
+    """Search agents' data on a device: each iteration's steps written into the ring, windows of
+    it drawn for each update (by priority where `replay.priority_alpha` > 0) and their targets
+    built then."""
+
+    agent: Agent
+    plan: AnakinPlan
+    update: muzero.UpdateFn
+    alpha: float  # replay.priority_alpha (0: uniform windows)
+    beta: float  # replay.priority_beta, annealed over `anneal_updates`
+    anneal_updates: int
+
+    def empty(self, example: muzero.Trajectory) -> tuple[Any, None]:
+        """`(ring, batch)` before the first iteration, for steps shaped as `example` [T, B]."""
+        ring = jax.tree.map(lambda x: jnp.zeros((self.plan.ring,) + x.shape[1:], x.dtype), example)
+        return ring, None
+
+    def record(self, carry: AnakinCarry, trajectory: muzero.Trajectory, index) -> AnakinCarry:
+        # Iteration i's T steps go to rows i * T .. i * T + T - 1 of the ring (mod S, a multiple
+        # of T): the oldest go first.
+        slot = (index * self.plan.moves) % self.plan.ring
+        ring, priorities = write_ring(
+            carry.ring, carry.priorities, trajectory, slot, 0, self.alpha > 0
+        )
+        return carry._replace(ring=ring, priorities=priorities)
+
+    def learn_step(self, state: muzero.TrainState, index, update_index, carry: AnakinCarry):
+        """Update `update_index` of iteration `index` on windows of the ring: `(state,
+        priorities, metrics)`, this minibatch's priorities written back where prioritised."""
+        plan, priorities = self.plan, carry.priorities
+
+        def draw(sample_key):
+            if self.alpha > 0:
+                beta = muzero.annealed_beta(self.beta, self.anneal_updates, state.step)
+                return plan.sample_prioritised(
+                    sample_key, index, priorities.window, self.alpha, beta
+                )
+            rows, games = plan.sample_windows(sample_key, index)
+            return rows, games, jnp.ones(plan.minibatch)
+
+        key = jax.random.fold_in(carry.sample_key, update_index)
+        return learn_from_ring(
+            self.agent, self.update, state, carry.ring, priorities, key, draw, self.alpha > 0
+        )
+
+
+class _BatchData(NamedTuple):
+    """V-trace's data on a device: each iteration's trajectories, with the previous iteration's
+    last step first (which its last step bootstraps from), are the batch its updates take in
+    slices, once."""
+
+    agent: Agent
+    plan: AnakinPlan
+    update: muzero.UpdateFn
+
+    def _batch(self, tail: muzero.Trajectory, trajectory: muzero.Trajectory) -> Any:
+        whole = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), tail, trajectory)  # [T+1, B]
+        return self.agent.make_batch(whole, None, None)[0]
+
+    def empty(self, example: muzero.Trajectory) -> tuple[None, Any]:
+        tail = _tail_of(example, self.plan.tail)
+        batch = jax.eval_shape(self._batch, tail, example)
+        return None, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), batch)
+
+    def record(self, carry: AnakinCarry, trajectory: muzero.Trajectory, index) -> AnakinCarry:
+        # Unused until the tail holds a real step (the plan's first iteration only fills it).
+        whole = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), carry.tail, trajectory)
+        tail = jax.tree.map(lambda x: x[-self.plan.tail :], whole)
+        return carry._replace(batch=self._batch(carry.tail, trajectory), tail=tail)
+
+    def learn_step(self, state: muzero.TrainState, index, update_index, carry: AnakinCarry):
+        """Update `update_index` on its slice of the iteration's batch: `(state, priorities
+        as they were, metrics)`."""
+        start = update_index * self.plan.minibatch
+        minibatch = jax.tree.map(
+            lambda x: jax.lax.dynamic_slice_in_dim(
+                x, start, self.plan.minibatch, self.agent.batch_axis
+            ),
+            carry.batch,
+        )
+        state, metrics = self.update(state, minibatch)
+        return state, carry.priorities, metrics
+
+
+def _tail_of(example: muzero.Trajectory, length: int) -> muzero.Trajectory:
+    """Zeros shaped as `length` steps of `example` [T, B, ...]: [length, B, ...]."""
+    return jax.tree.map(lambda x: jnp.zeros((length,) + x.shape[1:], x.dtype), example)
+
+
+def _episode_metrics(ends) -> dict[str, jax.Array]:
+    """The number, returns and lengths of the episodes that ended, summed over the mesh."""
+    episodes = jax.lax.psum(episode_sums(ends), muzero.AXIS)
+    return {
+        "episodes": episodes[0],
+        "episode_return_sum": episodes[1],
+        "episode_length_sum": episodes[2],
+    }
+
+
+def _learn_once_filled(learn_step, plan: AnakinPlan, state, index, carry: AnakinCarry):
+    """The iteration's U updates (a `lax.scan` of `learn_step`, each update's priorities passed
+    to the next) from iteration `plan.min_iterations` on, before it none: `(state, priorities,
+    the last update's metrics or zeros)`."""
+
+    def learn_all(state, priorities):
+        def one(state_and_priorities, u):
+            state, priorities = state_and_priorities
+            state, priorities, metrics = learn_step(
+                state, index, u, carry._replace(priorities=priorities)
+            )
+            return (state, priorities), metrics
+
+        (state, priorities), learned = jax.lax.scan(
+            one, (state, priorities), jnp.arange(plan.updates)
+        )
+        return state, priorities, jax.tree.map(lambda m: m[-1], learned)
+
+    skipped = jax.eval_shape(learn_all, state, carry.priorities)[2]
+    return jax.lax.cond(
+        index >= plan.min_iterations,
+        learn_all,
+        lambda state, priorities: (
+            state,
+            priorities,
+            jax.tree.map(lambda m: jnp.zeros(m.shape, m.dtype), skipped),
+        ),
+        state,
+        carry.priorities,
+    )
+
+
 def make_anakin_iteration(
     config: ExperimentConfig, agent: Agent, plan: AnakinPlan, functions, update: muzero.UpdateFn
 ):
@@ -329,32 +464,38 @@ def make_anakin_iteration(
     actions) -> (state, TimeStep)` for B environments (`selfplay.envs.jax_env_functions`).
     `init_carry(params, key) -> AnakinCarry` starts B environments and empty data.
     `iteration(state, index, carry, learn=True) -> (state, carry, metrics)`: `index` is the
-    iteration's number (0-based, the same on every device); it plays, writes the data and, from
-    iteration `plan.min_iterations` on, takes the U updates (`lax.scan` over `learn_step`). The
-    metrics are the last update's (zeros before learning starts) and the sums over the mesh of
-    the number, returns and lengths of the episodes that ended. With `learn=False` it stops
-    before the updates, and the caller runs `learn_step(state, index, u, carry) -> (state,
-    priorities, metrics)` for u = 0 .. U - 1 itself, putting each update's `priorities` into
-    the carry the next one takes: the same updates, in separate calls (see `learn_in_jit`).
-    `update` is the pure update with `axis_name` (its `pmean` keeps the replicas equal).
+    iteration's number (0-based, the same on every device); it plays, records the data (search
+    agents: `_RingData`; V-trace: `_BatchData`) and, from iteration `plan.min_iterations` on,
+    takes the U updates. The metrics are the last update's (zeros before learning starts) and
+    the sums over the mesh of the number, returns and lengths of the episodes that ended. With
+    `learn=False` it stops before the updates, and the caller runs `learn_step(state, index, u,
+    carry) -> (state, priorities, metrics)` for u = 0 .. U - 1 itself, putting each update's
+    `priorities` into the carry the next one takes: the same updates, in separate calls (see
+    `learn_in_jit`). `update` is the pure update with `axis_name` (its `pmean` keeps the
+    replicas equal).
     """
-    games, moves = plan.games, plan.moves
-    greedy_after = config.actors.greedy_after_moves
-    alpha, beta = config.replay.priority_alpha, config.replay.priority_beta
-    anneal_updates = config.replay.priority_beta_anneal_updates
-    prioritised = agent.uses_replay and alpha > 0
-    # AlphaZero's reanalyse searches again from the recorded game states.
-    keep_states = agent.uses_env_state and config.reanalyse.searches
-
-    rollout = make_rollout(
-        agent, functions, games, moves, greedy_after_moves=greedy_after, keep_states=keep_states
+    replay = config.replay
+    data: _RingData | _BatchData = (
+        _RingData(
+            agent,
+            plan,
+            update,
+            replay.priority_alpha,
+            replay.priority_beta,
+            replay.priority_beta_anneal_updates,
+        )
+        if agent.uses_replay
+        else _BatchData(agent, plan, update)
     )
-
-    def trajectories(tail, trajectory):
-        """V-trace's batch: the B trajectories of T + 1 steps (the carried step first)."""
-        whole = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), tail, trajectory)
-        batch, _ = agent.make_batch(whole, None, None)
-        return batch
+    rollout = make_rollout(
+        agent,
+        functions,
+        plan.games,
+        plan.moves,
+        greedy_after_moves=config.actors.greedy_after_moves,
+        # AlphaZero's reanalyse searches again from the recorded game states.
+        keep_states=agent.uses_env_state and config.reanalyse.searches,
+    )
 
     def init_carry(params, key):
         env_key, key = jax.random.split(key)
@@ -362,110 +503,31 @@ def make_anakin_iteration(
         example = jax.eval_shape(
             lambda s, t: rollout(params, 0, s, t, key)[3], env_state, timestep
         )  # [T, B]
-        tail = jax.tree.map(lambda x: jnp.zeros((plan.tail,) + x.shape[1:], x.dtype), example)
-        if agent.uses_replay:
-            ring = jax.tree.map(lambda x: jnp.zeros((plan.ring,) + x.shape[1:], x.dtype), example)
-        else:
-            batch = jax.eval_shape(trajectories, tail, example)
-            ring = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), batch)
+        ring, batch = data.empty(example)
         priorities = RingPriorities(
-            jnp.zeros((plan.ring, games), jnp.float32), jnp.ones((), jnp.float32)
+            jnp.zeros((plan.ring, plan.games), jnp.float32), jnp.ones((), jnp.float32)
         )
-        return AnakinCarry(env_state, timestep, tail, ring, key, key, priorities)
-
-    def learn_step(
-        state: muzero.TrainState, index: jax.Array, update_index: jax.Array, carry: AnakinCarry
-    ):
-        """Update `update_index` of iteration `index`, on a minibatch of the device's data:
-        `(state, priorities, metrics)`, the ring's priorities with this minibatch's written
-        back where the replay is prioritised (else `carry.priorities` as they were)."""
-        key = jax.random.fold_in(carry.sample_key, update_index)
-        priorities = carry.priorities
-        if agent.uses_replay:  # windows of the ring, their targets built now
-
-            def draw(sample_key):
-                if prioritised:
-                    return plan.sample_prioritised(
-                        sample_key,
-                        index,
-                        priorities.window,
-                        alpha,
-                        muzero.annealed_beta(beta, anneal_updates, state.step),
-                    )
-                rows, games = plan.sample_windows(sample_key, index)
-                return rows, games, jnp.ones(plan.minibatch)
-
-            return learn_from_ring(
-                agent, update, state, carry.ring, priorities, key, draw, prioritised
-            )
-        # V-trace: the update_index-th slice of the iteration's trajectories
-        start = update_index * plan.minibatch
-        minibatch = jax.tree.map(
-            lambda x: jax.lax.dynamic_slice_in_dim(x, start, plan.minibatch, agent.batch_axis),
-            carry.ring,
-        )
-        state, metrics = update(state, minibatch)
-        return state, priorities, metrics
+        tail = _tail_of(example, plan.tail)
+        return AnakinCarry(env_state, timestep, tail, ring, batch, key, key, priorities)
 
     def iteration(
         state: muzero.TrainState, index: jax.Array, carry: AnakinCarry, *, learn: bool = True
     ):
         chex.assert_rank(index, 0)
         key, sample_key = jax.random.split(carry.key)
-        priorities = carry.priorities
         env_state, timestep, key, trajectory, ends = rollout(
             state.params, state.step, carry.env, carry.timestep, key
         )
-        if agent.uses_replay:
-            # Iteration i's T steps go to rows i * T .. i * T + T - 1 of the ring (mod S, a
-            # multiple of T): the oldest go first.
-            slot = (index * plan.moves) % plan.ring
-            ring, priorities = write_ring(carry.ring, priorities, trajectory, slot, 0, prioritised)
-            tail = carry.tail
-        else:  # this iteration's trajectories; unused until the tail holds a real step
-            ring = trajectories(carry.tail, trajectory)
-            tail = jax.tree.map(
-                lambda x: x[-plan.tail :],
-                jax.tree.map(lambda a, b: jnp.concatenate([a, b]), carry.tail, trajectory),
-            )
-        carry = AnakinCarry(env_state, timestep, tail, ring, key, sample_key, priorities)
-        episodes = jax.lax.psum(episode_sums(ends), muzero.AXIS)
-        metrics = {
-            "episodes": episodes[0],
-            "episode_return_sum": episodes[1],
-            "episode_length_sum": episodes[2],
-        }
+        carry = data.record(carry, trajectory, index)._replace(
+            env=env_state, timestep=timestep, key=key, sample_key=sample_key
+        )
+        metrics = _episode_metrics(ends)
         if not learn:
             return state, carry, metrics
-
-        def learn_all(state, priorities):
-            def one(state_and_priorities, u):
-                state, priorities = state_and_priorities
-                state, priorities, metrics = learn_step(
-                    state, index, u, carry._replace(priorities=priorities)
-                )
-                return (state, priorities), metrics
-
-            (state, priorities), learned = jax.lax.scan(
-                one, (state, priorities), jnp.arange(plan.updates)
-            )
-            return state, priorities, jax.tree.map(lambda m: m[-1], learned)  # the last update's
-
-        skipped = jax.eval_shape(learn_all, state, carry.priorities)[2]
-        state, priorities, learned = jax.lax.cond(
-            index >= plan.min_iterations,
-            learn_all,
-            lambda state, priorities: (
-                state,
-                priorities,
-                jax.tree.map(lambda m: jnp.zeros(m.shape, m.dtype), skipped),
-            ),
-            state,
-            carry.priorities,
-        )
+        state, priorities, learned = _learn_once_filled(data.learn_step, plan, state, index, carry)
         return state, carry._replace(priorities=priorities), {**learned, **metrics}
 
-    return init_carry, iteration, learn_step
+    return init_carry, iteration, data.learn_step
 
 
 def learn_in_jit(config: ExperimentConfig, devices) -> bool:
@@ -483,6 +545,14 @@ def shardy_crashes(devices) -> bool:
     GSPMD compiles the same program, as do jax 0.10.2 and one device."""
     major_minor = tuple(int(part) for part in jax.__version__.split(".")[:2])
     return major_minor >= (0, 11) and len(devices) > 1 and devices[0].platform == "cpu"
+
+
+def avoid_shardy_crash(devices) -> None:
+    """Switches JAX, for the whole process, to the GSPMD partitioner where `shardy_crashes` on
+    `devices`: a global setting, so the runtime's construction (the entry point of every Anakin
+    run) makes it, not the functions that build the programs."""
+    if shardy_crashes(devices) and jax.config.jax_use_shardy_partitioner:
+        jax.config.update("jax_use_shardy_partitioner", False)
 
 
 def anakin_devices(config: ExperimentConfig) -> list[jax.Device]:
@@ -555,10 +625,8 @@ class AnakinProgram(NamedTuple):
 
 
 def make_anakin_program(config: ExperimentConfig, optimizer, devices) -> AnakinProgram:
-    """The agent, plan and sharded (unjitted) functions of `config` over `devices`."""
-    if shardy_crashes(devices) and jax.config.jax_use_shardy_partitioner:
-        # GSPMD for whatever compiles on this mesh (the runtime, the benchmarks, the tests)
-        jax.config.update("jax_use_shardy_partitioner", False)
+    """The agent, plan and sharded (unjitted) functions of `config` over `devices` (an entry
+    point that compiles them over several CPU devices calls `avoid_shardy_crash` first)."""
     mesh = muzero.make_mesh(devices)
     spec = env_spec(config.env.name, seed=config.seed, **config.env.options)
     agent = make_agent(config, spec)
@@ -580,6 +648,7 @@ class AnakinRuntime(ReplicatedState):
 
     def __init__(self, config: ExperimentConfig, optimizer):
         self.devices = anakin_devices(config)
+        avoid_shardy_crash(self.devices)
         self.program = make_anakin_program(config, optimizer, self.devices)
         self.agent, self.plan, self.spec = self.program.agent, self.program.plan, self.program.spec
         self.inside = learn_in_jit(config, self.devices)

@@ -146,13 +146,14 @@ def test_updates_weight_their_windows_with_the_annealed_beta():
     priorities[1, 0], priorities[4, 1] = 1.0, 3.0
     key = jax.random.key(0)
     carry = anakin.AnakinCarry(
-        None,
-        None,
-        None,
-        {"x": jnp.zeros((8, 2))},
-        key,
-        key,
-        anakin.RingPriorities(jnp.asarray(priorities), jnp.ones(())),
+        env=None,
+        timestep=None,
+        tail=None,
+        ring={"x": jnp.zeros((8, 2))},
+        batch=None,
+        key=key,
+        sample_key=key,
+        priorities=anakin.RingPriorities(jnp.asarray(priorities), jnp.ones(())),
     )
     learn = jax.jit(learn_step)
     weights = {

@@ -115,7 +115,7 @@ def test_vtrace_updates_on_the_iterations_trajectories_with_the_vtrace_loss():
     replicated, carry, _ = iterate(replicated, np.int32(0), carry, False)
     tail = jax.tree.map(lambda x: x[0], carry.tail)  # [1, B] the last step of iteration 0
     replicated, carry, _ = iterate(replicated, np.int32(1), carry, False)
-    batch = jax.tree.map(lambda x: x[0], carry.ring)  # [T + 1, B]
+    batch = jax.tree.map(lambda x: x[0], carry.batch)  # [T + 1, B]
     assert batch.action.shape == (plan.moves + 1, plan.games)
     np.testing.assert_array_equal(batch.observation[0], tail.observation[0])
     np.testing.assert_array_equal(batch.action[0], tail.action[0])
