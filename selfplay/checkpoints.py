@@ -454,8 +454,12 @@ class Checkpointer:
         (`wait`); over several processes one of them calls this (it reads and writes the file
         alone: no collective)."""
         step = int(step)
-        meta = _sealed({**self._verified_meta(step), **metadata})
         path = self.directory / str(step) / "meta" / "metadata"
+        try:  # read as a file, not through orbax, whose reads are collectives over processes
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            raise self._damaged(step, "unreadable metadata", _first_line(error)) from None
+        meta = _sealed({**self._checked_meta(step, saved), **metadata})
         tmp = path.with_name(f".metadata.tmp-{os.getpid()}")
         try:
             with open(tmp, "w") as f:
@@ -532,6 +536,10 @@ class Checkpointer:
         if not (folder / COMMIT_MARKER).is_file():
             raise self._damaged(step, "no commit marker", f"{COMMIT_MARKER} is missing")
         meta = self._restore_items(step, "metadata", meta=ocp.args.JsonRestore()).meta
+        return self._checked_meta(step, meta)
+
+    def _checked_meta(self, step: int, meta: Any) -> dict[str, Any]:
+        """`meta`, read from the saved `step`, if its digest holds: else DamagedCheckpoint."""
         if not isinstance(meta, dict):
             raise self._damaged(step, "unreadable metadata", "not a JSON object")
         digests = meta.get(DIGESTS)

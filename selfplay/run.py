@@ -1,15 +1,16 @@
 """A run's life, the same for both runtimes: its directory, start and resume, stop limits and
 signals, periodic logging and checkpoints, the final checkpoint and the plot.
 
-    runtime  <- make_runtime(config, optimizer)     Sebulba or Anakin: agent, devices, programs
-    run_dir  <- prepare_run_dir     config.json; a folder holding another run is refused
-    state    <- start_run           a fresh train state, or the newest checkpoint's
+    _open                           the runtime (make_runtime(config, optimizer): Sebulba or
+                                    Anakin), the evaluator, the run directory (config.json; a
+                                    folder holding another run is refused), its lock
+    state    <- start_run           a fresh train state, or the newest whole checkpoint's
     runtime.start(state, key)
     with runtime.running(stop):     Sebulba: actor threads; Anakin: nothing to start
-        until a limit or the stop signal:
+        until a limit or the stop signal (`_RunLoop.round`, agreed by every process):
             runtime.learn()         Sebulba: sample -> update;  Anakin: one jitted iteration
             every log_every_s:      metrics.jsonl, TensorBoard, the progress line (and at the end)
-            every checkpoint_every updates: a checkpoint
+            every checkpoint_every updates: a checkpoint (`_RunLoop.save`)
     final checkpoint, learning curves
 
 A runtime supplies only what differs (`Runtime`): how a step of learning happens and where its
@@ -376,10 +377,80 @@ def _run(
     make_evaluator: Callable[[ExperimentConfig, EnvSpec], Evaluator] | None,
 ) -> RunResult:
     optimizer = muzero.make_optimizer(config.optimizer)
+    runtime, evaluator, run_dir = _open(
+        config, run_dir, make_runtime, optimizer, lock, make_evaluator
+    )
+    begun = start_run(config, runtime.agent, optimizer, run_dir)
+    runtime.start(begun.state, begun.key)
+    if config.replay.checkpoint and begun.resumed_from is not None:
+        _restore_replay(runtime, run_dir, begun.resumed_from)
+    loop = _RunLoop(config, runtime, begun, run_dir, progress)
+    stop = stop if stop is not None else StopSignal()  # an unset StopSignal is falsy
+    watch = _Progress(loop.counts, runtime.step)
+    profile = _Profile(config, run_dir, runtime.step)
+    # Before the first step: the run may compile for a while, and says so.
+    loop.logger.log(runtime.step, {"status": "compiling", "frames": loop.counts.frames})
+    marks_left = tuple(m for m in config.evaluation.at_frames if m > loop.counts.frames)
+    evaluation = _EvaluationThread(
+        evaluator, runtime, loop.logger, stop, lambda: loop.counts.frames, marks_left
+    )
+    stopped_by: str | None = None
+    try:
+        # Signals reach the main thread only: a run in another thread (a Ray Tune trial's)
+        # leaves them to its process, and ends on its limits or on `stop`.
+        main = threading.current_thread() is threading.main_thread()
+        signals = handle_signals(stop) if main else contextlib.nullcontext(stop)
+        with signals, evaluation.running(), runtime.running(stop):
+            while True:
+                reason, learned, log_due = loop.round(stop, watch)
+                if reason is not None:
+                    stopped_by = reason
+                    break
+                profile.after(runtime.step)
+                if log_due:
+                    loop.log(watch)
+                evaluation.offer()
+                if learned and runtime.step - loop.last_saved >= config.learner.checkpoint_every:
+                    loop.save()
+            stop.set(stopped_by)  # ends what runs beside the loop before it is joined
+            if runtime.step != watch.step:  # the figures of the stretch since the last line
+                watch.due(0.0)
+                loop.log(watch)
+            profile.stop()
+            check_replicas_agree(runtime.replicated_params())  # every device: one model
+            # Before the threads are joined (which re-raises a failed thread's exception): every
+            # process saves the same final step, whichever of them stopped the run.
+            loop.save(final=True)
+        evaluation.finish()  # the frame marks the run reached and did not evaluate yet
+    finally:
+        loop.close()
+    if loop.lead:
+        plot_run(run_dir)
+    return RunResult(
+        run_dir,
+        runtime.step,
+        loop.counts.frames,
+        loop.seconds(),
+        stopped_by,
+        begun.resumed_from,
+        runtime.fill_level(),
+    )
+
+
+def _open(
+    config: ExperimentConfig,
+    run_dir: str | os.PathLike,
+    make_runtime: Callable[[ExperimentConfig, Any], Runtime],
+    optimizer: Any,
+    lock: RunLock | None,
+    make_evaluator: Callable[[ExperimentConfig, EnvSpec], Evaluator] | None,
+) -> tuple[Runtime, Evaluator | None, pathlib.Path]:
+    """The runtime, the evaluator (process 0's, where one is asked for) and the run directory,
+    made ready; bad input is refused (one line, in every process) before anything is written."""
     check_same_config(to_dict(config))  # one line in every process if any differs
     lead = jax.process_index() == 0  # logs, plots and evaluates
     refused: UsageError | None = None
-    try:  # bad input is refused (one line) before anything is written
+    try:
         if lock is not None and pathlib.Path(run_dir).is_dir():
             lock.acquire()  # a run another process trains: refused before any start-up work
         runtime = make_runtime(config, optimizer)
@@ -395,150 +466,133 @@ def _run(
     except UsageError as error:
         refused = error
     share_usage_error(refused)  # whichever process refused, every process exits with its line
-    distributed = is_distributed()
-    if distributed:  # the others open the run directory once process 0 has made it
+    if is_distributed():  # the others open the run directory once process 0 has made it
         from jax.experimental import multihost_utils
 
         multihost_utils.sync_global_devices("podracer: run directory ready")
-    begun = start_run(config, runtime.agent, optimizer, run_dir)
-    runtime.start(begun.state, begun.key)
-    if config.replay.checkpoint and begun.resumed_from is not None:
-        _restore_replay(runtime, run_dir, begun.resumed_from)
-    lockstep = Lockstep(shared=LIMITS)
-    job: Runtime = (
-        _JobCounts(runtime, lockstep) if distributed and runtime.counts_local else runtime
-    )
-    counts = _RunCounts(job, begun.before)  # the run's frames and episodes, a resume's included
-    start = time.monotonic()  # before the logger's clock, which must not run ahead of this one
+    return runtime, evaluator, pathlib.Path(run_dir)
 
-    def seconds() -> float:  # the run's training time
-        return begun.before.seconds + time.monotonic() - start
 
-    logger: MetricsLogger | _Silent = (
-        MetricsLogger(
-            run_dir,
-            progress=progress,
-            total_steps=config.learner.max_updates or None,
-            wandb_project=config.logging.wandb_project if config.logging.wandb else None,
-            wandb_config=begun.config_dict,
-            seconds_before=begun.before.seconds,
+class _RunLoop:
+    """What one round of the run loop does, and the run's counts, clock, logs and saves:
+    `round` (over several processes, the round every process agreed on), `log`, `save`,
+    `close`."""
+
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        runtime: Runtime,
+        begun: RunStart,
+        run_dir: pathlib.Path,
+        progress: bool,
+    ):
+        self.config, self.runtime, self.begun = config, runtime, begun
+        self.lead = jax.process_index() == 0
+        self.distributed = is_distributed()
+        self.lockstep = Lockstep(shared=LIMITS)
+        self.job: Runtime = (
+            _JobCounts(runtime, self.lockstep)
+            if self.distributed and runtime.counts_local
+            else runtime
         )
-        if lead
-        else _Silent()
-    )
-    stop = stop if stop is not None else StopSignal()  # an unset StopSignal is falsy
-    first_step = last_saved = runtime.step
-    replay_writer = ReplayWriter(run_dir, jax.process_index())
+        # The run's frames and episodes, a resume's included.
+        self.counts = _RunCounts(self.job, begun.before)
+        self.limiter = runtime.replay.rate_limiter if runtime.replay is not None else None
+        self._start = time.monotonic()  # before the logger's clock, which must not run ahead
+        self.logger: MetricsLogger | _Silent = (
+            MetricsLogger(
+                run_dir,
+                progress=progress,
+                total_steps=config.learner.max_updates or None,
+                wandb_project=config.logging.wandb_project if config.logging.wandb else None,
+                wandb_config=begun.config_dict,
+                seconds_before=begun.before.seconds,
+            )
+            if self.lead
+            else _Silent()
+        )
+        self.last_saved = runtime.step
+        self.replay_writer = ReplayWriter(run_dir, jax.process_index())
 
-    def save(final: bool = False) -> None:
-        nonlocal last_saved
-        if runtime.step == last_saved and not final:
+    def seconds(self) -> float:
+        """The run's training time."""
+        return self.begun.before.seconds + time.monotonic() - self._start
+
+    def limit_reached(self) -> str | None:
+        limits = self.config.learner
+        if limits.max_updates and self.runtime.step >= limits.max_updates:
+            return "max_updates"
+        if limits.max_seconds and self.seconds() >= limits.max_seconds:
+            return "max_seconds"
+        if limits.max_frames and self.counts.frames >= limits.max_frames:
+            return "max_frames"
+        return None
+
+    def round(self, stop: StopSignal, watch: _Progress) -> tuple[str | None, bool, bool]:
+        """One round: `(why the run stops or None, whether it learned, whether a log is due)`."""
+        runtime = self.runtime
+        reason = stop.reason if stop.is_set() else self.limit_reached()
+        if not self.distributed:
+            learned = reason is None and runtime.learn()
+            return reason, learned, watch.due(self.config.learner.log_every_s)
+        # Every collective below happens in a round all processes agreed on.
+        ready = reason is None and runtime.ready()
+        limiter = self.limiter
+        with runtime.timer.stage("agree"):
+            agreed = self.lockstep.agree(
+                reason,
+                ready,
+                watch.due(self.config.learner.log_every_s),
+                runtime.frames,
+                limiter.inserts if limiter is not None else 0,
+            )
+        if limiter is not None:  # the replay ratio is the job's
+            limiter.share_job(agreed.inserts_by_process, jax.process_index())
+        if isinstance(self.job, _JobCounts):
+            self.job.job_frames = agreed.frames
+            self.job.frames_by_process = agreed.frames_by_process
+        reason = agreed.stop_reason
+        learned = reason is None and agreed.ready and runtime.learn()
+        return reason, learned, agreed.log_due
+
+    def log(self, watch: _Progress) -> None:
+        self.logger.log(self.runtime.step, {**self.counts.log_values(), **watch.values()})
+
+    def save(self, final: bool = False) -> None:
+        """A checkpoint of the current step (with `final`, even one saved already: it gets the
+        run's final counts), and the replay beside it where `replay.checkpoint`."""
+        runtime, checkpointer = self.runtime, self.begun.checkpointer
+        if runtime.step == self.last_saved and not final:
             return
-        totals = {"frames": counts.frames, "episodes": counts.episodes, "seconds": seconds()}
-        saved = begun.checkpointer.save(
+        totals = {
+            "frames": self.counts.frames,
+            "episodes": self.counts.episodes,
+            "seconds": self.seconds(),
+        }
+        saved = checkpointer.save(
             runtime.step,
             runtime.train_state(),
-            begun.config_dict,
-            metadata={**totals, "final": final, "runtime": config.runtime},
+            self.begun.config_dict,
+            metadata={**totals, "final": final, "runtime": self.config.runtime},
         )
         if final and not saved:
             # The run stops at a step it saved already: that checkpoint gets the final counts
             # (the frames and episodes since its save), which a resume goes on from.
-            begun.checkpointer.wait()  # in every process: orbax's wait may be a collective
-            if lead:
-                begun.checkpointer.update_metadata(runtime.step, {**totals, "final": True})
-        if config.replay.checkpoint and runtime.replay is not None:
+            checkpointer.wait()  # in every process: orbax's wait may be a collective
+            if self.lead:
+                checkpointer.update_metadata(runtime.step, {**totals, "final": True})
+        if self.config.replay.checkpoint and runtime.replay is not None:
             # After the state's save: the previous replay write's error, if any, raises here.
-            replay_writer.save(runtime.step, runtime.replay.state())
-        last_saved = runtime.step
+            self.replay_writer.save(runtime.step, runtime.replay.state())
+        self.last_saved = runtime.step
 
-    def limit_reached() -> str | None:
-        limits = config.learner
-        if limits.max_updates and runtime.step >= limits.max_updates:
-            return "max_updates"
-        if limits.max_seconds and seconds() >= limits.max_seconds:
-            return "max_seconds"
-        if limits.max_frames and counts.frames >= limits.max_frames:
-            return "max_frames"
-        return None
-
-    watch = _Progress(counts, first_step)
-    profile = _Profile(config, run_dir, first_step)
-    # Before the first step: the run may compile for a while, and says so.
-    logger.log(runtime.step, {"status": "compiling", "frames": counts.frames})
-    marks_left = tuple(m for m in config.evaluation.at_frames if m > counts.frames)
-    evaluation = _EvaluationThread(
-        evaluator, runtime, logger, stop, lambda: counts.frames, marks_left
-    )
-    limiter = runtime.replay.rate_limiter if runtime.replay is not None else None
-    stopped_by: str | None = None
-    try:
-        # Signals reach the main thread only: a run in another thread (a Ray Tune trial's)
-        # leaves them to its process, and ends on its limits or on `stop`.
-        main = threading.current_thread() is threading.main_thread()
-        signals = handle_signals(stop) if main else contextlib.nullcontext(stop)
-        with signals, evaluation.running(), runtime.running(stop):
-            while True:
-                reason = stop.reason if stop.is_set() else limit_reached()
-                if distributed:
-                    # Every collective below happens in a round all processes agreed on.
-                    ready = reason is None and runtime.ready()
-                    with runtime.timer.stage("agree"):
-                        agreed = lockstep.agree(
-                            reason,
-                            ready,
-                            watch.due(config.learner.log_every_s),
-                            runtime.frames,
-                            limiter.inserts if limiter is not None else 0,
-                        )
-                    if limiter is not None:  # the replay ratio is the job's
-                        limiter.share_job(agreed.inserts_by_process, jax.process_index())
-                    if isinstance(job, _JobCounts):
-                        job.job_frames, job.frames_by_process = (
-                            agreed.frames,
-                            agreed.frames_by_process,
-                        )
-                    reason, log_due = agreed.stop_reason, agreed.log_due
-                    learned = reason is None and agreed.ready and runtime.learn()
-                else:
-                    learned = reason is None and runtime.learn()
-                    log_due = watch.due(config.learner.log_every_s)
-                if reason is not None:
-                    stopped_by = reason
-                    break
-                profile.after(runtime.step)
-                if log_due:
-                    logger.log(runtime.step, {**counts.log_values(), **watch.values()})
-                evaluation.offer()
-                if learned and runtime.step - last_saved >= config.learner.checkpoint_every:
-                    save()
-            stop.set(stopped_by)  # ends what runs beside the loop before it is joined
-            if runtime.step != watch.step:  # the figures of the stretch since the last line
-                watch.due(0.0)
-                logger.log(runtime.step, {**counts.log_values(), **watch.values()})
-            profile.stop()
-            check_replicas_agree(runtime.replicated_params())  # every device: one model
-            # Before the threads are joined (which re-raises a failed thread's exception): every
-            # process saves the same final step, whichever of them stopped the run.
-            save(final=True)
-        evaluation.finish()  # the frame marks the run reached and did not evaluate yet
-    finally:
+    def close(self) -> None:
+        """Waits for the last replay file and checkpoint, and closes the logs."""
         try:
-            replay_writer.wait()  # the last replay's file is on disk
+            self.replay_writer.wait()  # the last replay's file is on disk
         finally:
-            begun.checkpointer.close()
-            logger.close()
-    if lead:
-        plot_run(run_dir)
-    return RunResult(
-        run_dir,
-        runtime.step,
-        counts.frames,
-        seconds(),
-        stopped_by,
-        begun.resumed_from,
-        runtime.fill_level(),
-    )
+            self.begun.checkpointer.close()
+            self.logger.close()
 
 
 def _restore_replay(runtime: Runtime, run_dir: pathlib.Path, step: int) -> None:
