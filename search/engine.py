@@ -134,7 +134,7 @@ def run_simulations(
         rng_key, tree = carry
         rng_key, simulate_key, expand_key = split_key(rng_key, 3)
         # The rows' selection keys matter only to a rule that draws noise (PUCT's tie-break).
-        row_keys = split_key(simulate_key, batch_size) if uses_noise else None
+        row_keys = _row_keys(split_key(simulate_key, batch_size)) if uses_noise else None
         path, tree = _descend(
             tree, row_keys, root_rule, tuple(interior_rules), max_depth, path_length
         )
@@ -150,7 +150,7 @@ class _Descent(NamedTuple):
     """The state of the batch's descent, all rows at the same `depth` while they continue."""
 
     depth: chex.Array  # [] int32, levels selected so far
-    keys: Any  # [B] keys (None without noise)
+    keys: Any  # the rows' keys (`_row_keys`; None without noise)
     node: chex.Array  # [B] int32, the node where the row's last action was selected
     action: chex.Array  # [B] int32, that action
     next_node: chex.Array  # [B] int32, the child it leads to (UNVISITED: to be expanded)
@@ -392,23 +392,30 @@ def split_key(key, num: int):
     return jnp.stack([bits_hi, bits_lo], axis=-1)
 
 
+def _row_keys(keys):
+    """The rows' keys as the descent carries them: raw threefry keys [B, 2] as two [B] uint32
+    halves (no stacking or slicing between two hashes, which XLA's older CPU emitters would
+    expand into each use), other keys as they are."""
+    return (keys[:, 0], keys[:, 1]) if _raw_threefry(keys) else keys
+
+
 def _split_rows(keys):
-    """`jax.vmap(jax.random.split)(keys)`: [B, 2] -> ([B, 2], [B, 2]), the two halves."""
-    if not _raw_threefry(keys):
+    """`jax.vmap(jax.random.split)(keys)`: the rows' two halves, each as `keys` ([B] pairs)."""
+    if not isinstance(keys, tuple):
         both = jax.vmap(jax.random.split)(keys)
         return both[:, 0], both[:, 1]
-    bits_hi, bits_lo = _hash_counts(keys, 2)  # [B, 2] each
-    return (
-        jnp.stack([bits_hi[:, 0], bits_lo[:, 0]], axis=-1),
-        jnp.stack([bits_hi[:, 1], bits_lo[:, 1]], axis=-1),
-    )
+    zero, one = np.uint32(0), np.uint32(1)
+    return _threefry2x32(*keys, zero, zero), _threefry2x32(*keys, zero, one)
 
 
 def _uniform_rows(keys, size: int) -> chex.Array:
     """`jax.vmap(lambda k: jax.random.uniform(k, (size,)))(keys)`: [B, size] float32."""
-    if not _raw_threefry(keys):
+    if not isinstance(keys, tuple):
         return jax.vmap(lambda key: jax.random.uniform(key, (size,)))(keys)
-    bits_hi, bits_lo = _hash_counts(keys, size)
+    counter = jnp.arange(size, dtype=jnp.uint32)
+    bits_hi, bits_lo = _threefry2x32(
+        keys[0][:, None], keys[1][:, None], jnp.zeros_like(counter), counter
+    )
     bits = bits_hi ^ bits_lo
     # jax.random.uniform's float32: the top 23 bits as the mantissa of a number in [1, 2), - 1.
     mantissa = (bits >> np.uint32(32 - 23)) | np.uint32(0x3F800000)
