@@ -64,7 +64,7 @@ class SearchConfig:
     qtransform_maxvisit_init: float = 50.0
     # Who runs the simulations: "podracer" (search.engine: the same tree as mctx's from the same
     # keys, in fewer operations per simulation) or "mctx" (mctx's own loop).
-    engine: str = "mctx"
+    engine: str = "podracer"
 
     def __post_init__(self):
         _check(self.algorithm in ALGORITHMS, self, "algorithm", f"must be one of {ALGORITHMS}")

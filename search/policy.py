@@ -15,9 +15,11 @@ Two things are added on top of `mctx.muzero_policy` / `mctx.gumbel_muzero_policy
   tree, so `_simulate_from` is mctx's own loop with a per-row starting node count, built on the
   mctx internals that `search._mctx_internals` re-exports.
 
-A fresh search (no tree) is `mctx.search` itself, given our masked selection functions. With no
-interior marks, `run` then consumes the key exactly as mctx's policies do and returns the same
-`action` and `action_weights` (tested against mctx).
+The simulations run in `search.engine` (`SearchConfig(engine="podracer")`, the default: the same
+tree in fewer operations) or in mctx's own loop (`engine="mctx"`: a fresh Gumbel search is
+`mctx.search` itself, given our masked selection functions). With no interior marks, `run`
+consumes the key exactly as mctx's policies do and returns the same `action` and
+`action_weights` (tested against mctx), with either engine.
 
 Stochastic MuZero (`algorithm="stochastic_muzero"`) takes its model as a `StochasticModel`: a
 decision function (state, action -> afterstate, with the afterstate's value and its chance
