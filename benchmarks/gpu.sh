@@ -94,9 +94,8 @@ GO9="$C4 env.name=pgx:go_9x9"
 # still open (after the three H100 sessions of 2026-11-26: atari_muzero alone, go 9x9 and the
 # connect four match; the learning check is done, and atari100k's protocol is hours long). The
 # fourth (2026-11-27) ran `env go9 go9_anakin atari_muzero`.
-ALL="env bars_c4 bars_go9 atari learner search selfplay anakin atari_muzero vtrace_threads"
-ALL="$ALL vtrace_async"
-ALL="$ALL muzero_batch prefetch go9 go9_anakin atari100k"
+ALL="env bars_c4 bars_go9 search_engines search_profile atari learner search selfplay anakin"
+ALL="$ALL atari_muzero vtrace_threads vtrace_async muzero_batch prefetch go9 go9_anakin atari100k"
 for name in ${@:-$ALL}; do
     case $name in
     env) step env 90 bash -c env_check ;;
@@ -106,6 +105,22 @@ for name in ${@:-$ALL}; do
     search)
         step search 90 "$PY" benchmarks/search.py --algorithm muzero --batch-size 1024 \
             --simulations 32 --rounds 3 --min-seconds 0.5 --clock wall --reuse-games 0 ;;
+    search_engines)
+        # Issue 54's bar: search.engine against raw mctx (same network, keys, process; rounds
+        # alternated), MuZero and Gumbel at batch 1,024, 32 then 50 simulations. About 4 minutes
+        # on the CPU side for compiling four pairs; each pair's timing is seconds on the card.
+        step search_engines_32 150 "$PY" benchmarks/search.py --algorithm muzero gumbel_muzero \
+            --engine podracer --batch-size 1024 --simulations 32 --rounds 5 --min-seconds 0.5 \
+            --clock wall --reuse-games 0
+        step search_engines_50 150 "$PY" benchmarks/search.py --algorithm muzero gumbel_muzero \
+            --engine podracer --batch-size 1024 --simulations 50 --rounds 5 --min-seconds 0.5 \
+            --clock wall --reuse-games 0 ;;
+    search_profile)
+        # One traced search per engine and raw mctx (MuZero and Gumbel, 1,024 x 32): kernels per
+        # simulation and the share of the span the card is busy, read from the traces (left in
+        # /tmp/search_traces, not $OUT: six traces would pass the 8 files that come back).
+        step search_profile 150 "$PY" benchmarks/search.py --algorithm muzero gumbel_muzero \
+            --batch-size 1024 --simulations 32 --reuse-games 0 --profile /tmp/search_traces ;;
     selfplay)
         # shellcheck disable=SC2086
         step selfplay 150 "$PY" benchmarks/selfplay.py $C4 --pgx-loop --seconds 20 --warmup 5 \

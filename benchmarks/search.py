@@ -4,6 +4,8 @@
     .venv/bin/python benchmarks/search.py --algorithm muzero --reuse-games 0 --clock cpu
     .venv/bin/python benchmarks/search.py --algorithm none --reuse-simulations 128
     .venv/bin/python benchmarks/search.py --algorithm none --reuse-games 0 --per-simulation
+    .venv/bin/python benchmarks/search.py --algorithm muzero --reuse-games 0 --engine mctx
+    .venv/bin/python benchmarks/search.py --algorithm none --reuse-games 0 --hlo-ops
 
 **Throughput** (one JSON line per `--algorithm`): searches per second (batch rows searched per
 second) of `search.run` and of `mctx.muzero_policy` (or `search.run` with Gumbel MuZero and
@@ -16,7 +18,18 @@ computed once outside the timing, so only the search is timed. Both functions ar
 compiled before timing; every timed call ends in `jax.block_until_ready`. The two are measured in
 one process, interleaved over `--rounds` rounds (A B, then B A, ...) so that machine noise hits
 both alike, and each reports its median round. `ratio` is ours / mctx. On a CPU machine shared
-with other jobs, `--clock cpu` times this process's CPU seconds instead of wall seconds.
+with other jobs, `--clock cpu` times this process's CPU seconds instead of wall seconds. `--engine`
+picks the engine of ours (`SearchConfig.engine`: "podracer", `search.engine`; or "mctx", mctx's own
+loop under our masks); the reference is always raw mctx.
+
+**Operations per simulation** (`--hlo-ops`, one JSON line per algorithm): the CPU proxy for a
+GPU's kernel launches per simulation. Both engines' searches over tiny linear models (the tree's
+own operations; the network's are the same in both) are compiled, and the body of the loop over
+simulations is read from the compiled HLO: its operations (a fusion, a scatter, a copy count one;
+tuples, constants and parameters none), loops of a known trip count (jax's threefry on the CPU)
+counted that many times, and the operations of each loop over depth (the descent; mctx's backup)
+per level. `per_simulation` adds the loops over depth at the deepest level a simulation of that
+search reached, averaged over its simulations (measured on the search's own tree).
 
 **Cost per simulation** (`--per-simulation`, one JSON line): seconds per simulation of
 `mctx.muzero_policy` (MuZero's networks), `mctx.stochastic_muzero_policy` and `search.run`'s
@@ -40,9 +53,12 @@ jitted `lax.scan` over plies. Reports the reusing side's wins/draws/losses, its 
 from __future__ import annotations
 
 import argparse
+import glob
+import gzip
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -55,6 +71,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import mctx  # noqa: E402
+import numpy as np  # noqa: E402
 import pgx  # noqa: E402
 
 import search  # noqa: E402
@@ -85,7 +102,7 @@ NETWORK = NetworkConfig(
 # --- throughput: search.run vs mctx --------------------------------------------------------------
 
 
-def make_searches(algorithm: str, num_simulations: int, **config_changes):
+def make_searches(algorithm: str, num_simulations: int, engine: str = "podracer", **config_changes):
     """(ours, reference, params, root_fn): two jitted `(key, root, invalid) -> action` fns;
     `config_changes` go to our search's `SearchConfig` (the reference is mctx's as it is)."""
     if algorithm == "stochastic_muzero":
@@ -98,7 +115,7 @@ def make_searches(algorithm: str, num_simulations: int, **config_changes):
         root_fn = make_root_fn(networks)
     params = jax.jit(networks.init)(jax.random.PRNGKey(0))
     config = search.SearchConfig(
-        algorithm=algorithm, num_simulations=num_simulations, **config_changes
+        algorithm=algorithm, num_simulations=num_simulations, engine=engine, **config_changes
     )
 
     def ours(key, root, invalid):
@@ -187,8 +204,9 @@ def throughput(
     rounds: int,
     min_seconds: float,
     clock: str = "wall",
+    engine: str = "podracer",
 ) -> dict:
-    ours, reference, params, root_fn = make_searches(algorithm, num_simulations)
+    ours, reference, params, root_fn = make_searches(algorithm, num_simulations, engine)
     root, invalid = connect_four_roots(root_fn, params, batch_size)
     warm_key = jax.random.PRNGKey(1)
     for fn in (ours, reference):  # compile and warm up, excluded from the timing
@@ -208,6 +226,7 @@ def throughput(
     return {
         "benchmark": "search_throughput",
         "algorithm": algorithm,
+        "engine": engine,
         "ours": round(ours_rate, 2),
         "mctx": round(mctx_rate, 2),
         "ratio": round(ours_rate / mctx_rate, 4),
@@ -384,6 +403,198 @@ def cost_per_simulation(
         "clock": clock,
         "platform": jax.devices()[0].platform,
         "chance_codes": NUM_CODES,
+    }
+
+
+# --- operations per simulation in the compiled HLO --------------------------------------------
+
+_FREE_OPS = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast"}
+
+
+def _hlo_computations(text: str) -> dict[str, list[tuple[str, str]]]:
+    """{computation name: [(opcode, instruction text)]} of a compiled module's HLO text."""
+    computations: dict[str, list[tuple[str, str]]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.endswith("{") and not line.startswith(" ") and "->" in line:
+            words = line.split()
+            current = (words[1] if words[0] == "ENTRY" else words[0]).lstrip("%")
+            computations[current] = []
+        elif line.startswith("}"):
+            current = None
+        elif current is not None and " = " in line:
+            rhs = line.split(" = ", 1)[1]
+            opcode = re.search(r"(?<![\w.%-])([a-z][a-z0-9-]*)\(", rhs)
+            computations[current].append((opcode.group(1) if opcode else "?", rhs))
+    return computations
+
+
+def _count_ops(computations, name: str) -> tuple[int, list[int]]:
+    """(operations of `name` with loops of known trip count unrolled, [operations per iteration
+    of each loop of unknown trip count inside it])."""
+    total, loops = 0, []
+    for opcode, rhs in computations[name]:
+        if opcode in _FREE_OPS:
+            continue
+        if opcode == "while":
+            body, body_loops = _count_ops(computations, re.search(r"body=%?([\w.-]+)", rhs)[1])
+            cond, _ = _count_ops(computations, re.search(r"condition=%?([\w.-]+)", rhs)[1])
+            trips = re.search(r'"known_trip_count":\{"n":"(\d+)"', rhs)
+            if trips:
+                total += int(trips[1]) * (body + cond)
+            else:
+                loops.append(body + cond)
+            loops += body_loops
+        elif opcode == "call":
+            called, called_loops = _count_ops(
+                computations, re.search(r"to_apply=%?([\w.-]+)", rhs)[1]
+            )
+            total, loops = total + called, loops + called_loops
+        elif opcode == "conditional":
+            branches = re.findall(r"%([\w.-]+)", rhs.split("branch_computations=")[-1])
+            counted = [_count_ops(computations, b) for b in branches if b in computations]
+            most = max(counted, key=lambda c: c[0])
+            total, loops = total + 1 + most[0], loops + most[1]
+        else:
+            total += 1
+    return total, loops
+
+
+def simulation_ops(compiled_text: str, num_simulations: int) -> tuple[int, list[int]]:
+    """The operations of one simulation: the body of the loop that runs `num_simulations`."""
+    computations = _hlo_computations(compiled_text)
+    marker = f'"known_trip_count":{{"n":"{num_simulations}"}}'
+    for instructions in computations.values():
+        for opcode, rhs in instructions:
+            if opcode == "while" and marker in rhs:
+                return _count_ops(computations, re.search(r"body=%?([\w.-]+)", rhs)[1])
+    raise RuntimeError(f"no loop of {num_simulations} iterations in the compiled search")
+
+
+def _mean_deepest_level(tree, num_simulations: int) -> float:
+    """Over the simulations of a fresh search: the depth of the node it created, deepest row."""
+    parents = np.asarray(tree.parents)  # [B, N]; node s + 1 is simulation s's
+    depth = np.zeros_like(parents)
+    for node in range(1, parents.shape[1]):
+        depth[:, node] = depth[np.arange(len(parents)), np.maximum(parents[:, node], 0)] + 1
+    return float(depth[:, 1 : num_simulations + 1].max(axis=0).mean())
+
+
+def hlo_ops(algorithm: str, batch_size: int, num_simulations: int) -> dict:
+    """Operations per simulation of raw mctx's search and of both engines (tiny linear models)."""
+    root, recurrent_fn, model = _linear_models(batch_size)
+    model_fn = model if algorithm == "stochastic_muzero" else recurrent_fn
+    invalid = jnp.zeros((batch_size, NUM_ACTIONS), bool)
+    key = jax.random.PRNGKey(0)
+
+    def ours(engine):
+        config = search.SearchConfig(
+            algorithm=algorithm, num_simulations=num_simulations, engine=engine
+        )
+        return lambda key, root: search.run(
+            None, key, root, model_fn, config, invalid_actions=invalid
+        )
+
+    def raw_mctx(key, root):
+        if algorithm == "muzero":
+            return mctx.muzero_policy(
+                None, key, root, recurrent_fn, num_simulations, invalid_actions=invalid
+            )
+        if algorithm == "gumbel_muzero":
+            return mctx.gumbel_muzero_policy(
+                None, key, root, recurrent_fn, num_simulations, invalid_actions=invalid
+            )
+        return mctx.stochastic_muzero_policy(
+            None,
+            key,
+            root,
+            model.decision_fn,
+            model.chance_fn,
+            num_simulations,
+            invalid_actions=invalid,
+        )
+
+    levels = _mean_deepest_level(jax.jit(ours("podracer"))(key, root).tree, num_simulations)
+    line: dict = {"benchmark": "search_hlo_ops", "algorithm": algorithm}
+    for name, fn in (
+        ("mctx", raw_mctx),
+        ("engine_mctx", ours("mctx")),
+        ("podracer", ours("podracer")),
+    ):
+        text = jax.jit(fn).lower(key, root).compile().as_text()
+        outer, per_level = simulation_ops(text, num_simulations)
+        line[name] = {
+            "outside_depth_loops": outer,
+            "per_level": per_level,
+            "per_simulation": round(outer + levels * sum(per_level)),
+        }
+    return {
+        **line,
+        "ratio": round(line["podracer"]["per_simulation"] / line["mctx"]["per_simulation"], 3),
+        "mean_deepest_level": round(levels, 2),
+        "batch_size": batch_size,
+        "simulations": num_simulations,
+        "platform": jax.devices()[0].platform,
+        "model": "tiny linear (8 latents), 7 actions"
+        + (f", {NUM_CODES} chance codes" if algorithm == "stochastic_muzero" else ""),
+    }
+
+
+def _device_kernels(trace_dir: str) -> dict:
+    """Kernels on the accelerator's streams in a jax.profiler trace: their count, their summed
+    time and the span from the first's start to the last's end (microseconds). Empty on a CPU."""
+    (path,) = glob.glob(os.path.join(trace_dir, "plugins", "profile", "*", "*.trace.json.gz"))
+    with gzip.open(path) as file:
+        events = json.load(file)["traceEvents"]
+    names = {
+        (e["pid"], e.get("tid")): e["args"]["name"]
+        for e in events
+        if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name")
+    }
+    kernels = [
+        e
+        for e in events
+        if e.get("ph") == "X"
+        and names.get((e["pid"], None), "").startswith("/device:GPU")
+        and names.get((e["pid"], e.get("tid")), "").startswith("Stream")
+        and not e["name"].startswith(("Memcpy", "Memset"))
+    ]
+    if not kernels:
+        return {}
+    start = min(e["ts"] for e in kernels)
+    end = max(e["ts"] + e["dur"] for e in kernels)
+    return {
+        "kernels": len(kernels),
+        "kernel_us": round(sum(e["dur"] for e in kernels), 1),
+        "span_us": round(end - start, 1),
+    }
+
+
+def profile(algorithm: str, batch_size: int, num_simulations: int, trace_root: str) -> dict:
+    """One search of each engine and of raw mctx under jax.profiler (traces in `trace_root`),
+    and the kernels per simulation read from each trace (accelerators only)."""
+    line: dict = {"benchmark": "search_profile", "algorithm": algorithm}
+    for engine in ("podracer", "mctx"):
+        ours, reference, params, root_fn = make_searches(algorithm, num_simulations, engine)
+        root, invalid = connect_four_roots(root_fn, params, batch_size)
+        searches = {engine: ours} if engine == "mctx" else {engine: ours, "raw_mctx": reference}
+        for name, fn in searches.items():
+            key = jax.random.PRNGKey(1)
+            jax.block_until_ready(fn(key, root, invalid))  # compiled and warm
+            trace_dir = os.path.join(trace_root, f"{algorithm}_{name}")
+            with jax.profiler.trace(trace_dir):
+                jax.block_until_ready(fn(key, root, invalid))
+            found = _device_kernels(trace_dir)
+            if found:
+                found["kernels_per_simulation"] = round(found["kernels"] / num_simulations, 1)
+                found["busy"] = round(found["kernel_us"] / found["span_us"], 3)
+            line[name] = found or None
+    return {
+        **line,
+        "batch_size": batch_size,
+        "simulations": num_simulations,
+        "platform": jax.devices()[0].platform,
+        "traces": trace_root,
     }
 
 
@@ -606,8 +817,9 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--algorithm",
         choices=["muzero", "gumbel_muzero", "stochastic_muzero", "all", "none"],
-        default="all",
-        help="throughput lines to print (none: skip)",
+        nargs="+",
+        default=["all"],
+        help="throughput lines to print, one or more (none: skip)",
     )
     parser.add_argument("--batch-size", type=int, default=256, help="roots per search")
     parser.add_argument("--simulations", type=int, default=50, help="simulations per search")
@@ -654,6 +866,24 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the reuse match")
     parser.add_argument(
+        "--engine",
+        choices=list(search.config.ENGINES),
+        default="podracer",
+        help="the engine of our search in the throughput lines (the reference is raw mctx)",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        default=None,
+        help="trace one search of each engine and of raw mctx into DIR (jax.profiler) instead of "
+        "timing them, and count the accelerator's kernels per simulation from the traces",
+    )
+    parser.add_argument(
+        "--hlo-ops",
+        action="store_true",
+        help="also the operations per simulation of raw mctx and both engines (compiled HLO)",
+    )
+    parser.add_argument(
         "--per-simulation",
         action="store_true",
         help="also the cost per simulation of Stochastic MuZero's search against MuZero's",
@@ -663,14 +893,26 @@ def main(argv=None) -> None:
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be >= 1")
 
-    algorithms = {"all": ["muzero", "gumbel_muzero", "stochastic_muzero"], "none": []}.get(
-        args.algorithm, [args.algorithm]
-    )
-    for algorithm in algorithms:
+    groups = {"all": ["muzero", "gumbel_muzero", "stochastic_muzero"], "none": []}
+    algorithms = [a for name in args.algorithm for a in groups.get(name, [name])]
+    for algorithm in [] if args.profile else algorithms:
         line = throughput(
-            algorithm, args.batch_size, args.simulations, args.rounds, args.min_seconds, args.clock
+            algorithm,
+            args.batch_size,
+            args.simulations,
+            args.rounds,
+            args.min_seconds,
+            args.clock,
+            args.engine,
         )
         print(json.dumps(line), flush=True)
+    if args.profile:
+        for algorithm in algorithms:
+            line = profile(algorithm, args.batch_size, args.simulations, args.profile)
+            print(json.dumps(line), flush=True)
+    if args.hlo_ops:
+        for algorithm in ("muzero", "gumbel_muzero", "stochastic_muzero"):
+            print(json.dumps(hlo_ops(algorithm, args.batch_size, args.simulations)), flush=True)
     if args.per_simulation:
         line = cost_per_simulation(
             args.batch_size, args.simulations, args.rounds, args.min_seconds, args.clock

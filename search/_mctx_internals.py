@@ -1,8 +1,9 @@
 """The one module that imports mctx's private `mctx._src`; all other code uses mctx's public API.
 
-mctx exports `search` (a fresh search from an empty tree) but not the steps it is made of, and not
-Gumbel MuZero's final scoring. `search.run` needs them for what mctx has no public way to do, so
-mctx is pinned (`mctx==0.0.71` in pyproject.toml): a new mctx may move or change any of these.
+mctx exports `search` (a fresh search from an empty tree) but not the steps it is made of.
+`search.run`'s mctx engine (`SearchConfig(engine="mctx")`) needs them for what mctx has no public
+way to do, so mctx is pinned (`mctx==0.0.71` in pyproject.toml): a new mctx may move or change
+any of these.
 
 * `instantiate_tree_from_root`, `simulate`, `expand`, `backward`: mctx's empty tree, and one
   simulation's descent, node creation and backup. The continued search (`run(..., tree=t)`,
@@ -16,9 +17,6 @@ mctx is pinned (`mctx==0.0.71` in pyproject.toml): a new mctx may move or change
   the A + C padding of each node's prior; the slicing of a tree to its decision or chance part;
   the selection at each kind of node).
   `search.run` builds the same search with its own (masked) PUCT at the decision nodes.
-* `score_considered`: Gumbel MuZero's score of the root's considered actions (Gumbel noise + logits
-  + completed Q, restricted to the most visited), which `mctx.gumbel_muzero_policy` uses to pick
-  the action; `search.run` picks it the same way, with the root mask applied.
 """
 
 from mctx._src.base import StochasticRecurrentState
@@ -28,7 +26,6 @@ from mctx._src.policies import (
 from mctx._src.policies import _make_stochastic_recurrent_fn as make_stochastic_recurrent_fn
 from mctx._src.policies import _mask_tree as mask_tree
 from mctx._src.search import backward, expand, instantiate_tree_from_root, simulate
-from mctx._src.seq_halving import score_considered
 
 __all__ = [
     "backward",
@@ -37,7 +34,6 @@ __all__ = [
     "make_stochastic_action_selection_fn",
     "make_stochastic_recurrent_fn",
     "mask_tree",
-    "score_considered",
     "simulate",
     "StochasticRecurrentState",
 ]

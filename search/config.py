@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
-__all__ = ["ALGORITHMS", "DECISION_SELECTIONS", "QTRANSFORMS", "SearchConfig"]
+__all__ = ["ALGORITHMS", "DECISION_SELECTIONS", "ENGINES", "QTRANSFORMS", "SearchConfig"]
 
 ALGORITHMS = ("muzero", "gumbel_muzero", "stochastic_muzero")
+ENGINES = ("podracer", "mctx")
 DECISION_SELECTIONS = ("puct", "gumbel")
 QTRANSFORMS = ("by_parent_and_siblings", "by_min_max", "completed_by_mix_value")
 _DEFAULT_QTRANSFORM = {
@@ -61,9 +62,13 @@ class SearchConfig:
     qtransform_value_scale: float = 0.1
     # completed_by_mix_value: offset added to the largest visit count (Gumbel paper's c_visit).
     qtransform_maxvisit_init: float = 50.0
+    # Who runs the simulations: "podracer" (search.engine: the same tree as mctx's from the same
+    # keys, in fewer operations per simulation) or "mctx" (mctx's own loop).
+    engine: str = "podracer"
 
     def __post_init__(self):
         _check(self.algorithm in ALGORITHMS, self, "algorithm", f"must be one of {ALGORITHMS}")
+        _check(self.engine in ENGINES, self, "engine", f"must be one of {ENGINES}")
         _check_int(self, "num_simulations", minimum=1)
         if self.max_depth is not None:
             _check_int(self, "max_depth", minimum=1)

@@ -15,9 +15,11 @@ Two things are added on top of `mctx.muzero_policy` / `mctx.gumbel_muzero_policy
   tree, so `_simulate_from` is mctx's own loop with a per-row starting node count, built on the
   mctx internals that `search._mctx_internals` re-exports.
 
-A fresh search (no tree) is `mctx.search` itself, given our masked selection functions. With no
-interior marks, `run` then consumes the key exactly as mctx's policies do and returns the same
-`action` and `action_weights` (tested against mctx).
+The simulations run in `search.engine` (`SearchConfig(engine="podracer")`, the default: the same
+tree in fewer operations) or in mctx's own loop (`engine="mctx"`: a fresh Gumbel search is
+`mctx.search` itself, given our masked selection functions). With no interior marks, `run`
+consumes the key exactly as mctx's policies do and returns the same `action` and
+`action_weights` (tested against mctx), with either engine.
 
 Stochastic MuZero (`algorithm="stochastic_muzero"`) takes its model as a `StochasticModel`: a
 decision function (state, action -> afterstate, with the afterstate's value and its chance
@@ -39,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import mctx
 
-from search import _mctx_internals
+from search import _mctx_internals, engine, selection
 from search.config import SearchConfig
 
 __all__ = ["SearchOutput", "StochasticModel", "mask_invalid_logits", "run", "select_action"]
@@ -96,42 +98,35 @@ def mask_invalid_logits(logits: chex.Array, invalid_actions: chex.Array | None) 
     return jnp.where(invalid_actions, jnp.finfo(logits.dtype).min, logits)
 
 
-def _illegal_by_prior(prior_logits: chex.Array) -> chex.Array:
-    # Half of finfo.min leaves room for the max-shift in mask_invalid_logits; -inf is below it.
-    return prior_logits <= jnp.finfo(prior_logits.dtype).min / 2
-
-
 def _node_invalid_actions(tree: mctx.Tree, node_index, depth) -> chex.Array:
     """[A] bool: root mask at depth 0 (as mctx), the model's illegal marks below it."""
-    interior = _illegal_by_prior(tree.children_prior_logits[node_index])
+    interior = selection.illegal_by_prior(tree.children_prior_logits[node_index])
     return jnp.where(depth == 0, tree.root_invalid_actions.astype(bool), interior)
 
 
 def _puct_selection(rng_key, tree, node_index, depth, *, pb_c_init, pb_c_base, qtransform):
     """mctx.muzero_action_selection, with illegal interior actions masked out."""
-    visit_counts = tree.children_visits[node_index]  # [A]
-    node_visit = tree.node_visits[node_index]  # []
-    pb_c = pb_c_init + jnp.log((node_visit + pb_c_base + 1.0) / pb_c_base)
-    prior_probs = jax.nn.softmax(tree.children_prior_logits[node_index])
-    policy_score = jnp.sqrt(node_visit) * pb_c * prior_probs / (visit_counts + 1)
-    value_score = qtransform(tree, node_index)
-    node_noise_score = 1e-7 * jax.random.uniform(rng_key, (tree.num_actions,))
-    to_argmax = value_score + policy_score + node_noise_score
-    return mctx_masked_argmax(to_argmax, _node_invalid_actions(tree, node_index, depth))
+    scores = selection.puct_scores(
+        tree.children_prior_logits[node_index],
+        tree.children_visits[node_index],
+        tree.node_visits[node_index],
+        qtransform(tree, node_index),
+        jax.random.uniform(rng_key, (tree.num_actions,)),
+        pb_c_init=pb_c_init,
+        pb_c_base=pb_c_base,
+    )
+    return selection.masked_argmax(scores, _node_invalid_actions(tree, node_index, depth))
 
 
 def _gumbel_interior_selection(rng_key, tree, node_index, depth, *, qtransform):
     """mctx.gumbel_muzero_interior_action_selection, with illegal interior actions masked out."""
     del rng_key
-    visit_counts = tree.children_visits[node_index]
-    prior_logits = tree.children_prior_logits[node_index]
-    probs = jax.nn.softmax(prior_logits + qtransform(tree, node_index))
-    to_argmax = probs - visit_counts / (1 + jnp.sum(visit_counts, keepdims=True, axis=-1))
-    return mctx_masked_argmax(to_argmax, _node_invalid_actions(tree, node_index, depth))
-
-
-def mctx_masked_argmax(to_argmax: chex.Array, invalid_actions: chex.Array) -> chex.Array:
-    return jnp.argmax(jnp.where(invalid_actions, -jnp.inf, to_argmax), axis=-1).astype(jnp.int32)
+    scores = selection.gumbel_interior_scores(
+        tree.children_prior_logits[node_index],
+        qtransform(tree, node_index),
+        tree.children_visits[node_index],
+    )
+    return selection.masked_argmax(scores, _node_invalid_actions(tree, node_index, depth))
 
 
 def _make_qtransform(config: SearchConfig):
@@ -226,19 +221,25 @@ def run(
         return _gumbel_muzero(
             params, rng_key, root, recurrent_fn, config, qtransform, invalid_actions, max_depth
         )
+    return _muzero(
+        params, rng_key, root, recurrent_fn, config, qtransform, invalid_actions, max_depth, tree
+    )
 
+
+def _root_invalid(invalid_actions: chex.Array | None, prior_logits: chex.Array) -> chex.Array:
+    """[B, A] the root's mask as mctx takes it: `invalid_actions`, or all legal (zeros)."""
+    return jnp.zeros_like(prior_logits) if invalid_actions is None else invalid_actions
+
+
+def _muzero(
+    params, rng_key, root, recurrent_fn, config, qtransform, invalid_actions, max_depth, tree
+) -> SearchOutput:
+    """mctx.muzero_policy, with illegal interior actions masked and an optional tree to grow."""
     # Key use mirrors mctx.muzero_policy so that the fresh search matches it exactly.
     rng_key, dirichlet_key, search_key = jax.random.split(rng_key, 3)
     noisy_logits = _dirichlet_noisy_logits(dirichlet_key, root.prior_logits, config)
     root = root.replace(prior_logits=mask_invalid_logits(noisy_logits, invalid_actions))
-    selection_fn = functools.partial(
-        _puct_selection,
-        pb_c_init=config.pb_c_init,
-        pb_c_base=config.pb_c_base,
-        qtransform=qtransform,
-    )
-    if invalid_actions is None:
-        invalid_actions = jnp.zeros_like(root.prior_logits)
+    invalid_actions = _root_invalid(invalid_actions, root.prior_logits)
     if tree is None:
         # Not `mctx.search`: it wraps the root's and the interior's selection in a `lax.cond` at
         # every level of every simulation, and PUCT has one selection for both; that cond cost
@@ -249,11 +250,139 @@ def run(
         )
     else:
         start = _prepare_continued_tree(tree, root, invalid_actions, config.num_simulations)
-    search_tree = _simulate_from(
-        params, search_key, start, recurrent_fn, selection_fn, config.num_simulations, max_depth
+    if config.engine == "mctx":
+        selection_fn = functools.partial(
+            _puct_selection,
+            pb_c_init=config.pb_c_init,
+            pb_c_base=config.pb_c_base,
+            qtransform=qtransform,
+        )
+        search_tree = _simulate_from(
+            params, search_key, start, recurrent_fn, selection_fn, config.num_simulations, max_depth
+        )
+    else:
+        num_actions = root.prior_logits.shape[-1]
+        root_invalid = invalid_actions.astype(bool)
+        search_tree = _engine_search(
+            params,
+            search_key,
+            start,
+            recurrent_fn,
+            config,
+            max_depth,
+            root_rule=_puct_rule(config, num_actions, lambda rows: root_invalid),
+            interior_rules=(_puct_rule(config, num_actions, _illegal_rows),),
+        )
+    return _visit_output(rng_key, search_tree.summary(), config, search_tree)
+
+
+def _engine_search(
+    params, rng_key, start: mctx.Tree, recurrent_fn, config, max_depth, *, root_rule, interior_rules
+) -> mctx.Tree:
+    """`search.engine`'s simulations on `start` (a fresh or continued mctx tree), as an mctx tree.
+
+    New nodes go after the existing ones: from slot 1 in a fresh tree (mctx's `sim + 1`), from
+    each row's node count in a continued one.
+    """
+    fields = {name: getattr(start, name) for name in engine.Tree._fields}
+    first_new_node = jnp.sum(start.node_visits > 0, axis=-1).astype(jnp.int32)  # [B]
+    grown = engine.run_simulations(
+        params,
+        rng_key,
+        engine.Tree(**fields),
+        recurrent_fn,
+        root_rule=root_rule,
+        interior_rules=interior_rules,
+        num_simulations=config.num_simulations,
+        max_depth=max_depth,
+        first_new_node=first_new_node,
     )
-    summary = search_tree.summary()
-    return _visit_output(rng_key, summary, config, search_tree)
+    return start.replace(**grown._asdict())
+
+
+def _illegal_rows(rows: engine.NodeRows) -> chex.Array:
+    """[B, A] bool: the actions a node's model marked illegal (the engine's interior mask)."""
+    return selection.illegal_by_prior(rows.prior_logits)
+
+
+def _value_score_fn(config: SearchConfig):
+    """The configured q-transform on a node's statistics (`search.selection`'s, mctx's maths)."""
+    name = config.qtransform_name
+    if name == "by_parent_and_siblings":
+        return selection.by_parent_and_siblings
+    if name == "by_min_max":
+        return functools.partial(
+            selection.by_min_max,
+            min_value=config.qtransform_min_value,
+            max_value=config.qtransform_max_value,
+        )
+    return functools.partial(
+        selection.completed_by_mix_value,
+        value_scale=config.qtransform_value_scale,
+        maxvisit_init=config.qtransform_maxvisit_init,
+    )
+
+
+def _puct_rule(config: SearchConfig, num_actions: int, invalid_fn) -> engine.Rule:
+    """The engine's PUCT over a node's first `num_actions` children (a stochastic tree's
+    decision part), never choosing where `invalid_fn(rows)` [B, A] is True."""
+    value_score = _value_score_fn(config)
+
+    def select(rows: engine.NodeRows, uniform):
+        rows = rows.children(slice(0, num_actions))
+        scores = selection.puct_scores(
+            rows.prior_logits,
+            rows.visits,
+            rows.node_visits,
+            value_score(rows),
+            uniform,
+            pb_c_init=config.pb_c_init,
+            pb_c_base=config.pb_c_base,
+        )
+        return selection.masked_argmax(scores, invalid_fn(rows))
+
+    return engine.Rule(select, noise_size=num_actions)
+
+
+def _chance_rule(num_actions: int) -> engine.Rule:
+    """The engine's selection at a chance node, over the children after the first
+    `num_actions`: the outcome with the largest prior / (visits + 1) (mctx's)."""
+
+    def select(rows: engine.NodeRows, uniform):
+        outcomes = rows.children(slice(num_actions, None))
+        scores = jax.nn.softmax(outcomes.prior_logits) / (outcomes.visits + 1)
+        return jnp.argmax(scores, axis=-1).astype(jnp.int32) + num_actions
+
+    return engine.Rule(select)
+
+
+def _gumbel_rules(
+    config: SearchConfig, num_actions: int, gumbel: chex.Array, invalid_actions: chex.Array
+) -> tuple[engine.Rule, engine.Rule]:
+    """The engine's Gumbel MuZero over a node's first `num_actions` children: sequential
+    halving at the root (`gumbel` [B, A], root mask `invalid_actions` [B, A]) and the
+    deterministic selection below, never choosing an action the model marked illegal."""
+    value_score = _value_score_fn(config)
+    table = selection.considered_visits_table(
+        config.max_num_considered_actions, config.num_simulations
+    )
+    num_valid = jnp.sum(1 - invalid_actions, axis=-1).astype(jnp.int32)  # [B]
+    num_considered = jnp.minimum(config.max_num_considered_actions, num_valid)
+    root_invalid = invalid_actions.astype(bool)
+
+    def at_root(rows: engine.NodeRows, uniform):
+        rows = rows.children(slice(0, num_actions))
+        scores = selection.gumbel_root_scores(
+            rows, value_score(rows), gumbel, num_considered, table
+        )
+        return selection.masked_argmax(scores, root_invalid)
+
+    def below(rows: engine.NodeRows, uniform):
+        rows = rows.children(slice(0, num_actions))
+        scores = selection.gumbel_interior_scores(rows.prior_logits, value_score(rows), rows.visits)
+        return selection.masked_argmax(scores, _illegal_rows(rows))
+
+    return engine.Rule(at_root), engine.Rule(below)
 
 
 def _visit_output(rng_key, summary, config, search_tree) -> SearchOutput:
@@ -277,27 +406,48 @@ def _gumbel_muzero(
     gumbel = config.gumbel_scale * jax.random.gumbel(
         gumbel_key, shape=root.prior_logits.shape, dtype=root.prior_logits.dtype
     )
-    root_selection = functools.partial(
-        mctx.gumbel_muzero_root_action_selection,
-        num_simulations=config.num_simulations,
-        max_num_considered_actions=config.max_num_considered_actions,
-        qtransform=qtransform,
-    )
-    interior_selection = functools.partial(_gumbel_interior_selection, qtransform=qtransform)
-    if invalid_actions is None:
-        invalid_actions = jnp.zeros_like(root.prior_logits)
-    search_tree = mctx.search(
-        params,
-        rng_key,
-        root=root,
-        recurrent_fn=recurrent_fn,
-        root_action_selection_fn=root_selection,
-        interior_action_selection_fn=interior_selection,
-        num_simulations=config.num_simulations,
-        max_depth=max_depth,
-        invalid_actions=invalid_actions,
-        extra_data=mctx.GumbelMuZeroExtraData(root_gumbel=gumbel),
-    )
+    invalid_actions = _root_invalid(invalid_actions, root.prior_logits)
+    extra_data = mctx.GumbelMuZeroExtraData(root_gumbel=gumbel)
+    if config.engine == "mctx":
+        search_tree = mctx.search(
+            params,
+            rng_key,
+            root=root,
+            recurrent_fn=recurrent_fn,
+            root_action_selection_fn=functools.partial(
+                mctx.gumbel_muzero_root_action_selection,
+                num_simulations=config.num_simulations,
+                max_num_considered_actions=config.max_num_considered_actions,
+                qtransform=qtransform,
+            ),
+            interior_action_selection_fn=functools.partial(
+                _gumbel_interior_selection, qtransform=qtransform
+            ),
+            num_simulations=config.num_simulations,
+            max_depth=max_depth,
+            invalid_actions=invalid_actions,
+            extra_data=extra_data,
+        )
+    else:
+        root_rule, interior_rule = _gumbel_rules(
+            config, root.prior_logits.shape[-1], gumbel, invalid_actions
+        )
+        start = _mctx_internals.instantiate_tree_from_root(
+            root,
+            config.num_simulations,
+            root_invalid_actions=invalid_actions,
+            extra_data=extra_data,
+        )
+        search_tree = _engine_search(
+            params,
+            rng_key,
+            start,
+            recurrent_fn,
+            config,
+            max_depth,
+            root_rule=root_rule,
+            interior_rules=(interior_rule,),
+        )
     return _gumbel_output(
         search_tree, gumbel, root.prior_logits, qtransform, invalid_actions, search_tree
     )
@@ -312,10 +462,10 @@ def _gumbel_output(
     summary = decisions.summary()
     considered_visit = jnp.max(summary.visit_counts, axis=-1, keepdims=True)
     completed_q = jax.vmap(qtransform, in_axes=[0, None])(decisions, decisions.ROOT_INDEX)
-    to_argmax = _mctx_internals.score_considered(
+    to_argmax = selection.score_considered(
         considered_visit, gumbel, prior_logits, completed_q, summary.visit_counts
     )
-    action = mctx_masked_argmax(to_argmax, invalid_actions.astype(bool))
+    action = selection.masked_argmax(to_argmax, invalid_actions.astype(bool))
     action_weights = jax.nn.softmax(
         mask_invalid_logits(prior_logits + completed_q, invalid_actions)
     )
@@ -387,34 +537,53 @@ def _stochastic_muzero(
         prior_logits=jnp.concatenate([prior_logits, chance_padding], axis=-1),  # [B, A + C]
         embedding=embedding,
     )
-    if invalid_actions is None:
-        invalid_actions = jnp.zeros([batch_size, num_actions], prior_logits.dtype)
+    invalid_actions = _root_invalid(invalid_actions, prior_logits)
     # The root's mask over A + C children; only its first A (the decision part) is ever read.
     root_invalid = jnp.concatenate(
         [invalid_actions, jnp.zeros([batch_size, num_chance], invalid_actions.dtype)], axis=-1
     )
-    if gumbel:
-        decision_selection = functools.partial(
-            _gumbel_selection, config=config, qtransform=qtransform
-        )
-        extra_data = mctx.GumbelMuZeroExtraData(root_gumbel=root_gumbel)
-    else:
-        decision_selection = functools.partial(
-            _puct_selection,
-            pb_c_init=config.pb_c_init,
-            pb_c_base=config.pb_c_base,
-            qtransform=qtransform,
-        )
-        extra_data = None
-    selection_fn = _mctx_internals.make_stochastic_action_selection_fn(
-        decision_selection, num_actions
-    )
+    extra_data = mctx.GumbelMuZeroExtraData(root_gumbel=root_gumbel) if gumbel else None
     start = _mctx_internals.instantiate_tree_from_root(
         root, config.num_simulations, root_invalid_actions=root_invalid, extra_data=extra_data
     )
-    search_tree = _simulate_from(
-        params, search_key, start, recurrent_fn, selection_fn, config.num_simulations, max_depth
-    )
+    if config.engine == "mctx":
+        if gumbel:
+            decision_selection = functools.partial(
+                _gumbel_selection, config=config, qtransform=qtransform
+            )
+        else:
+            decision_selection = functools.partial(
+                _puct_selection,
+                pb_c_init=config.pb_c_init,
+                pb_c_base=config.pb_c_base,
+                qtransform=qtransform,
+            )
+        selection_fn = _mctx_internals.make_stochastic_action_selection_fn(
+            decision_selection, num_actions
+        )
+        search_tree = _simulate_from(
+            params, search_key, start, recurrent_fn, selection_fn, config.num_simulations, max_depth
+        )
+    else:
+        # Decision and chance nodes alternate with depth: the root decides, depth 1 is chance.
+        if gumbel:
+            root_rule, decision_rule = _gumbel_rules(
+                config, num_actions, root_gumbel, invalid_actions
+            )
+        else:
+            decision_invalid = invalid_actions.astype(bool)
+            root_rule = _puct_rule(config, num_actions, lambda rows: decision_invalid)
+            decision_rule = _puct_rule(config, num_actions, _illegal_rows)
+        search_tree = _engine_search(
+            params,
+            search_key,
+            start,
+            recurrent_fn,
+            config,
+            max_depth,
+            root_rule=root_rule,
+            interior_rules=(_chance_rule(num_actions), decision_rule),
+        )
     decisions = _mctx_internals.mask_tree(search_tree, num_actions, "decision")
     if gumbel:
         return _gumbel_output(
