@@ -140,6 +140,11 @@ class _Scheduler(PopulationBasedTraining):
         old = dict(trial.config["explore"])
         target, source = self._trial_state[trial], self._trial_state[trial_to_clone]
         super()._exploit(tune_controller, trial, trial_to_clone)
+        # Ray points the member at the source's checkpoint inside its run metadata, whose JSON
+        # (what the experiment state saves) it caches: without this, a population stopped
+        # before the member's next report resumed it from its own checkpoint with the new
+        # values (Ray 2.60).
+        trial.run_metadata.invalidate_cache()
         event = log_event(
             self.run_dir,
             {
@@ -279,7 +284,9 @@ def _member(
         reported = frames
     while frames < settings.max_frames:
         config = interval_config(settings, member, values, frames)
-        result = train(config, own, progress=False, make_evaluator=make_evaluator)
+        # The learning curves once, at the end (drawing them takes seconds).
+        last = settings.interval_end(frames) >= settings.max_frames
+        result = train(config, own, progress=False, make_evaluator=make_evaluator, plot=last)
         if result.stopped_by not in LIMITS:
             raise RuntimeError(f"member {member} stopped early: {result.stopped_by}")
         step, frames = result.updates, result.frames

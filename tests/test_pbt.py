@@ -4,6 +4,7 @@ an interruption, and refuses a bad --explore before starting Ray."""
 import json
 import math
 import os
+import pathlib
 import signal
 import sys
 import threading
@@ -17,7 +18,7 @@ from podracer import cli
 from selfplay import pbt
 from selfplay.checkpoints import restore_params
 
-CARTPOLE = [  # a tiny V-trace learner: each 2,000-frame interval takes seconds once compiled
+CARTPOLE = [  # a tiny V-trace learner: each 1,000-frame interval takes seconds once compiled
     "evaluation.every_s=0",
     "network.mlp_sizes=[16,16]",
     "learner.batch_size=2",
@@ -131,15 +132,12 @@ def test_an_adopted_checkpoint_is_copied_once(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def ray_session(tmp_path_factory):
-    """One Ray session for the module; members share a compilation cache."""
+def ray_session():
+    """One Ray session for the module, with one CPU: the members of a population take turns in
+    one process (Tune reuses it), which compiles each program once (the suite's persistent
+    compilation cache, tests/conftest.py, serves the next member and interval)."""
     ray = pytest.importorskip("ray")
-    cache = tmp_path_factory.mktemp("jax-cache")
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        runtime_env={"env_vars": {"JAX_COMPILATION_CACHE_DIR": str(cache)}},
-    )
+    ray.init(num_cpus=1, include_dashboard=False)
     yield
     ray.shutdown()
 
@@ -152,24 +150,23 @@ def _settings(preset, overrides, interval, total, explore=(LEARNING_RATE,)):
 
 
 def _watch(run_dir, events):
-    """Kills member 1's process as it begins its second interval (Ray restarts it); once it
-    has reported that interval, SIGUSR1 to this process: Tune's graceful stop, as Ctrl-C is for
-    `podracer pbt`. Appends what it did to `events`."""
+    """SIGUSR1 to this process once the population has decided at its first interval's end:
+    Tune's graceful stop, as Ctrl-C is for `podracer pbt`. Once it has resumed, kills member 1's
+    process as it begins its second interval (Ray restarts it). Appends what it did to
+    `events`."""
     from selfplay.pbt_tune import PROCESS_FILE
 
     deadline = time.monotonic() + 300
     member = pbt.member_dir(run_dir, 1)
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and len(events) < 2:
         lines = pbt.read_events(run_dir)
-        reported = [e for e in lines if e["event"] == "interval" and e["member"] == 1]
-        if not events and len(reported) == 1 and _began_past(member, reported[0]["time"]):
-            os.kill(json.loads((member / PROCESS_FILE).read_text())["pid"], signal.SIGKILL)
-            events.append("killed")
-        restarts = [e["time"] for e in lines if e["event"] == "restart"]
-        if events == ["killed"] and restarts and reported[-1]["time"] > restarts[0]:
+        if not events and any(e["event"] == "exploit" for e in lines):
             events.append("interrupted")
             os.kill(os.getpid(), signal.SIGUSR1)
-            return
+        resumed = [e["time"] for e in lines if e["event"] == "resume"]
+        if events == ["interrupted"] and resumed and _began_past(member, resumed[0]):
+            os.kill(json.loads((member / PROCESS_FILE).read_text())["pid"], signal.SIGKILL)
+            events.append("killed")
         time.sleep(0.1)
 
 
@@ -182,25 +179,45 @@ def _began_past(run_dir, since):
 
 @pytest.fixture(scope="module")
 def cartpole_population(ray_session, tmp_path_factory):
-    """A population of 2 on CartPole, 3 intervals of 1,000 frames: member 1's process killed
-    in the second, the population interrupted after it and resumed for the third."""
+    """A population of 2 on CartPole, 2 intervals of 1,000 frames: interrupted once it has
+    decided at the first interval's end, resumed, and member 1's process killed as it begins
+    the second interval."""
     from selfplay.pbt_tune import run_population
 
     run_dir = tmp_path_factory.mktemp("cartpole") / "pop"
-    settings = _settings("cartpole_vtrace", CARTPOLE, 1_000, 3_000)
+    settings = _settings("cartpole_vtrace", CARTPOLE, 1_000, 2_000)
     events: list = []
     watcher = threading.Thread(target=_watch, args=(run_dir, events), daemon=True)
     watcher.start()
     interrupted = run_population(settings, run_dir)
-    watcher.join(timeout=5)
+    saved = _saved_checkpoints(run_dir)
     resumed = run_population(settings, run_dir)
-    return run_dir, settings, events, interrupted, resumed
+    watcher.join(timeout=5)
+    return run_dir, settings, events, interrupted, saved, resumed
+
+
+def _saved_checkpoints(run_dir):
+    """Each member's checkpoint in the state Tune saved: the member and step it points to."""
+    from ray import tune
+
+    from selfplay.pbt_tune import POINTER_FILE, TUNE_DIR
+
+    pointers = {}
+    for trial in tune.ExperimentAnalysis(str(run_dir / TUNE_DIR)).trials:
+        with trial.checkpoint.as_directory() as folder:
+            pointer = json.loads((pathlib.Path(folder) / POINTER_FILE).read_text())
+        pointers[int(str(trial).rsplit("_", 1)[1])] = pointer
+    return pointers
 
 
 def test_cartpole_population_resumes_after_an_interruption(cartpole_population):
-    run_dir, settings, events, interrupted, resumed = cartpole_population
-    assert events == ["killed", "interrupted"]
+    run_dir, settings, events, interrupted, saved, resumed = cartpole_population
+    assert events == ["interrupted", "killed"]
     assert not interrupted.finished
+    # The exploit decided just before the stop is in the state Tune saved: the member resumes
+    # from the source's checkpoint.
+    exploit = next(e for e in pbt.read_events(run_dir) if e["event"] == "exploit")
+    assert saved[exploit["target"]]["member"] == exploit["source"]
     assert resumed.finished
     assert all(m.frames >= settings.max_frames and m.error is None for m in resumed.members)
     kinds = [e["event"] for e in pbt.read_events(run_dir)]
@@ -213,6 +230,7 @@ def test_a_killed_member_is_restarted_from_its_checkpoint(cartpole_population):
     lines = pbt.read_events(run_dir)
     restart = next(i for i, e in enumerate(lines) if e["event"] == "restart")
     assert lines[restart]["member"] == 1
+    assert any(e["event"] == "resume" for e in lines[:restart])  # killed after the resume
     # It went on from where it was, not from the start: its next interval ends further on.
     intervals = [(i, e["frames"]) for i, e in enumerate(lines) if e["event"] == "interval"]
     before = [frames for i, frames in intervals if i < restart and lines[i]["member"] == 1]
@@ -225,7 +243,7 @@ def test_cartpole_population_exploits_and_explores_within_bounds(cartpole_popula
     (bounds,) = settings.explore
     lines = pbt.read_events(run_dir)
     exploits = [e for e in lines if e["event"] == "exploit"]
-    assert exploits, "no exploit in 3 intervals of 2 members"
+    assert exploits, "no exploit at the end of the first interval"
     for line in lines:
         for values in (line.get("values"), line.get("old"), line.get("new")):
             if values:
