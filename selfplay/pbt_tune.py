@@ -1,7 +1,7 @@
 """Population Based Training on Ray Tune: each member an ordinary run, trained one interval at a
 time in its Tune trial; Tune's `PopulationBasedTraining` scheduler ranks the members by their
-fitness every interval and has a member of the bottom quantile take over a top member's
-checkpoint (exploit) with perturbed values of the explored fields (explore).
+fitness once all have reported an interval and has each member of the bottom quantile take over
+a top member's checkpoint (exploit) with perturbed values of the explored fields (explore).
 
     run_population(settings, DIR)            ray.init() here (each member: its share of the
                                              cores and GPUs), or on a cluster with `address`
