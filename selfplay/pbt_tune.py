@@ -141,10 +141,11 @@ class _Scheduler(PopulationBasedTraining):
         target, source = self._trial_state[trial], self._trial_state[trial_to_clone]
         super()._exploit(tune_controller, trial, trial_to_clone)
         # Ray points the member at the source's checkpoint inside its run metadata, whose JSON
-        # (what the experiment state saves) it caches: without this, a population stopped
-        # before the member's next report resumed it from its own checkpoint with the new
-        # values (Ray 2.60).
+        # it caches, and saves a trial's state in the experiment's only once the trial is
+        # marked: without both, a population stopped before the member ran again resumed it
+        # with its own checkpoint and the new values, or with its old values (Ray 2.60).
         trial.run_metadata.invalidate_cache()
+        tune_controller._mark_trial_to_checkpoint(trial)
         event = log_event(
             self.run_dir,
             {
