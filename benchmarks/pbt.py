@@ -12,13 +12,22 @@ priority and importance exponents, the learning rate and the consistency weight.
 
 One JSON line per member and per seed: the self-play return at the end (the mean return of the
 episodes that ended in the last 10% of the frames, weighted by episodes, as
-benchmarks/sample_efficiency.py measures it), the explored values at the end, the wall time; then
-one line for the comparison: the best member's return, the best and the mean seed's, and the
-ratio of the best member's to the best seed's (measured in the same invocation). `--png` draws
-every member's and seed's return over frames, and each explored value of every member over
-frames, in one figure. The full comparison (4 members and 4 seeds of 500k frames) is about 8 x 20
-minutes of a 2-core CPU; `--frames 20000 --interval-frames 10000 --population 2 --seeds 1` with
-a smaller network (`--set`) checks the script in minutes.
+benchmarks/sample_efficiency.py measures it), its ratio to the best seed's (measured in the same
+invocation), the explored values at the end, the wall time; then one line for the comparison:
+the best member's return, the best and the mean seed's, and the ratio of the best member's to the
+best seed's. `--png` draws every member's and seed's return over frames, and each explored value
+of every member over frames, in one figure. The full comparison (4 members and 4 seeds of 500k
+frames) is about 8 x 20 minutes of a 2-core CPU. A check of the script end to end, 4 to 6 minutes on
+a busy 2-core CPU (2026-11-27, load 5-9, XLA_FLAGS as tests/conftest.py sets them), writing to a
+temporary folder (its PNG is not a result):
+
+    .venv/bin/python benchmarks/pbt.py --frames 6000 --interval-frames 3000 --population 2 \
+        --seeds 1 --run-root /tmp/pbt --png /tmp/pbt/pbt.png --set replay.priority_alpha=0 \
+        network.mlp_sizes=[32,32] network.latent_size=32 network.head_hidden=16 \
+        network.projection_hidden=16 network.projection_size=16 network.predictor_hidden=16 \
+        network.value_prefix_hidden=16 network.channels=4 search.num_simulations=4 \
+        search.max_num_considered_actions=4 reanalyse.num_simulations=2 learner.batch_size=16 \
+        replay.min_size=256 replay.samples_per_insert=1 actors.envs_per_thread=8
 """
 
 from __future__ import annotations
@@ -167,13 +176,14 @@ def main(argv=None) -> list[dict]:
                 "seconds": round(time.monotonic() - started, 1),
             }
         )
-    for line in results:
-        line["loadavg_1m"] = round(os.getloadavg()[0], 2)
-        print(json.dumps(line), flush=True)
     best = max((r for r in results if r["agent"].startswith("member")), key=_score)
     seed_scores = [r["self_play"] for r in results if r["agent"].startswith("seed")]
     seed_scores = [s for s in seed_scores if s is not None]
     best_seed = max(seed_scores) if seed_scores else None
+    for line in results:
+        line["ratio_to_best_seed"] = _ratio(line["self_play"], best_seed)
+        line["loadavg_1m"] = round(os.getloadavg()[0], 2)
+        print(json.dumps(line), flush=True)
     summary = {
         "benchmark": "pbt",
         "game": args.game,
@@ -187,21 +197,23 @@ def main(argv=None) -> list[dict]:
         "best_member_self_play": best["self_play"],
         "best_seed_self_play": best_seed,
         "mean_seed_self_play": sum(seed_scores) / len(seed_scores) if seed_scores else None,
-        "ratio_to_best_seed": (
-            round(best["self_play"] / best_seed, 3)
-            if best["self_play"] is not None and best_seed
-            else None
-        ),
+        "ratio_to_best_seed": _ratio(best["self_play"], best_seed),
         "population_finished": population.finished,
         "run_dir": root,
     }
     print(json.dumps(summary), flush=True)
     if args.png:
         lines = pbt.read_events(os.path.join(root, "population"))
-        title = f"PBT on MinAtar {args.game}: {args.population} members and {args.seeds} seeds"
+        independent = f"{args.seeds} independent seed{'s' if args.seeds != 1 else ''}"
+        title = f"PBT on MinAtar {args.game}: {args.population} members and {independent}"
         plot(args.png, members, seeds, lines, settings.explore, title)
         print(json.dumps({"benchmark": "pbt", "png": args.png}), flush=True)
     return [*results, summary]
+
+
+def _ratio(value: float | None, baseline: float | None) -> float | None:
+    """`value / baseline` to 3 places; None where either is missing or the baseline is 0."""
+    return round(value / baseline, 3) if value is not None and baseline else None
 
 
 def _score(line: dict) -> float:

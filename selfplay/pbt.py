@@ -41,6 +41,7 @@ __all__ = [
     "check_settings",
     "fitness_of",
     "interval_config",
+    "interval_records",
     "log_event",
     "member_dir",
     "parse_explore",
@@ -83,6 +84,24 @@ class PopulationSettings(NamedTuple):
     def two_player(self) -> bool:
         """Whether the fitness is the evaluation against bots (else the self-play return)."""
         return self.config.loss.two_player
+
+    @property
+    def intervals(self) -> int:
+        """Each member's intervals (the last one shorter where `max_frames` is not a multiple)."""
+        return -(-self.max_frames // self.interval_frames)
+
+    def interval_end(self, frames: int) -> int:
+        """Where the interval a member is in at `frames` ends: the next multiple of
+        `interval_frames` past it, or `max_frames`."""
+        return min((frames // self.interval_frames + 1) * self.interval_frames, self.max_frames)
+
+    def intervals_done(self, frames: int) -> int:
+        """The intervals a member has finished at `frames`: what it reports to PBT as its time,
+        the same whole number for every member at the same point (frames run a little past an
+        interval's end, by how much differs)."""
+        if frames >= self.max_frames:
+            return self.intervals
+        return frames // self.interval_frames
 
     def explore_value(self, key: str, value: float) -> float:
         """An explored value clipped to its bounds (Ray's perturbations multiply a value by
@@ -169,8 +188,7 @@ def interval_config(
     its own seed, and the run's budget set to the interval's end, the next multiple of
     `interval_frames` (a member restarted mid-interval finishes the same interval). For two
     players the in-run evaluation plays the bots once, at the interval's end (the fitness)."""
-    interval = settings.interval_frames
-    end = min((frames // interval + 1) * interval, settings.max_frames)
+    end = settings.interval_end(frames)
     overrides = [f"{key}={settings.explore_value(key, value)!r}" for key, value in values.items()]
     overrides += [
         f"seed={settings.config.seed + member}",
@@ -201,6 +219,17 @@ def fitness_of(records: Sequence[dict[str, Any]], two_player: bool) -> float:
             total += weight * float(record["episode_return"])
             count += weight
     return total / count if count else math.nan
+
+
+def interval_records(records: Sequence[dict[str, Any]], start: int) -> list[dict[str, Any]]:
+    """The metrics lines of the interval that began at `start` frames: those after the last
+    line where a `train()` began (its "compiling" line) at or before `start`. A member killed
+    mid-interval and restarted from a later checkpoint keeps its interval's earlier lines."""
+    begun = 0
+    for i, record in enumerate(records):
+        if record.get("status") == "compiling" and record.get("frames", 0) <= start:
+            begun = i
+    return list(records[begun:])
 
 
 def log_event(run_dir: str | os.PathLike, event: dict[str, Any]) -> dict[str, Any]:
@@ -235,7 +264,8 @@ def adopt(source: pathlib.Path, step: int, target: pathlib.Path) -> int:
     """Makes run `target` go on from run `source`'s checkpoint `step` (its newest, if `step` was
     rotated out since the decision): the checkpoint, and the replay saved with it if any,
     replace the target's own. Returns the step adopted. Done again after an interruption, it
-    finishes the copy; a copy already done (`adopted.json`) is not redone.
+    finishes the copy; a copy already done (`adopted.json`, and the target's oldest checkpoint
+    the adopted one) is not redone.
 
     The step folder is copied under a name orbax does not list and renamed into place after the
     target's own steps are removed, so the folder never holds a half-copied checkpoint."""
@@ -247,7 +277,9 @@ def adopt(source: pathlib.Path, step: int, target: pathlib.Path) -> int:
     marker = target / ADOPTED_FILE
     done = {"source": str(source.name), "step": step}
     if marker.is_file() and json.loads(marker.read_text()) == done:
-        if _steps(target / "checkpoints") == [step]:
+        # Done: the target may have trained on from it since (its next interval, cut short or
+        # finished while the population stopped), which it goes on from.
+        if _steps(target / "checkpoints")[:1] == [step]:
             return step
     checkpoints = target / "checkpoints"
     checkpoints.mkdir(parents=True, exist_ok=True)

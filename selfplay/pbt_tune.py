@@ -1,7 +1,7 @@
 """Population Based Training on Ray Tune: each member an ordinary run, trained one interval at a
 time in its Tune trial; Tune's `PopulationBasedTraining` scheduler ranks the members by their
-fitness every interval and has a member of the bottom quantile take over a top member's
-checkpoint (exploit) with perturbed values of the explored fields (explore).
+fitness once all have reported an interval and has each member of the bottom quantile take over
+a top member's checkpoint (exploit) with perturbed values of the explored fields (explore).
 
     run_population(settings, DIR)            ray.init() here (each member: its share of the
                                              cores and GPUs), or on a cluster with `address`
@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 import ray
 from ray import tune
-from ray.tune.schedulers import PopulationBasedTraining
+from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler
 
 from configs import UsageError
 from selfplay.pbt import (
@@ -37,6 +37,7 @@ from selfplay.pbt import (
     adopt,
     fitness_of,
     interval_config,
+    interval_records,
     log_event,
     member_dir,
     write_settings,
@@ -47,6 +48,7 @@ __all__ = ["MemberResult", "PopulationResult", "member_resources", "run_populati
 TUNE_DIR = "tune"  # DIR/tune: Tune's experiment
 PROCESS_FILE = "process.json"  # in a member's folder: the process that trains it now
 POINTER_FILE = "member_checkpoint.json"  # a Tune checkpoint's content: which member, which step
+INTERVAL = "interval"  # a report's time for PBT: the intervals the member has finished
 
 
 class MemberResult(NamedTuple):
@@ -88,11 +90,38 @@ def _clipper(settings: PopulationSettings) -> Callable[[dict], dict]:
 
 
 class _Scheduler(PopulationBasedTraining):
-    """Ray's PBT, writing each exploit as a line of DIR/pbt.jsonl when it decides it."""
+    """Ray's synchronous PBT, its time the intervals each member finished: once every member
+    has reported an interval, the bottom quantile takes over the top's checkpoints, so each
+    interval's end is a decision for the whole population. Its last interval is no decision (a
+    member at `max_frames` ends). Each exploit is a line of DIR/pbt.jsonl when it is decided.
 
-    def __init__(self, run_dir: str, **options: Any):
-        super().__init__(**options)
+    A resumed population (`Tuner.restore`) starts a fresh scheduler: it takes each member's
+    place from its last result, where Ray's would wait for intervals the members finished."""
+
+    def __init__(self, run_dir: str, max_frames: int, **options: Any):
+        super().__init__(synch=True, time_attr=INTERVAL, perturbation_interval=1, **options)
         self.run_dir = run_dir
+        self.max_frames = max_frames
+
+    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+        super().on_trial_add(tune_controller, trial)
+        last = trial.run_metadata.last_result
+        if INTERVAL in last:  # a member restored with the population
+            state = self._trial_state[trial]
+            state.last_train_time = state.last_perturbation_time = last[INTERVAL]
+            state.last_result = last
+            state.last_score = self._metric_op * last["fitness"]
+        # The next decision: when the members furthest behind have finished one more interval.
+        waiting = [
+            state.last_train_time for t, state in self._trial_state.items() if not t.is_finished()
+        ]
+        self._next_perturbation_sync = min(waiting, default=0) + self._perturbation_interval
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+        if result.get("frames", 0) >= self.max_frames:  # its last interval: the member ends
+            self._save_trial_state(self._trial_state[trial], result[INTERVAL], result, trial)
+            return TrialScheduler.CONTINUE
+        return super().on_trial_result(tune_controller, trial, result)
 
     def _checkpoint_or_exploit(
         self, trial: Any, tune_controller: Any, upper_quantile: list, lower_quantile: list
@@ -111,6 +140,12 @@ class _Scheduler(PopulationBasedTraining):
         old = dict(trial.config["explore"])
         target, source = self._trial_state[trial], self._trial_state[trial_to_clone]
         super()._exploit(tune_controller, trial, trial_to_clone)
+        # Ray points the member at the source's checkpoint inside its run metadata, whose JSON
+        # it caches, and saves a trial's state in the experiment's only once the trial is
+        # marked: without both, a population stopped before the member ran again resumed it
+        # with its own checkpoint and the new values, or with its old values (Ray 2.60).
+        trial.run_metadata.invalidate_cache()
+        tune_controller._mark_trial_to_checkpoint(trial)
         event = log_event(
             self.run_dir,
             {
@@ -126,9 +161,9 @@ class _Scheduler(PopulationBasedTraining):
             },
         )
         print(
-            f"podracer pbt: member {event['target']} takes member {event['source']}'s "
-            f"checkpoint ({event['source_fitness']:.3g} > {event['target_fitness']:.3g}), "
-            f"now {_values_text(event['new'])}",
+            f"podracer pbt: member {event['target']} (fitness {event['target_fitness']:.3g}) "
+            f"takes member {event['source']}'s checkpoint (fitness "
+            f"{event['source_fitness']:.3g}), now {_values_text(event['new'])}",
             flush=True,
         )
 
@@ -184,7 +219,10 @@ def _member(
     gpu_share: float = 0.0,
 ) -> None:
     """A member's trial: one interval after another until `max_frames`, each reported to Tune
-    with its fitness and a pointer to the checkpoint it ended with."""
+    with its fitness and a pointer to the checkpoint it ended with. Started again (after an
+    exploit, a pause, its process's failure or the population's resume) it goes on from the
+    checkpoint Tune gives it; an interval it finished whose report Tune never had (the population
+    stopped meanwhile) is reported first, without training it again."""
     assert settings is not None
     if 0 < gpu_share < 1:  # members sharing a GPU: each its share of its memory, not JAX's 75%
         os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{0.9 * gpu_share:.2f}")
@@ -203,37 +241,58 @@ def _member(
     (own / PROCESS_FILE).write_text(  # which process trains the member now
         json.dumps({"pid": os.getpid(), "node": node, "since": time.time()})
     )
+    reported = 0  # the frames of the last interval Tune has (where this interval began)
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
             pointer = json.loads((pathlib.Path(folder) / POINTER_FILE).read_text())
         if pointer["member"] != member:  # an exploit: go on from the source's parameters
             adopt(member_dir(root, pointer["member"]), pointer["step"], own)
+        reported = int(pointer["frames"])
 
-    def frames_so_far() -> int:
+    def saved() -> tuple[int, int]:
+        """The newest checkpoint's step and frames ((0, 0) where there is none)."""
         if not (own / "checkpoints").is_dir():
-            return 0
-        saved = Checkpointer(own / "checkpoints", max_to_keep=None, read_only=True)
+            return 0, 0
+        checkpoints = Checkpointer(own / "checkpoints", max_to_keep=None, read_only=True)
         try:
-            steps = saved.all_steps()
-            return RunTotals.from_metadata(saved.restore_metadata()).frames if steps else 0
+            step = checkpoints.latest_step()
+            if step is None:
+                return 0, 0
+            return step, RunTotals.from_metadata(checkpoints.restore_metadata(step)).frames
         finally:
-            saved.close()
+            checkpoints.close()
 
-    while (frames := frames_so_far()) < settings.max_frames:
-        config = interval_config(settings, member, values, frames)
-        logged = len(read_metrics(own)) if (own / "metrics.jsonl").is_file() else 0
-        result = train(config, own, progress=False, make_evaluator=make_evaluator)
-        if result.stopped_by not in LIMITS:
-            raise RuntimeError(f"member {member} stopped early: {result.stopped_by}")
-        fitness = fitness_of(read_metrics(own)[logged:], settings.two_player)
+    def report(step: int, frames: int) -> None:
+        records = interval_records(read_metrics(own), reported)
+        fitness = fitness_of(records, settings.two_player)
         with tempfile.TemporaryDirectory() as folder:
-            pointer = {"member": member, "step": result.updates, "frames": result.frames}
+            pointer = {"member": member, "step": step, "frames": frames}
             (pathlib.Path(folder) / POINTER_FILE).write_text(json.dumps(pointer))
             tune.report(
-                {"fitness": fitness, "frames": result.frames, "updates": result.updates},
+                {
+                    "fitness": fitness,
+                    "frames": frames,
+                    "updates": step,
+                    INTERVAL: settings.intervals_done(frames),
+                },
                 checkpoint=tune.Checkpoint.from_directory(folder),
             )
+
+    step, frames = saved()
+    if settings.intervals_done(frames) > settings.intervals_done(reported):  # never reported
+        report(step, frames)
+        reported = frames
+    while frames < settings.max_frames:
+        config = interval_config(settings, member, values, frames)
+        # The learning curves once, at the end (drawing them takes seconds).
+        last = settings.interval_end(frames) >= settings.max_frames
+        result = train(config, own, progress=False, make_evaluator=make_evaluator, plot=last)
+        if result.stopped_by not in LIMITS:
+            raise RuntimeError(f"member {member} stopped early: {result.stopped_by}")
+        step, frames = result.updates, result.frames
+        report(step, frames)
+        reported = frames
 
 
 def run_population(
@@ -334,12 +393,9 @@ def _new_tuner(settings: PopulationSettings, root: pathlib.Path, trainable: Any)
     mutations = {"explore": {e.key: domain(e) for e in settings.explore}}
     scheduler = _Scheduler(
         str(root),
-        time_attr="frames",
+        settings.max_frames,
         metric="fitness",
         mode="max",
-        # Members report a little past each multiple of the interval: every report is a
-        # decision.
-        perturbation_interval=settings.interval_frames / 2,
         hyperparam_mutations=mutations,
         custom_explore_fn=_clipper(settings),
         quantile_fraction=0.25,

@@ -336,11 +336,13 @@ def run(
     progress: bool = True,
     stop: StopSignal | None = None,
     make_evaluator: Callable[[ExperimentConfig, EnvSpec], Evaluator] | None = None,
+    plot: bool = True,
 ) -> RunResult:
     """Trains `config` in `run_dir` on the runtime `make_runtime(config, optimizer)` builds,
     resuming from the run directory's newest checkpoint if there is one. With
     `config.evaluation.every_s` > 0, the evaluator `make_evaluator(config, env spec)` builds plays
-    the newest parameters every that many seconds, in a thread of its own.
+    the newest parameters every that many seconds, in a thread of its own. With `plot`, the
+    learning curves are drawn at the end (`plot_run`).
 
     Over several processes (`jax.distributed`) every process calls this with the same config and
     run directory: the processes agree every round on whether to go on, learn and log
@@ -360,6 +362,7 @@ def run(
             progress=progress,
             stop=stop,
             make_evaluator=make_evaluator,
+            plot=plot,
         )
     finally:
         if lock is not None:
@@ -375,6 +378,7 @@ def _run(
     progress: bool,
     stop: StopSignal | None,
     make_evaluator: Callable[[ExperimentConfig, EnvSpec], Evaluator] | None,
+    plot: bool,
 ) -> RunResult:
     optimizer = muzero.make_optimizer(config.optimizer)
     runtime, evaluator, run_dir = _open(
@@ -424,7 +428,7 @@ def _run(
         evaluation.finish()  # the frame marks the run reached and did not evaluate yet
     finally:
         loop.close()
-    if loop.lead:
+    if loop.lead and plot:
         plot_run(run_dir)
     return RunResult(
         run_dir,

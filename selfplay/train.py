@@ -28,10 +28,12 @@ def train(
     progress: bool = True,
     stop: StopSignal | None = None,
     make_evaluator: Callable[[ExperimentConfig, EnvSpec], Evaluator] | None = None,
+    plot: bool = True,
 ) -> RunResult:
     """Trains `config` in `run_dir`, resuming from its newest checkpoint if there is one. With
     `make_evaluator` (e.g. `arena.RunEvaluator`) and `evaluation.every_s` > 0, the newest
-    parameters are evaluated every that many seconds."""
+    parameters are evaluated every that many seconds. With `plot`, the run's learning curves
+    are drawn at its end (`learning_curves.png`)."""
     split_cpu(config.devices.cpu_devices)
     # The runtimes are imported after `split_cpu`: importing pgx (Anakin's games) starts JAX's
     # backend, after which the CPU can no longer be split into devices.
@@ -40,7 +42,13 @@ def train(
     else:
         from selfplay.sebulba import SebulbaRuntime as make_runtime
     return run(
-        config, run_dir, make_runtime, progress=progress, stop=stop, make_evaluator=make_evaluator
+        config,
+        run_dir,
+        make_runtime,
+        progress=progress,
+        stop=stop,
+        make_evaluator=make_evaluator,
+        plot=plot,
     )
 
 
