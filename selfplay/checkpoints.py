@@ -47,7 +47,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from configs import UsageError
-from selfplay.files import WriteFailed, describe_write_error
+from selfplay.files import WriteFailed, describe_write_error, write_atomically
 
 __all__ = [
     "Checkpointer",
@@ -94,17 +94,11 @@ def save_replay(
         # A writer killed mid-write left its temporary file: never read, it only takes space.
         for stale in folder.glob(f"process_{process}-step_*.npz.tmp"):
             stale.unlink(missing_ok=True)
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
     except OSError as error:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
         raise WriteFailed(
             f"cannot write the replay {path}: {describe_write_error(error)}"
         ) from None
+    write_atomically(path, tmp, lambda f: np.savez(f, **arrays), f"the replay {path}")
     saved = sorted(_replay_files(Path(run_dir), process).items())
     for _, old in saved[:-REPLAYS_KEPT]:
         old.unlink(missing_ok=True)
@@ -460,20 +454,12 @@ class Checkpointer:
         except (OSError, ValueError) as error:
             raise self._damaged(step, "unreadable metadata", _first_line(error)) from None
         meta = _sealed({**self._checked_meta(step, saved), **metadata})
-        tmp = path.with_name(f".metadata.tmp-{os.getpid()}")
-        try:
-            with open(tmp, "w") as f:
-                f.write(json.dumps(meta))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError as error:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
-            raise WriteFailed(
-                f"cannot write checkpoint {path.parent.parent}'s metadata: "
-                f"{describe_write_error(error)}"
-            ) from None
+        write_atomically(
+            path,
+            path.with_name(f".metadata.tmp-{os.getpid()}"),
+            lambda f: f.write(json.dumps(meta).encode()),
+            f"checkpoint {path.parent.parent}'s metadata",
+        )
 
     def wait(self) -> None:
         """Blocks until every started save is on disk (and raises a save's error as

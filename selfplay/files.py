@@ -13,9 +13,11 @@ import os
 import re
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
-__all__ = ["LOCK_FILE", "RunLock", "WriteFailed", "describe_write_error"]
+__all__ = ["LOCK_FILE", "RunLock", "WriteFailed", "describe_write_error", "write_atomically"]
 
 LOCK_FILE = "run.lock"
 
@@ -39,6 +41,22 @@ def describe_write_error(error: BaseException) -> str:
         return f"[Errno {code}] {os.strerror(code)}"
     first = text.splitlines()[0] if text else ""
     return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
+def write_atomically(path: Path, tmp: Path, write: Callable[[BinaryIO], None], what: str) -> None:
+    """`write(file)` into `tmp`, flushed to the disk, then renamed over `path`: a reader sees the
+    old file or the new one, never a part. A failed write removes `tmp` and raises WriteFailed,
+    "cannot write {what}: [Errno N] ...", one line."""
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise WriteFailed(f"cannot write {what}: {describe_write_error(error)}") from None
 
 
 class RunLock:
