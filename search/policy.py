@@ -129,21 +129,25 @@ def _gumbel_interior_selection(rng_key, tree, node_index, depth, *, qtransform):
     return selection.masked_argmax(scores, _node_invalid_actions(tree, node_index, depth))
 
 
+def _qtransform_args(config: SearchConfig) -> dict:
+    """The configured q-transform's settings, by name, for mctx's and `search.selection`'s."""
+    if config.qtransform_name == "by_min_max":
+        return {
+            "min_value": config.qtransform_min_value,
+            "max_value": config.qtransform_max_value,
+        }
+    if config.qtransform_name == "completed_by_mix_value":
+        return {
+            "value_scale": config.qtransform_value_scale,
+            "maxvisit_init": config.qtransform_maxvisit_init,
+        }
+    return {}
+
+
 def _make_qtransform(config: SearchConfig):
-    name = config.qtransform_name
-    if name == "by_parent_and_siblings":
-        return mctx.qtransform_by_parent_and_siblings
-    if name == "by_min_max":
-        return functools.partial(
-            mctx.qtransform_by_min_max,
-            min_value=config.qtransform_min_value,
-            max_value=config.qtransform_max_value,
-        )
-    return functools.partial(
-        mctx.qtransform_completed_by_mix_value,
-        value_scale=config.qtransform_value_scale,
-        maxvisit_init=config.qtransform_maxvisit_init,
-    )
+    """mctx's q-transform of the config, for mctx's engine."""
+    transform = getattr(mctx, f"qtransform_{config.qtransform_name}")
+    return functools.partial(transform, **_qtransform_args(config))
 
 
 def _dirichlet_noisy_logits(rng_key, prior_logits, config: SearchConfig) -> chex.Array:
@@ -307,20 +311,8 @@ def _illegal_rows(rows: engine.NodeRows) -> chex.Array:
 
 def _value_score_fn(config: SearchConfig):
     """The configured q-transform on a node's statistics (`search.selection`'s, mctx's maths)."""
-    name = config.qtransform_name
-    if name == "by_parent_and_siblings":
-        return selection.by_parent_and_siblings
-    if name == "by_min_max":
-        return functools.partial(
-            selection.by_min_max,
-            min_value=config.qtransform_min_value,
-            max_value=config.qtransform_max_value,
-        )
-    return functools.partial(
-        selection.completed_by_mix_value,
-        value_scale=config.qtransform_value_scale,
-        maxvisit_init=config.qtransform_maxvisit_init,
-    )
+    transform = getattr(selection, config.qtransform_name)
+    return functools.partial(transform, **_qtransform_args(config))
 
 
 def _puct_rule(config: SearchConfig, num_actions: int, invalid_fn) -> engine.Rule:
