@@ -17,7 +17,8 @@ invocation), the explored values at the end, the wall time; then one line for th
 the best member's return, the best and the mean seed's, and the ratio of the best member's to the
 best seed's. `--png` draws every member's and seed's return over frames, and each explored value
 of every member over frames, in one figure. The full comparison (4 members and 4 seeds of 500k
-frames) is about 8 x 20 minutes of a 2-core CPU. A check of the script end to end, 4 to 6 minutes on
+frames) is about 8 x 20 minutes of a 2-core CPU; the seeds train beside the population, each
+its own `podracer train` process. A check of the script end to end, 4 to 6 minutes on
 a busy 2-core CPU (2026-11-27, load 5-9, XLA_FLAGS as tests/conftest.py sets them), writing to a
 temporary folder (its PNG is not a result):
 
@@ -36,6 +37,7 @@ import argparse
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -45,7 +47,6 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 import configs  # noqa: E402
 from selfplay import pbt  # noqa: E402
 from selfplay.metrics import read_metrics  # noqa: E402
-from selfplay.train import enable_compilation_cache, train  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
     "sample_efficiency", os.path.join(_HERE, "sample_efficiency.py")
@@ -142,6 +143,12 @@ def main(argv=None) -> list[dict]:
     from selfplay.pbt_tune import run_population  # Ray
 
     started = time.monotonic()
+    # The seeds train beside the population, each its own `podracer train` process, so that
+    # the two halves share the machine alike and the whole comparison takes the time of one.
+    seed_runs = {
+        seed: start_seed(config.replace(seed=seed), os.path.join(root, f"seed_{seed}"))
+        for seed in range(args.seeds)
+    }
     population = run_population(settings, os.path.join(root, "population"))
     population_s = time.monotonic() - started
     results, members, seeds = [], {}, {}
@@ -159,21 +166,21 @@ def main(argv=None) -> list[dict]:
                 "seconds": round(population_s, 1),  # the population's, all members together
             }
         )
-    enable_compilation_cache()
-    for seed in range(args.seeds):
+    for seed, process in seed_runs.items():
         run_dir = os.path.join(root, f"seed_{seed}")
-        started = time.monotonic()
-        result = train(config.replace(seed=seed), run_dir, progress=False)
+        if process.wait() != 0:
+            raise SystemExit(f"seed {seed} failed (exit {process.returncode}): {run_dir}/train.log")
         records = read_metrics(run_dir)
         seeds[seed] = records
+        frames = records[-1]["frames"] if records else 0
         results.append(
             {
                 "benchmark": "pbt",
                 "game": args.game,
                 "agent": f"seed_{seed}",
-                "frames": result.frames,
-                "self_play": final_return(records, result.frames),
-                "seconds": round(time.monotonic() - started, 1),
+                "frames": frames,
+                "self_play": final_return(records, frames),
+                "seconds": round(records[-1]["time"], 1) if records else None,
             }
         )
     best = max((r for r in results if r["agent"].startswith("member")), key=_score)
@@ -209,6 +216,20 @@ def main(argv=None) -> list[dict]:
         plot(args.png, members, seeds, lines, settings.explore, title)
         print(json.dumps({"benchmark": "pbt", "png": args.png}), flush=True)
     return [*results, summary]
+
+
+def start_seed(config, run_dir: str) -> subprocess.Popen:
+    """`podracer train` of `config` in `run_dir`, started and not waited for; its output in
+    `run_dir/train.log`."""
+    os.makedirs(run_dir, exist_ok=True)
+    config_path = os.path.join(run_dir, "benchmark_config.json")
+    with open(config_path, "w") as f:
+        json.dump(configs.to_dict(config), f)
+    command = [sys.executable, "-m", "podracer", "train", "--config", config_path]
+    with open(os.path.join(run_dir, "train.log"), "w") as log:
+        return subprocess.Popen(
+            [*command, "--run-dir", run_dir, "--quiet"], stdout=log, stderr=subprocess.STDOUT
+        )
 
 
 def _ratio(value: float | None, baseline: float | None) -> float | None:
