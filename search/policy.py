@@ -40,6 +40,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import mctx
+import numpy as np
 
 from search import _mctx_internals, engine, selection
 from search.config import SearchConfig
@@ -184,7 +185,10 @@ def run(
         plies and 0 after a terminal state (`make_exact_recurrent_fn` does this). With
         algorithm "stochastic_muzero", a `StochasticModel` instead.
       config: the search settings.
-      invalid_actions: [B, A] bool/0-1, True where illegal at the root; None: all legal.
+      invalid_actions: [B, A] bool/0-1, True where illegal at the root; None: all legal. Each
+        row needs a legal action: given concrete arrays, a row without one is a `ValueError`;
+        under `jit` (where the values are not known) such a row is searched as if every action
+        were legal, as pgx marks a finished game.
       tree: a tree to continue, from `reuse_subtree` (muzero algorithm only). Its root row must
         describe the same state as `root`; a row with no nodes starts fresh from `root`.
     Returns:
@@ -197,6 +201,7 @@ def run(
     chex.assert_shape(root.value, (batch_size,))
     if invalid_actions is not None:
         chex.assert_shape(invalid_actions, (batch_size, num_actions))
+        invalid_actions = _with_a_legal_action_per_row(invalid_actions)
     qtransform = _make_qtransform(config)
     max_depth = config.max_depth or config.num_simulations
     stochastic = config.algorithm == "stochastic_muzero"
@@ -228,6 +233,20 @@ def run(
     return _muzero(
         params, rng_key, root, recurrent_fn, config, qtransform, invalid_actions, max_depth, tree
     )
+
+
+def _with_a_legal_action_per_row(invalid_actions: chex.Array) -> chex.Array:
+    """[B, A] `invalid_actions`, refused where concrete and a row has no legal action; under
+    `jit`, such a row all legal (`run`'s contract)."""
+    if not isinstance(invalid_actions, jax.core.Tracer):
+        rows = np.flatnonzero(np.all(np.asarray(invalid_actions).astype(bool), axis=-1))
+        if rows.size:
+            raise ValueError(
+                f"search.run: invalid_actions rows {rows[:8].tolist()} have no legal action; "
+                "mark at least one action legal per row (a finished game: all, as pgx does)"
+            )
+    none_legal = jnp.all(invalid_actions.astype(bool), axis=-1, keepdims=True)  # [B, 1]
+    return jnp.where(none_legal, jnp.zeros_like(invalid_actions), invalid_actions)
 
 
 def _root_invalid(invalid_actions: chex.Array | None, prior_logits: chex.Array) -> chex.Array:

@@ -418,15 +418,28 @@ def test_the_search_refuses_generated_wrong_shapes_with_one_clear_error(batch, a
     assert str(raised.value).strip() and len(str(raised.value).splitlines()) <= MAX_LINES
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="search.run returns an action for a row with no legal action, silently (search/ is "
-    "being changed elsewhere; the check belongs there)",
-)
-def test_the_search_refuses_a_row_with_no_legal_action():
+def test_a_row_with_no_legal_action_is_refused_eagerly_and_searched_all_legal_under_jit():
+    import jax
     import numpy as np
+
+    import search
 
     legal = np.ones((BATCH, ACTIONS), bool)
     legal[1] = False  # the second row has no legal action
-    with pytest.raises(ValueError, match="no legal action"):
-        _searched("muzero")(~legal)
+    with pytest.raises(ValueError, match=r"rows \[1\] have no legal action") as raised:
+        invalid = ~legal
+        search.run(
+            None,
+            jax.random.key(0),
+            _root(),
+            _recurrent_fn,
+            _search_config(),
+            invalid_actions=invalid,
+        )
+    assert len(str(raised.value).splitlines()) <= MAX_LINES
+    # Under jit the values are unknown: the row is searched as if every action were legal,
+    # and its visits and weights stay finite.
+    chosen, sampled = _searched("muzero")(~legal)
+    assert 0 <= int(chosen[1]) < ACTIONS and 0 <= int(sampled[1]) < ACTIONS
+    for row in (0, 2):
+        assert legal[row][int(chosen[row])]
