@@ -301,7 +301,11 @@ def _truncate(step_dir):
 
 
 def _garble(step_dir):  # 64 bytes in the middle of the largest file: orbax reads it without error
-    path = _data_file(step_dir)
+    garble_file(_data_file(step_dir))
+
+
+def garble_file(path):
+    """Inverts 64 bytes in the middle of the file at `path`."""
     data = bytearray(path.read_bytes())
     middle = len(data) // 2
     data[middle : middle + 64] = bytes(255 - b for b in data[middle : middle + 64])
