@@ -27,28 +27,3 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _CACHE = pathlib.Path(tempfile.gettempdir()) / "podracer-test-jax-cache"
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_CACHE))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-
-# The files of the longest tests (25-80 s each on 2 cores, 2026-11-27) run first, each file
-# whole (its module fixtures are set up once). pytest-xdist's worksteal splits the tests between
-# the workers and lets an idle one take the other's pending tests: with the long ones first, the
-# last tests are short and neither worker waits long on the other at the end (a 40 s test last
-# left one core idle for up to 40 s).
-LONGEST_FIRST = (
-    "test_multiprocess.py",
-    "test_pbt.py",
-    "test_reanalyse.py",
-    "test_train.py",
-    "test_anakin.py",
-    "test_across_hosts.py",
-    "test_train_chance.py",
-    "test_sebulba_device.py",
-    "test_anakin_gymnax.py",
-)
-
-
-def pytest_collection_modifyitems(items):
-    def rank(item) -> int:
-        name = item.nodeid.split("::")[0].split("/")[-1]
-        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
-
-    items.sort(key=rank)  # stable: within a file and among the rest, the order stays
