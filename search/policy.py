@@ -284,8 +284,7 @@ def _muzero(
             params, search_key, start, recurrent_fn, selection_fn, config.num_simulations, max_depth
         )
     else:
-        num_actions = root.prior_logits.shape[-1]
-        root_invalid = invalid_actions.astype(bool)
+        root_rule, interior_rule = _puct_rules(config, root.prior_logits.shape[-1], invalid_actions)
         search_tree = _engine_search(
             params,
             search_key,
@@ -293,8 +292,8 @@ def _muzero(
             recurrent_fn,
             config,
             max_depth,
-            root_rule=_puct_rule(config, num_actions, lambda rows: root_invalid),
-            interior_rules=(_puct_rule(config, num_actions, _illegal_rows),),
+            root_rule=root_rule,
+            interior_rules=(interior_rule,),
         )
     return _visit_output(rng_key, search_tree.summary(), config, search_tree)
 
@@ -332,6 +331,18 @@ def _value_score_fn(config: SearchConfig):
     """The configured q-transform on a node's statistics (`search.selection`'s, mctx's maths)."""
     transform = getattr(selection, config.qtransform_name)
     return functools.partial(transform, **_qtransform_args(config))
+
+
+def _puct_rules(
+    config: SearchConfig, num_actions: int, root_invalid_actions: chex.Array
+) -> tuple[engine.Rule, engine.Rule]:
+    """PUCT at the root, masked by `root_invalid_actions` [B, A], and at interior decision
+    nodes, masked where the model marked an action illegal."""
+    root_invalid = root_invalid_actions.astype(bool)
+    return (
+        _puct_rule(config, num_actions, lambda rows: root_invalid),
+        _puct_rule(config, num_actions, _illegal_rows),
+    )
 
 
 def _puct_rule(config: SearchConfig, num_actions: int, invalid_fn) -> engine.Rule:
@@ -582,9 +593,7 @@ def _stochastic_muzero(
                 config, num_actions, root_gumbel, invalid_actions
             )
         else:
-            decision_invalid = invalid_actions.astype(bool)
-            root_rule = _puct_rule(config, num_actions, lambda rows: decision_invalid)
-            decision_rule = _puct_rule(config, num_actions, _illegal_rows)
+            root_rule, decision_rule = _puct_rules(config, num_actions, invalid_actions)
         search_tree = _engine_search(
             params,
             search_key,
