@@ -43,8 +43,8 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
@@ -156,7 +156,13 @@ def main(argv=None) -> list[dict]:
     started = time.monotonic()
     # The seeds train beside the population, each its own `podracer train` process, so that
     # the two halves share the machine alike and the whole comparison takes the time of one.
-    seed_runs = SeedRuns(config, root, args.seeds, args.seeds_at_once)
+    seed_pool = ThreadPoolExecutor(max_workers=args.seeds_at_once or max(args.seeds, 1))
+    seed_runs = {
+        seed: seed_pool.submit(
+            train_seed, config.replace(seed=seed), os.path.join(root, f"seed_{seed}")
+        )
+        for seed in range(args.seeds)
+    }
     population = run_population(settings, os.path.join(root, "population"))
     population_s = time.monotonic() - started
     results, members, seeds = [], {}, {}
@@ -174,9 +180,9 @@ def main(argv=None) -> list[dict]:
                 "seconds": round(population_s, 1),  # the population's, all members together
             }
         )
-    for seed, returncode in seed_runs.wait().items():
+    for seed, run in seed_runs.items():
         run_dir = os.path.join(root, f"seed_{seed}")
-        if returncode != 0:
+        if (returncode := run.result()) != 0:
             raise SystemExit(f"seed {seed} failed (exit {returncode}): {run_dir}/train.log")
         records = read_metrics(run_dir)
         seeds[seed] = records
@@ -226,46 +232,18 @@ def main(argv=None) -> list[dict]:
     return [*results, summary]
 
 
-class SeedRuns:
-    """Seeds 0..`seeds`-1 of `config`, each a `podracer train` process in `root/seed_<k>`, at
-    most `at_once` at a time (None: all), started in a thread beside the caller."""
-
-    def __init__(self, config, root: str, seeds: int, at_once: int | None):
-        self._todo = [(seed, config.replace(seed=seed)) for seed in range(seeds)]
-        self._root, self._at_once = root, at_once or max(seeds, 1)
-        self.returncodes: dict[int, int] = {}
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        running: dict[int, subprocess.Popen] = {}
-        while self._todo or running:
-            while self._todo and len(running) < self._at_once:
-                seed, config = self._todo.pop(0)
-                running[seed] = start_seed(config, os.path.join(self._root, f"seed_{seed}"))
-            for seed, process in list(running.items()):
-                if process.poll() is not None:
-                    self.returncodes[seed] = running.pop(seed).returncode
-            time.sleep(1)
-
-    def wait(self) -> dict[int, int]:
-        """{seed: exit status}, once every seed has ended."""
-        self._thread.join()
-        return dict(sorted(self.returncodes.items()))
-
-
-def start_seed(config, run_dir: str) -> subprocess.Popen:
-    """`podracer train` of `config` in `run_dir`, started and not waited for; its output in
-    `run_dir/train.log`."""
+def train_seed(config, run_dir: str) -> int:
+    """`podracer train` of `config` in `run_dir`, its output in `run_dir/train.log`: its exit
+    status."""
     os.makedirs(run_dir, exist_ok=True)
     config_path = os.path.join(run_dir, "benchmark_config.json")
     with open(config_path, "w") as f:
         json.dump(configs.to_dict(config), f)
     command = [sys.executable, "-m", "podracer", "train", "--config", config_path]
     with open(os.path.join(run_dir, "train.log"), "w") as log:
-        return subprocess.Popen(
+        return subprocess.run(
             [*command, "--run-dir", run_dir, "--quiet"], stdout=log, stderr=subprocess.STDOUT
-        )
+        ).returncode
 
 
 def _ratio(value: float | None, baseline: float | None) -> float | None:
