@@ -295,6 +295,16 @@ def _member(
         reported = frames
 
 
+def start_local_ray(**options) -> None:
+    """`ray.init` of a Ray on this machine for a population (`options`: ray.init's, e.g.
+    `num_cpus`). Its workers run at this process's niceness: Ray starts them 15 above it
+    (its `worker_niceness`, for small tasks beside a driver), but a member is a whole training
+    run, which at 15 gets only what every other process on the machine leaves (a seed run beside
+    it, another test). `RAY_worker_niceness` set in the environment still decides."""
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    ray.init(include_dashboard=False, **options)
+
+
 def run_population(
     settings: PopulationSettings,
     run_dir: str | os.PathLike,
@@ -317,7 +327,7 @@ def run_population(
         if address:
             ray.init(address=address)
         else:
-            ray.init(include_dashboard=False)
+            start_local_ray()
     try:
         cluster = ray.cluster_resources()
         share = resources or member_resources(

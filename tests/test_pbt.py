@@ -136,7 +136,9 @@ def ray_session():
     one process (Tune reuses it), which compiles each program once (the suite's persistent
     compilation cache, tests/conftest.py, serves the next member and interval)."""
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=1, include_dashboard=False)
+    from selfplay import pbt_tune
+
+    pbt_tune.start_local_ray(num_cpus=1)
     yield
     ray.shutdown()
 
@@ -240,6 +242,14 @@ def test_a_killed_member_is_restarted_from_its_checkpoint(cartpole_population):
     before = [frames for i, frames in intervals if i < restart and lines[i]["member"] == 1]
     after = [frames for i, frames in intervals if i > restart and lines[i]["member"] == 1]
     assert after and min(after) > max(before)
+
+
+def test_members_run_at_the_drivers_niceness(ray_session):
+    # Ray's default puts its workers 15 above the driver: a member would get only what the
+    # machine's other processes leave.
+    import ray
+
+    assert ray.get(ray.remote(lambda: os.nice(0)).remote()) == os.nice(0)
 
 
 def test_cartpole_population_exploits_and_explores_within_bounds(cartpole_population):
