@@ -438,6 +438,18 @@ class Checkpointer:
         )
         self.wait()  # the previous save's error names the previous step
         self._writing = step
+        # A folder that cannot be written (read-only, not ours) is refused before orbax starts:
+        # its save fails at its first step then, and the threads it had started for the items
+        # wait for that step's signal until its timeout, holding the process open at exit.
+        probe = self.directory / f".write-test-{os.getpid()}"
+        try:
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as error:
+            raise WriteFailed(
+                f"cannot write checkpoint {self.directory / str(step)}: "
+                f"{describe_write_error(error)}"
+            ) from None
         with self._writes():
             return bool(self._manager.save(step, args=args, force=True))
 

@@ -80,13 +80,19 @@ class RunLock:
         """Takes the lock (the run directory must exist); nothing when already held.
 
         Raises:
-          configs.UsageError: one line naming the process that holds it.
+          configs.UsageError: one line naming the process that holds it, or saying that the
+            directory cannot be written.
         """
         from configs import UsageError
 
         if self._fd is not None:
             return
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as error:  # a read-only folder, or one that is not ours to write
+            raise UsageError(
+                f"cannot write to run directory {self.path.parent}: {error.strerror}"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:

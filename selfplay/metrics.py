@@ -98,7 +98,10 @@ class MetricsLogger:
             with open(self.path, "rb") as f:
                 f.seek(-1, os.SEEK_END)
                 torn = f.read(1) != b"\n"
-        self._file = open(self.path, "a", encoding="utf-8")  # closed in close()
+        try:
+            self._file = open(self.path, "a", encoding="utf-8")  # closed in close()
+        except OSError as error:  # a read-only folder
+            raise WriteFailed(f"cannot write {self.path}: {describe_write_error(error)}") from None
         if torn:
             # A crash cut the last line short: start ours on a fresh line.
             self._file.write("\n")

@@ -6,6 +6,9 @@ kill or a full disk leaves behind (tests/test_checkpoints.py).
     _checkpoint_worker.py full-disk DIR     writes replays, checkpoints and metrics until a
                                             write fails (the test limits the disk or the file
                                             size); prints one JSON line of what it saw
+    _checkpoint_worker.py read-only DIR     saves a replay and a checkpoint, makes DIR read-only
+                                            (a bind mount remounted, in the test's namespace),
+                                            then writes each kind again; one JSON line as above
     _checkpoint_worker.py read-damaged DIR  reads the newest (damaged) checkpoint's params as
                                             the arena does, several times; the error's one line
                                             on stderr, exit 2
@@ -102,6 +105,56 @@ def full_disk(run: Path) -> None:
     print(json.dumps(seen), flush=True)
 
 
+def read_only(run: Path) -> None:
+    """Saves a replay and a checkpoint into `run`, makes `run` read-only (the test binds it onto
+    itself in a mount namespace of this process's own), then tries each kind of write again."""
+    import subprocess
+
+    from selfplay.checkpoints import Checkpointer, save_replay
+    from selfplay.files import WriteFailed
+    from selfplay.metrics import MetricsLogger
+
+    seen: dict = {}
+    save_replay(run, 0, 1, replay(1, rows=16))
+    ckpt = Checkpointer(run / "checkpoints", max_to_keep=None)
+    ckpt.save(1, state(1), CONFIG)
+    ckpt.wait()
+    subprocess.run(["mount", "-o", "remount,bind,ro", str(run)], check=True)
+    try:
+        save_replay(run, 0, 2, replay(2, rows=16))
+    except WriteFailed as error:
+        seen["replay"] = str(error)
+    seen["replay_kept"] = 1
+    seen["replay_whole"] = int(load_replay_uid(run, 1)) == 1
+    seen["replay_tmp_left"] = sorted(p.name for p in (run / "replay").glob("*.tmp"))
+    try:
+        ckpt.save(2, state(2), CONFIG)
+        ckpt.wait()
+    except WriteFailed as error:
+        seen["checkpoint"] = str(error)
+    try:
+        ckpt.close()
+    except WriteFailed as error:
+        seen.setdefault("checkpoint", str(error))
+    resumed = Checkpointer(run / "checkpoints", max_to_keep=None).newest_whole(state(0))
+    seen["saved"], seen["resumed"] = 1, resumed.step
+    seen["resumed_equal"] = bool(
+        resumed.step == 1 and np.array_equal(resumed.state["params"]["w"], state(1)["params"]["w"])
+    )
+    try:
+        MetricsLogger(run, tensorboard=False, progress=False).log(0, {"loss": 1.0})
+    except WriteFailed as error:
+        seen["metrics"] = str(error)
+    print(json.dumps(seen), flush=True)
+
+
+def load_replay_uid(run: Path, step: int) -> int:
+    from selfplay.checkpoints import load_replay
+
+    loaded = load_replay(run, 0, step)
+    return -1 if loaded is None else int(loaded["uid"][0])
+
+
 def read_damaged(run: Path) -> None:
     from configs import UsageError
     from selfplay.checkpoints import restore_params
@@ -125,4 +178,6 @@ if __name__ == "__main__":
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         limit = int(sys.argv[3])
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    {"save-loop": save_loop, "full-disk": full_disk, "read-damaged": read_damaged}[mode](where)
+    modes = {"save-loop": save_loop, "full-disk": full_disk, "read-only": read_only}
+    modes["read-damaged"] = read_damaged
+    modes[mode](where)

@@ -492,10 +492,10 @@ def _wait_stopped(pid: int) -> None:
     raise AssertionError(f"process {pid} did not stop")
 
 
-def _full_disk(run, prefix=(), limit: int | None = None) -> dict:
+def _full_disk(run, prefix=(), limit: int | None = None, mode: str = "full-disk") -> dict:
     """What the worker saw writing into `run` until each kind of write failed."""
     done = subprocess.run(
-        [*prefix, sys.executable, WORKER, "full-disk", str(run)] + ([str(limit)] if limit else []),
+        [*prefix, sys.executable, WORKER, mode, str(run)] + ([str(limit)] if limit else []),
         capture_output=True,
         text=True,
         timeout=120,
@@ -531,6 +531,18 @@ def test_a_full_disk_stops_each_write_in_one_line_and_keeps_what_was_saved(tmp_p
         pytest.skip("`unshare --mount` cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
     seen = _full_disk(run, prefix=mount)
     _assert_each_write_failed_in_one_line(seen, run, "[Errno 28] No space left on device")
+
+
+def test_a_folder_made_read_only_stops_each_write_in_one_line_and_keeps_what_was_saved(tmp_path):
+    run = tmp_path / "ro"
+    run.mkdir()
+    # The folder bound onto itself in a mount namespace of the worker's own, which remounts it
+    # read-only after its first replay and checkpoint.
+    bind = ["unshare", "--mount", "sh", "-c", f'mount --bind "{run}" "{run}" && exec "$@"', "sh"]
+    if shutil.which("unshare") is None or subprocess.run([*bind, "true"]).returncode != 0:
+        pytest.skip("`unshare --mount` cannot bind a folder here (needs root or CAP_SYS_ADMIN)")
+    seen = _full_disk(run, prefix=bind, mode="read-only")
+    _assert_each_write_failed_in_one_line(seen, run, "[Errno 30] Read-only file system")
 
 
 def test_a_file_size_limit_stops_each_write_in_one_line_and_keeps_what_was_saved(tmp_path):

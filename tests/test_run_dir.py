@@ -4,6 +4,7 @@ one line, and a write that fails stops the command with one line."""
 
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -58,6 +59,36 @@ def test_a_second_writer_is_refused_at_once_and_a_killed_holder_leaves_no_lock(t
     assert (run / LOCK_FILE).read_text().startswith(f"process {os.getpid()} on ")
     lock.release()
     assert (run / LOCK_FILE).read_text() == ""  # released: the note goes with it
+
+
+def test_a_read_only_run_directory_is_refused_in_one_line(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    # Read-only for this command only: bound onto itself, read-only, in a mount namespace of its
+    # own (root writes through file modes, so a chmod would not do).
+    read_only = [
+        "unshare",
+        "--mount",
+        "sh",
+        "-c",
+        f'mount --bind "{run}" "{run}" && mount -o remount,bind,ro "{run}" && exec "$@"',
+        "sh",
+    ]
+    if shutil.which("unshare") is None or subprocess.run([*read_only, "true"]).returncode != 0:
+        pytest.skip("`unshare --mount` cannot bind a folder here (needs root or CAP_SYS_ADMIN)")
+    done = subprocess.run(
+        [*read_only, sys.executable, "-m", "podracer", "train", "--run-dir", str(run), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert lines == [
+        f"podracer train: error: cannot write to run directory {run}: Read-only file system"
+    ], done.stderr[-3000:]
+    assert os.listdir(run) == []
 
 
 def test_a_resume_skips_a_damaged_checkpoint_with_one_line(tmp_path, capsys):
