@@ -16,11 +16,12 @@ benchmarks/sample_efficiency.py measures it), its ratio to the best seed's (meas
 invocation), the explored values at the end, the wall time; then one line for the comparison:
 the best member's return, the best and the mean seed's, and the ratio of the best member's to the
 best seed's. `--png` draws every member's and seed's return over frames, and each explored value
-of every member over frames, in one figure. The full comparison (4 members and 4 seeds of 500k
-frames) is about 8 x 20 minutes of a 2-core CPU; the seeds train beside the population, each
-its own `podracer train` process, `--seeds-at-once` at a time. On 2 cores, six runs at once
-(the population's two members of one core each and four seeds) made 33 frames/s each, against
-385 for one run alone and 249 each for three (2026-11-27): there, `--seeds-at-once 1`.
+of every member over frames, in one figure. The full comparison is 4M frames (4 members and 4
+seeds of 500k); the seeds train beside the population, each its own `podracer train` process,
+`--seeds-at-once` at a time. On this project's 2-core CPU (2026-11-27) that is about 6 hours:
+one run alone made 181 frames/s over its first 160 s (the default engine and mctx's alike), three
+at once (the population's two members of one core each and one seed) 55-70 each over 80
+minutes, six at once 33 each. A machine with a core per run (8) is where it belongs.
 
 A check of the script end to end, 4 to 6 minutes on
 a busy 2-core CPU (2026-11-27, load 5-9, XLA_FLAGS as tests/conftest.py sets them), writing to a
