@@ -47,7 +47,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from configs import UsageError
-from selfplay.files import WriteFailed, describe_write_error, write_atomically
+from selfplay.files import WriteFailed, describe_write_error, probe_writable, write_atomically
 
 __all__ = [
     "Checkpointer",
@@ -441,10 +441,8 @@ class Checkpointer:
         # A folder that cannot be written (read-only, not ours) is refused before orbax starts:
         # its save fails at its first step then, and the threads it had started for the items
         # wait for that step's signal until its timeout, holding the process open at exit.
-        probe = self.directory / f".write-test-{os.getpid()}"
         try:
-            probe.write_bytes(b"")
-            probe.unlink()
+            probe_writable(self.directory)
         except OSError as error:
             raise WriteFailed(
                 f"cannot write checkpoint {self.directory / str(step)}: "

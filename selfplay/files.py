@@ -43,6 +43,14 @@ def describe_write_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
+def probe_writable(directory: Path) -> None:
+    """Creates and removes an empty file in `directory`: OSError where it cannot be written
+    (read-only, not ours). The file is named by the pid: several processes may share the folder."""
+    probe = Path(directory) / f".write-test-{os.getpid()}"
+    probe.write_bytes(b"")
+    probe.unlink()
+
+
 def write_atomically(path: Path, tmp: Path, write: Callable[[BinaryIO], None], what: str) -> None:
     """`write(file)` into `tmp`, flushed to the disk, then renamed over `path`: a reader sees the
     old file or the new one, never a part. A failed write removes `tmp` and raises WriteFailed,

@@ -42,7 +42,7 @@ from selfplay.actors import ACTOR_STAGES
 from selfplay.agent import Agent
 from selfplay.checkpoints import Checkpointer, ReplayWriter, config_differences, load_replay
 from selfplay.envs import EnvSpec
-from selfplay.files import RunLock, WriteFailed, describe_write_error
+from selfplay.files import RunLock, WriteFailed, describe_write_error, probe_writable
 from selfplay.lifetime import StopSignal, ThreadGroup, handle_signals
 from selfplay.metrics import MetricsLogger, StageTimer, plot_learning_curves
 from selfplay.processes import (
@@ -262,9 +262,7 @@ def prepare_run_dir(
     run_dir = pathlib.Path(run_dir).absolute()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / f".write-test-{os.getpid()}"  # several processes may share the folder
-        probe.write_text("ok")
-        probe.unlink()
+        probe_writable(run_dir)
     except OSError as error:
         raise UsageError(f"cannot write to run directory {run_dir}: {error.strerror}") from None
     if lock is not None:

@@ -53,33 +53,23 @@ def save_loop(run: Path) -> None:
         print(step, flush=True)
 
 
-def full_disk(run: Path) -> None:
-    from selfplay.checkpoints import Checkpointer, load_replay, save_replay
-    from selfplay.files import WriteFailed
-    from selfplay.metrics import MetricsLogger
+def _replay_seen(run: Path, kept: int, seen: dict) -> None:
+    """Whether the newest replay saved (`kept`, 0 for none) reads back whole, and no temporary
+    file is left beside it."""
+    from selfplay.checkpoints import load_replay
 
-    seen: dict = {}
-    kept = 0
-    try:
-        for step in range(1, 100):
-            save_replay(run, 0, step, replay(step, rows=16 if step == 1 else 1 << 18))
-            kept = step
-    except WriteFailed as error:
-        seen["replay"] = str(error)
     loaded = load_replay(run, 0, kept) if kept else None
     seen["replay_kept"] = kept
     seen["replay_whole"] = loaded is not None and int(loaded["uid"][0]) == kept
     seen["replay_tmp_left"] = sorted(p.name for p in (run / "replay").glob("*.tmp"))
-    ckpt = Checkpointer(run / "checkpoints", max_to_keep=None)
-    saved = 0
-    try:
-        for step in range(1, 100):
-            # The first state is zeros (a small file under a file-size limit), the rest noise.
-            ckpt.save(step, state(step, noise=step > 1), CONFIG)
-            ckpt.wait()
-            saved = step
-    except WriteFailed as error:
-        seen["checkpoint"] = str(error)
+
+
+def _checkpoint_seen(ckpt, run: Path, saved: int, seen: dict) -> None:
+    """Closes `ckpt` (a save's error is the checkpoint's line if none was yet) and resumes:
+    whether the newest whole checkpoint is `saved` (state(1) zeros, the rest noise)."""
+    from selfplay.checkpoints import Checkpointer
+    from selfplay.files import WriteFailed
+
     try:
         ckpt.close()
     except WriteFailed as error:
@@ -92,6 +82,33 @@ def full_disk(run: Path) -> None:
             resumed.state["params"]["w"], state(saved, noise=saved > 1)["params"]["w"]
         )
     )
+
+
+def full_disk(run: Path) -> None:
+    from selfplay.checkpoints import Checkpointer, save_replay
+    from selfplay.files import WriteFailed
+    from selfplay.metrics import MetricsLogger
+
+    seen: dict = {}
+    kept = 0
+    try:
+        for step in range(1, 100):
+            save_replay(run, 0, step, replay(step, rows=16 if step == 1 else 1 << 18))
+            kept = step
+    except WriteFailed as error:
+        seen["replay"] = str(error)
+    _replay_seen(run, kept, seen)
+    ckpt = Checkpointer(run / "checkpoints", max_to_keep=None)
+    saved = 0
+    try:
+        for step in range(1, 100):
+            # The first state is zeros (a small file under a file-size limit), the rest noise.
+            ckpt.save(step, state(step, noise=step > 1), CONFIG)
+            ckpt.wait()
+            saved = step
+    except WriteFailed as error:
+        seen["checkpoint"] = str(error)
+    _checkpoint_seen(ckpt, run, saved, seen)
     logger = MetricsLogger(run, tensorboard=False, progress=False)
     try:
         for step in range(1 << 20):
@@ -117,42 +134,25 @@ def read_only(run: Path) -> None:
     seen: dict = {}
     save_replay(run, 0, 1, replay(1, rows=16))
     ckpt = Checkpointer(run / "checkpoints", max_to_keep=None)
-    ckpt.save(1, state(1), CONFIG)
+    ckpt.save(1, state(1, noise=False), CONFIG)
     ckpt.wait()
     subprocess.run(["mount", "-o", "remount,bind,ro", str(run)], check=True)
     try:
         save_replay(run, 0, 2, replay(2, rows=16))
     except WriteFailed as error:
         seen["replay"] = str(error)
-    seen["replay_kept"] = 1
-    seen["replay_whole"] = int(load_replay_uid(run, 1)) == 1
-    seen["replay_tmp_left"] = sorted(p.name for p in (run / "replay").glob("*.tmp"))
+    _replay_seen(run, 1, seen)
     try:
         ckpt.save(2, state(2), CONFIG)
         ckpt.wait()
     except WriteFailed as error:
         seen["checkpoint"] = str(error)
+    _checkpoint_seen(ckpt, run, 1, seen)
     try:
-        ckpt.close()
-    except WriteFailed as error:
-        seen.setdefault("checkpoint", str(error))
-    resumed = Checkpointer(run / "checkpoints", max_to_keep=None).newest_whole(state(0))
-    seen["saved"], seen["resumed"] = 1, resumed.step
-    seen["resumed_equal"] = bool(
-        resumed.step == 1 and np.array_equal(resumed.state["params"]["w"], state(1)["params"]["w"])
-    )
-    try:
-        MetricsLogger(run, tensorboard=False, progress=False).log(0, {"loss": 1.0})
+        MetricsLogger(run, tensorboard=False, progress=False)
     except WriteFailed as error:
         seen["metrics"] = str(error)
     print(json.dumps(seen), flush=True)
-
-
-def load_replay_uid(run: Path, step: int) -> int:
-    from selfplay.checkpoints import load_replay
-
-    loaded = load_replay(run, 0, step)
-    return -1 if loaded is None else int(loaded["uid"][0])
 
 
 def read_damaged(run: Path) -> None:
@@ -178,6 +178,10 @@ if __name__ == "__main__":
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         limit = int(sys.argv[3])
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    modes = {"save-loop": save_loop, "full-disk": full_disk, "read-only": read_only}
-    modes["read-damaged"] = read_damaged
+    modes = {
+        "save-loop": save_loop,
+        "full-disk": full_disk,
+        "read-only": read_only,
+        "read-damaged": read_damaged,
+    }
     modes[mode](where)
