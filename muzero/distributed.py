@@ -29,6 +29,7 @@ the local size), and the same initial state to `replicate` (use the same seed ev
 from collections.abc import Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding
@@ -151,8 +152,15 @@ def replicate(tree, devices: Devices):
         # A copy, never an alias (device_put aliases the first device's buffer even with
         # may_alias=False): the replicated update donates its state, and must not delete the
         # caller's arrays with it.
-        tree = jax.tree.map(lambda x: x.copy() if isinstance(x, jax.Array) else x, tree)
+        tree = _copy_arrays(tree)
     return from_process_local(tree, sharding)
+
+
+@jax.jit
+def _copy_arrays(tree):
+    # One program for the whole tree: a copy leaf by leaf outside `jit` compiles one for each
+    # shape of leaf. (`jnp.copy` is a real copy in `jit`: an output never forwards an input.)
+    return jax.tree.map(jnp.copy, tree)
 
 
 def unreplicate(tree):

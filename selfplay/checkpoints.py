@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
@@ -639,7 +638,8 @@ class Checkpointer:
         self._check_state(step, meta, raw, None)
         return jax.tree.map(
             lambda t, x: (
-                jax.random.wrap_key_data(x, dtype=t.dtype) if _is_key(t) else jnp.asarray(x)
+                # device_put, not jnp.asarray: that compiles a program for each shape of leaf.
+                jax.random.wrap_key_data(x, dtype=t.dtype) if _is_key(t) else jax.device_put(x)
             ),
             target,
             raw,
@@ -776,5 +776,9 @@ def restore_params(
     leaves, treedef = jax.tree_util.tree_flatten_with_path(target)
     return jax.tree_util.tree_unflatten(
         treedef,
-        [jnp.asarray(flat[".".join(_key_name(k) for k in path)], t.dtype) for path, t in leaves],
+        # device_put, not jnp.asarray: that compiles a program for each shape of leaf.
+        [
+            jax.device_put(np.asarray(flat[".".join(_key_name(k) for k in path)], t.dtype))
+            for path, t in leaves
+        ],
     )

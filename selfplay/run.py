@@ -296,9 +296,13 @@ def start_run(config: ExperimentConfig, agent: Agent, optimizer, run_dir: pathli
     is one: each newer one found damaged is set aside, with a line saying which and why) and the
     checkpointer that keeps saving there."""
     init_key, state_key, key = jax.random.split(jax.random.PRNGKey(config.seed), 3)
-    state = muzero.init_train_state(
-        jax.jit(agent.init)(init_key), optimizer, state_key, agent.target
-    )
+    # One program for the parameters and the optimizer's state: called outside `jit`, the
+    # optimizer's init compiles an operation for each shape of leaf, each its own program.
+    state = jax.jit(
+        lambda init_key, state_key: muzero.init_train_state(
+            agent.init(init_key), optimizer, state_key, agent.target
+        )
+    )(init_key, state_key)
     checkpointer = Checkpointer(
         run_dir / "checkpoints", config.learner.keep_checkpoints, must_match=MUST_MATCH
     )
