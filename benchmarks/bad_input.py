@@ -15,8 +15,9 @@ Kinds:
                   from the newest whole one with its saved state
   kills           a process that saves checkpoints and replays, SIGKILLed at a random moment,
                   --kills times: the newest whole checkpoint restores its saved state
-  unusual_runs    valid but unusual configs trained for 2 updates (`podracer train` in a
-                  subprocess): each exits 0, or 2 with at most three lines
+  unusual_runs    tests/test_bad_input.py's valid but unusual configs, 2 updates each
+                  (`podracer train` in a subprocess): each trains (exit 0) or is refused in the
+                  one line expected (a batch larger than the replay, a run that diverges)
 
 A line: {"kind": ..., "tried": N, "handled": N, "accepted": N (where it applies), "seconds": S,
 "failures": [first few]}; `ratio` is handled / tried (the baseline: every case handled).
@@ -258,63 +259,36 @@ def kills(count: int) -> None:
     tally.report(resumed_steps=steps)
 
 
-UNUSUAL = {
-    "one environment": ["actors.threads_per_device=1", "actors.envs_per_thread=1"],
-    "one simulation": ["search.num_simulations=1"],
-    "batch larger than the replay": [
-        "learner.batch_size=64",
-        "replay.capacity=32",
-        "replay.min_size=16",
-    ],
-    "horizon longer than a game": [
-        "loss.td_steps=50",
-        "actors.unroll_length=32",
-        "loss.unroll_steps=12",
-    ],
-    "anakin, one environment, one simulation": [
-        "runtime=anakin",
-        "actors.envs_per_thread=1",
-        "search.num_simulations=1",
-    ],
-}
-TINY = [
-    "network.channels=8",
-    "network.head_hidden=8",
-    "learner.batch_size=8",
-    "replay.min_size=16",
-    "replay.capacity=4096",  # a Sebulba push is 32 sequences of up to 32 steps
-    "learner.max_updates=2",
-    "learner.max_seconds=300",
-    "evaluation.every_s=0",
-]
-
-
 def unusual_runs() -> None:
+    """tests/test_bad_input.py's valid but unusual runs, each `podracer train` in a process of
+    its own: the run trains (exit 0) or is refused in one line holding the expected text."""
     tally = Tally("unusual_runs")
     base = pathlib.Path(tempfile.mkdtemp(prefix="podracer-unusual-"))
     outcomes = {}
 
     def case(name: str) -> int:
+        overrides, refusal = cases.UNUSUAL_RUNS[name]
         done = subprocess.run(
             [sys.executable, "-m", "podracer", "train", "--quiet"]
             + ["--run-dir", str(base / name.replace(" ", "_").replace(",", ""))]
-            + TINY
-            + UNUSUAL[name],
+            + cases.RUN_BASE
+            + overrides,
             capture_output=True,
             text=True,
             timeout=900,
             env=ENV,
         )
-        outcomes[name] = done.returncode if done.returncode else "ran"
-        if done.returncode == 2:
-            lines = done.stderr.strip().splitlines()
-            assert len(lines) <= 3 and "Traceback" not in done.stderr, done.stderr[-2000:]
-            outcomes[name] = lines[-1][:200]
-            return 2
-        assert done.returncode == 0, done.stderr[-2000:]
-        return 0
+        assert "Traceback" not in done.stderr, done.stderr[-2000:]
+        if refusal is None:
+            assert done.returncode == 0, done.stderr[-2000:]
+            outcomes[name] = "ran"
+            return 0
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and refusal in lines[0], done.stderr
+        outcomes[name] = lines[0][:200]
+        return 2
 
-    for name in UNUSUAL:
+    for name in cases.UNUSUAL_RUNS:
         tally.check(case, name)
     tally.report(outcomes=outcomes)
 

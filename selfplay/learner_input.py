@@ -51,7 +51,7 @@ import numpy as np
 
 import muzero
 from selfplay.agent import Agent
-from selfplay.lifetime import StopSignal
+from selfplay.lifetime import StopSignal, check_finite
 from selfplay.metrics import StageTimer
 from selfplay.replay import HOST_ALIGNMENT, Store, aligned_empty
 
@@ -204,4 +204,6 @@ class InFlight:
         timer.add("device", time.perf_counter() - started)
         self.finished_metrics = metrics
         if item.priorities is not None:
-            self.store.update_priorities(item.indices, np.asarray(item.priorities))
+            priorities = np.asarray(item.priorities)
+            check_finite("an update's priorities", [priorities])  # its loss, its parameters
+            self.store.update_priorities(item.indices, priorities)

@@ -15,7 +15,39 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-__all__ = ["STOP_SIGNALS", "StopSignal", "ThreadFailure", "ThreadGroup", "handle_signals"]
+import numpy as np
+
+from configs import UsageError
+
+__all__ = [
+    "STOP_SIGNALS",
+    "Diverged",
+    "StopSignal",
+    "ThreadFailure",
+    "ThreadGroup",
+    "check_finite",
+    "handle_signals",
+]
+
+
+class Diverged(UsageError):
+    """The training diverged: the parameters, or the priorities an update gave, hold NaN or
+    inf (a learning rate too high, most often). The run stops with this one line (exit 2)
+    before any checkpoint holds them; the checkpoints saved before are whole."""
+
+    def __init__(self, what: str):
+        super().__init__(
+            f"the training diverged: {what}; no checkpoint holds them (those saved before are "
+            "whole): lower optimizer.learning_rate or set optimizer.max_grad_norm, and run "
+            "again to resume from the newest"
+        )
+
+
+def check_finite(what: str, leaves: list[Any]) -> None:
+    """Raises `Diverged` naming `what` if any of `leaves` (host or device arrays) holds NaN or
+    inf."""
+    if not all(np.isfinite(np.asarray(leaf)).all() for leaf in leaves):
+        raise Diverged(f"{what} hold NaN or inf")
 
 
 class StopSignal:

@@ -43,7 +43,7 @@ from selfplay.agent import Agent
 from selfplay.checkpoints import Checkpointer, ReplayWriter, config_differences, load_replay
 from selfplay.envs import EnvSpec
 from selfplay.files import RunLock, WriteFailed, describe_write_error, probe_writable
-from selfplay.lifetime import StopSignal, ThreadGroup, handle_signals
+from selfplay.lifetime import StopSignal, ThreadGroup, check_finite, handle_signals
 from selfplay.metrics import MetricsLogger, StageTimer, plot_learning_curves
 from selfplay.processes import (
     Lockstep,
@@ -423,6 +423,10 @@ def _run(
                 watch.due(0.0)
                 loop.log(watch)
             profile.stop()
+            # NaN differs from itself: a diverged run would read as replicas that disagree.
+            check_finite(
+                f"the parameters at update {runtime.step}", jax.tree.leaves(runtime.params())
+            )
             check_replicas_agree(runtime.replicated_params())  # every device: one model
             # Before the threads are joined (which re-raises a failed thread's exception): every
             # process saves the same final step, whichever of them stopped the run.
@@ -575,9 +579,12 @@ class _RunLoop:
             "episodes": self.counts.episodes,
             "seconds": self.seconds(),
         }
+        state = runtime.train_state()
+        # Never a checkpoint of a diverged run: the ones before stay the newest.
+        check_finite(f"the parameters at update {runtime.step}", jax.tree.leaves(state.params))
         saved = checkpointer.save(
             runtime.step,
-            runtime.train_state(),
+            state,
             self.begun.config_dict,
             metadata={**totals, "final": final, "runtime": self.config.runtime},
         )

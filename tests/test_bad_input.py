@@ -443,3 +443,80 @@ def test_a_row_with_no_legal_action_is_refused_eagerly_and_searched_all_legal_un
     assert 0 <= int(chosen[1]) < ACTIONS and 0 <= int(sampled[1]) < ACTIONS
     for row in (0, 2):
         assert legal[row][int(chosen[row])]
+
+
+# Valid but unusual values, each a short run of the default preset through `podracer train` in
+# this process: the run trains to its limit (None) or is refused in one line holding the text
+# given. Most share their programs with the suite's other tiny runs (the persistent cache);
+# benchmarks/bad_input.py runs the same table in subprocesses.
+RUN_BASE = [
+    "network.channels=8",
+    "network.head_hidden=8",
+    "learner.batch_size=8",
+    "replay.min_size=16",
+    "replay.capacity=4096",  # a Sebulba push is 32 sequences of up to 32 steps
+    "actors.threads_per_device=2",
+    "actors.envs_per_thread=4",
+    "actors.unroll_length=8",
+    "search.num_simulations=4",
+    "learner.max_updates=2",
+    "learner.max_seconds=120",
+    "evaluation.every_s=0",
+]
+UNUSUAL_RUNS: dict[str, tuple[list[str], str | None]] = {
+    "one environment": (["actors.threads_per_device=1", "actors.envs_per_thread=1"], None),
+    "one simulation": (["search.num_simulations=1"], None),
+    "a batch larger than the replay": (
+        ["learner.batch_size=64", "replay.capacity=32"],
+        "exceeds the replay capacity 32",
+    ),
+    "a horizon longer than a game": (
+        ["loss.td_steps=50", "actors.unroll_length=32", "loss.unroll_steps=12"],
+        None,
+    ),
+    "anakin, one environment, one simulation": (
+        ["runtime=anakin", "actors.envs_per_thread=1", "search.num_simulations=1"],
+        None,
+    ),
+    "a replay that starts sampling at one step": (["replay.min_size=1"], None),
+    "a checkpoint every update, one kept": (
+        ["learner.checkpoint_every=1", "learner.keep_checkpoints=1"],
+        None,
+    ),
+    "every move random": (["actors.random_move_prob=1.0"], None),
+    "a thousand samples per insert": (["replay.samples_per_insert=1000"], None),
+    # A checkpoint asked for at every update: none may hold the diverged parameters.
+    "a learning rate that diverges": (
+        ["optimizer.learning_rate=1e6", "learner.checkpoint_every=1"],
+        "the training diverged: the parameters at update",
+    ),
+    "anakin, a learning rate that diverges": (
+        ["runtime=anakin", "optimizer.learning_rate=1e6", "learner.checkpoint_every=1"],
+        "the training diverged: the parameters at update",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", UNUSUAL_RUNS)
+def test_valid_but_unusual_values_train_or_get_one_line(name, tmp_path):
+    import jax
+    import numpy as np
+
+    from selfplay.checkpoints import restore_params
+
+    overrides, refusal = UNUSUAL_RUNS[name]
+    run = tmp_path / "run"
+    code, err = run_command(["train", "--run-dir", str(run), "--quiet", *RUN_BASE, *overrides])
+    assert "Traceback" not in err, err
+    if refusal is None:
+        assert code == 0, err
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        learned = [r for r in records if "loss" in r]
+        assert learned and learned[-1]["step"] >= 2, records[-1]  # Anakin: whole iterations
+        return
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and refusal in lines[0], err
+    # Nothing a diverged run reached was saved: every checkpoint holds finite parameters.
+    for step in (p.name for p in (run / "checkpoints").glob("*") if p.name.isdigit()):
+        params = restore_params(run, int(step))
+        assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(params)), step

@@ -280,6 +280,30 @@ def test_the_learner_input_pipeline_keeps_updates_in_flight_and_the_replay_consi
     assert any(r.get("time/learner/device_s", 0) > 0 for r in records)
 
 
+def test_an_update_whose_priorities_are_not_finite_stops_the_run_in_one_line():
+    import numpy as np
+
+    from selfplay import learner_input
+    from selfplay.lifetime import Diverged
+    from selfplay.metrics import StageTimer
+
+    written = []
+
+    class Store:
+        def update_priorities(self, indices, priorities):
+            written.append(priorities)
+
+    def done(priorities):
+        return learner_input.Prefetched(None, np.arange(2), np.asarray(priorities), 0.0)
+
+    in_flight = learner_input.InFlight(Store(), limit=0)
+    in_flight.add({}, done([1.0, 0.5]), StageTimer())
+    with pytest.raises(Diverged, match="an update's priorities hold NaN or inf") as raised:
+        in_flight.add({}, done([1.0, np.nan]), StageTimer())
+    assert len(str(raised.value).splitlines()) == 1
+    assert len(written) == 1  # the replay never holds them
+
+
 def test_the_accelerator_paths_run_on_two_cpu_devices_and_learn(tmp_path):
     # `devices.accelerator_paths=on` on 2 CPU devices, as on a GPU box: Sebulba's actors on
     # device 0 with the fused pgx act+step, the learner on device 1 with its state donated and
