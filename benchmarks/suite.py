@@ -6,9 +6,10 @@
 This machine's speed drifts: the same tests have taken 7:35 and 16:44 of wall a day apart, on a
 quiet machine each time. A figure for the suite alone says little; its ratio to a fixed workload
 measured just before and just after it says how the suite itself grew or shrank. The reference is
-what the suite spends its time on: XLA compiling programs, here 24 distinct small training steps
+what the suite spends its time on: XLA compiling programs, here 32 distinct small training steps
 (a scanned MLP update with its random init) under the tests' XLA flags and no compilation cache,
-in a fresh interpreter, so it does not change when the product or the tests do.
+in two fresh interpreters at once (both cores busy, as under `pytest -n 2`), so it does not change
+when the product or the tests do.
 
 The suite runs as the README's test command does (`pytest -n 2`), with an empty compilation cache
 of its own (the tests' usual cache is left alone). CPU is user + sys of pytest and every process
@@ -58,7 +59,7 @@ def program(i):
         return jax.lax.scan(step, (w1, w2), None, length=4)[1]
     return jax.jit(train)
 
-for i in range(24):  # each constant a distinct program
+for i in range(32):  # each constant a distinct program
     program(float(i))(jax.random.PRNGKey(0)).block_until_ready()
 """
 
@@ -69,9 +70,15 @@ def _children_cpu() -> float:
 
 
 def reference() -> dict:
-    """The fixed compile workload in a fresh interpreter: its CPU and wall seconds."""
+    """The fixed compile workload in two fresh interpreters at once (both cores busy, as under
+    `pytest -n 2`): their CPU and wall seconds."""
     before, started = _children_cpu(), time.monotonic()
-    subprocess.run([sys.executable, "-c", _REFERENCE, str(ROOT)], check=True, cwd=ROOT)
+    workers = [
+        subprocess.Popen([sys.executable, "-c", _REFERENCE, str(ROOT)], cwd=ROOT) for _ in range(2)
+    ]
+    for worker in workers:
+        if worker.wait() != 0:
+            raise SystemExit(f"the reference workload failed (exit {worker.returncode})")
     return {
         "config": "reference",
         "cpu_s": round(_children_cpu() - before, 2),
