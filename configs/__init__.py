@@ -7,6 +7,7 @@
 from configs import presets
 from configs.errors import UsageError
 from configs.experiment import (
+    MAX_SEED,
     MODES,
     MUTABLE,
     RUNTIMES,
@@ -22,6 +23,7 @@ from configs.experiment import (
 from configs.loading import apply_overrides, describe_fields, from_dict, load_config, to_dict
 
 __all__ = [
+    "MAX_SEED",
     "MODES",
     "MUTABLE",
     "RUNTIMES",

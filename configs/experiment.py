@@ -19,6 +19,7 @@ from muzero.config import (
 from search.config import SearchConfig
 
 __all__ = [
+    "MAX_SEED",
     "MODES",
     "MUTABLE",
     "RUNTIMES",
@@ -76,6 +77,9 @@ MUTABLE: dict[str, bool] = {
     "stochastic.consistency_loss_weight": False,
     "stochastic.code_information_weight": False,
 }
+
+
+MAX_SEED = 2**31 - 1  # a 32-bit signed seed, what every environment family takes
 
 
 def _fail(section: str, field: str, expected: str, value) -> None:
@@ -412,7 +416,7 @@ class ExperimentConfig:
     # wrong model (allowed, as the control of game2048_stochastic_muzero); alphazero searches
     # pgx's 2048 and backgammon with the real chance outcomes.
     mode: str = "muzero"
-    # Seed of everything random: parameters, environments, search, replay.
+    # Seed of everything random: parameters, environments, search, replay (0 to 2**31 - 1).
     seed: int = 0
     # "sebulba": actor threads feed a learner through a replay (any environment). "anakin": for
     # JAX environments (pgx:, gymnax:), acting and learning in one jitted step per iteration on
@@ -439,7 +443,14 @@ class ExperimentConfig:
             _fail("ExperimentConfig", "mode", f"one of {MODES}", self.mode)
         if not isinstance(self.name, str) or not self.name:
             _fail("ExperimentConfig", "name", "a non-empty string", self.name)
-        _int_at_least(self, "seed", 0)
+        # Environments take 32-bit seeds (envpool asserts it): each actor's is derived from this
+        # one within that range (`selfplay.actors.env_seed`).
+        if (
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, int)
+            or not 0 <= self.seed <= MAX_SEED
+        ):
+            _fail("ExperimentConfig", "seed", f"an integer from 0 to {MAX_SEED}", self.seed)
         family = self.env.name.split(":", 1)[0]
         if self.runtime not in RUNTIMES:
             _fail("ExperimentConfig", "runtime", " or ".join(map(repr, RUNTIMES)), self.runtime)

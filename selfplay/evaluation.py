@@ -32,7 +32,7 @@ import pyspiel
 from configs import ExperimentConfig, UsageError, from_dict
 from selfplay.agent import ActOutput, Agent, make_agent
 from selfplay.checkpoints import checkpoint_step, restore_params
-from selfplay.envs import EnvSpec, env_spec
+from selfplay.envs import EnvSpec, env_seed, env_spec
 
 __all__ = [
     "BoardActor",
@@ -90,7 +90,7 @@ def restore_agent(
 
     `config` may differ from the run's in its search settings (evaluation), never in the network.
     """
-    spec = env_spec(config.env.name, seed=config.seed, **config.env.options)
+    spec = env_spec(config.env.name, seed=env_seed(config.seed), **config.env.options)
     agent = make_agent(config, spec)
     target = jax.eval_shape(agent.init, jax.random.PRNGKey(0))
     return spec, agent, restore_params(run_dir, step, target=target)

@@ -191,7 +191,7 @@ def interval_config(
     end = settings.interval_end(frames)
     overrides = [f"{key}={settings.explore_value(key, value)!r}" for key, value in values.items()]
     overrides += [
-        f"seed={settings.config.seed + member}",
+        f"seed={(settings.config.seed + member) % (configs.MAX_SEED + 1)}",
         "learner.max_updates=0",
         "learner.max_seconds=0",
         f"learner.max_frames={end}",

@@ -35,7 +35,7 @@ from configs import ExperimentConfig, UsageError
 from selfplay.actors import POLL_S, ActorStats, check_actor_envs, start_actors
 from selfplay.agent import make_agent
 from selfplay.device_replay import DeviceReplay, uses_device_replay
-from selfplay.envs import env_spec
+from selfplay.envs import env_seed, env_spec
 from selfplay.learner_input import InFlight, LearnerInput, Prefetched, Sampled
 from selfplay.lifetime import StopSignal, ThreadGroup
 from selfplay.metrics import StageTimer
@@ -81,7 +81,7 @@ class SebulbaRuntime(ReplicatedState):
         check_actor_envs(config)
         self.config = config
         self.actor_devices, self.learner_devices = split_devices(config)
-        self.spec = env_spec(config.env.name, seed=config.seed, **config.env.options)
+        self.spec = env_spec(config.env.name, seed=env_seed(config.seed), **config.env.options)
         self.agent = make_agent(config, self.spec)
         if config.mode == "alphazero" and config.reanalyse.searches:
             raise UsageError(

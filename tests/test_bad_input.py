@@ -484,6 +484,7 @@ UNUSUAL_RUNS: dict[str, tuple[list[str], str | None]] = {
         None,
     ),
     "every move random": (["actors.random_move_prob=1.0"], None),
+    "the largest seed": (["seed=2147483647"], None),  # 2**63 - 1 overflowed in an actor thread
     "a thousand samples per insert": (["replay.samples_per_insert=1000"], None),
     # A checkpoint asked for at every update: none may hold the diverged parameters.
     "a learning rate that diverges": (

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
+import configs
 from configs.errors import UsageError
-from selfplay.envs import make_env
+from selfplay.envs import env_seed, make_env
 
 
 def test_async_recv_serves_every_env_and_never_repeats_one_in_a_batch():
@@ -37,6 +38,18 @@ def test_seed_changes_the_episodes_and_reset_restarts_them():
     np.testing.assert_array_equal(env.reset(0).observation, first)  # same seed after use
     assert not np.array_equal(env.reset(1).observation, first)
     env.close()
+
+
+def test_every_run_seed_gives_actor_seeds_envpool_takes():
+    # envpool asserts a seed below 2**31 - 1; a run's seed goes up to configs.MAX_SEED and each
+    # actor thread's is derived from it (`seed * 1000 + index` overflowed for seeds from 2.1M).
+    for seed, index in [(configs.MAX_SEED, 0), (configs.MAX_SEED, 999), (2_147_483, 7)]:
+        env = make_env("envpool:CartPole-v1", 2, seed=env_seed(seed, index))
+        env.reset(env_seed(seed, index))
+        env.close()
+    assert env_seed(12, 3) == 12_003  # the seeds of every run with seed <= 2,147,482 unchanged
+    with pytest.raises(UsageError, match=r"seed must be an integer from 0 to 2147483647"):
+        configs.load_config("cartpole_vtrace", [f"seed={configs.MAX_SEED + 1}"])
 
 
 def test_atari_frames_are_channels_last_and_episodic_life_keeps_the_game_score():

@@ -12,7 +12,13 @@ of one of their names, so that a run on one family never loads the libraries of 
 import importlib
 
 from selfplay.envs.base import FAMILIES, BatchedEnv, EnvSpec, TimeStep
-from selfplay.envs.registry import env_spec, jax_env_functions, make_env, parse_env_name
+from selfplay.envs.registry import (
+    env_seed,
+    env_spec,
+    jax_env_functions,
+    make_env,
+    parse_env_name,
+)
 
 _LAZY = {
     "OpenSpielEnv": "selfplay.envs.openspiel",
@@ -37,6 +43,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "env_seed",
     "FAMILIES",
     "BatchedEnv",
     "EnvSpec",

@@ -9,9 +9,11 @@ import importlib.util
 from typing import Any
 
 from configs.errors import UsageError
+from configs.experiment import MAX_SEED
 from selfplay.envs.base import FAMILIES, BatchedEnv, EnvSpec
 
 __all__ = [
+    "env_seed",
     "env_spec",
     "jax_env_functions",
     "make_env",
@@ -107,6 +109,12 @@ def jax_env_functions(name: str, num_envs: int, **options: Any) -> Any:
         f"{name} is stepped on the host, not inside a jit: runtime=anakin needs a JAX-native "
         f"environment (pgx:..., gymnax:...); use runtime=sebulba"
     )
+
+
+def env_seed(seed: int, index: int = 0) -> int:
+    """The seed of actor thread `index`'s environments in a run of `seed` (0 to MAX_SEED):
+    `seed * 1000 + index`, kept below 2**31 - 1, as envpool asserts of its seeds."""
+    return (seed * 1000 + index) % MAX_SEED
 
 
 def env_spec(name: str, seed: int = 0, **options: Any) -> EnvSpec:
