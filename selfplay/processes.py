@@ -46,6 +46,7 @@ from configs import UsageError
 from selfplay import _jax_internals
 from selfplay.checkpoints import flatten_dict
 from selfplay.launch import check_job_flags
+from selfplay.lifetime import check_finite
 
 __all__ = [
     "HEARTBEAT_S",
@@ -750,15 +751,20 @@ def fingerprint(tree: Any) -> np.ndarray:
     return np.asarray(rows, np.float64)
 
 
-def check_replicas_agree(replicated: Any) -> None:
+def check_replicas_agree(replicated: Any, step: int | None = None) -> None:
     """Raises RuntimeError if the copies of the replicated parameters `replicated` (global
     arrays, one copy on each device) differ: any of this process's devices from its first, or
-    any process's first from process 0's (a lost update, a non-deterministic reduction)."""
+    any process's first from process 0's (a lost update, a non-deterministic reduction);
+    `Diverged` if they hold NaN or inf (taken at update `step`)."""
     leaves = jax.tree.leaves(replicated)
     copies = [
         fingerprint([leaf.addressable_shards[d].data for leaf in leaves])
         for d in range(len(leaves[0].addressable_shards))
     ]
+    # NaN differs from itself: diverged replicas would read as replicas that disagree. (A
+    # fingerprint of float32 values is finite exactly when they are: float64 sums cannot
+    # overflow.)
+    check_finite(f"the parameters at update {step}", [copies[0]])
     local = [d for d in range(len(copies)) if not np.array_equal(copies[d], copies[0])]
     if local:
         raise RuntimeError(

@@ -423,11 +423,8 @@ def _run(
                 watch.due(0.0)
                 loop.log(watch)
             profile.stop()
-            # NaN differs from itself: a diverged run would read as replicas that disagree.
-            check_finite(
-                f"the parameters at update {runtime.step}", jax.tree.leaves(runtime.params())
-            )
-            check_replicas_agree(runtime.replicated_params())  # every device: one model
+            # Every device: one model, and a finite one.
+            check_replicas_agree(runtime.replicated_params(), runtime.step)
             # Before the threads are joined (which re-raises a failed thread's exception): every
             # process saves the same final step, whichever of them stopped the run.
             loop.save(final=True)
