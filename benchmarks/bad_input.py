@@ -15,7 +15,7 @@ Kinds:
                   from the newest whole one with its saved state
   kills           a process that saves checkpoints and replays, SIGKILLed at a random moment,
                   --kills times: the newest whole checkpoint restores its saved state
-  unusual_runs    tests/test_bad_input.py's valid but unusual configs, 2 updates each
+  unusual_runs    tests/test_bad_input.py's valid but unusual configs, a few updates each
                   (`podracer train` in a subprocess): each trains (exit 0) or is refused in the
                   one line expected (a batch larger than the replay, a run that diverges)
 
@@ -267,7 +267,7 @@ def unusual_runs() -> None:
     outcomes = {}
 
     def case(name: str) -> int:
-        overrides, refusal = cases.UNUSUAL_RUNS[name]
+        overrides, refusal, _ = cases.UNUSUAL_RUNS[name]
         done = subprocess.run(
             [sys.executable, "-m", "podracer", "train", "--quiet"]
             + ["--run-dir", str(base / name.replace(" ", "_").replace(",", ""))]

@@ -446,9 +446,10 @@ def test_a_row_with_no_legal_action_is_refused_eagerly_and_searched_all_legal_un
 
 
 # Valid but unusual values, each a short run of the default preset through `podracer train` in
-# this process: the run trains to its limit (None) or is refused in one line holding the text
-# given. Most share their programs with the suite's other tiny runs (the persistent cache);
-# benchmarks/bad_input.py runs the same table in subprocesses.
+# this process: the run trains to its limit, learning at least `updates` updates (Anakin: whole
+# iterations), or is refused in one line holding `refusal`. Most share their programs with the
+# suite's other tiny runs (the persistent cache); benchmarks/bad_input.py runs the same table in
+# subprocesses.
 RUN_BASE = [
     "network.channels=8",
     "network.head_hidden=8",
@@ -463,37 +464,88 @@ RUN_BASE = [
     "learner.max_seconds=120",
     "evaluation.every_s=0",
 ]
-UNUSUAL_RUNS: dict[str, tuple[list[str], str | None]] = {
-    "one environment": (["actors.threads_per_device=1", "actors.envs_per_thread=1"], None),
-    "one simulation": (["search.num_simulations=1"], None),
-    "a batch larger than the replay": (
-        ["learner.batch_size=64", "replay.capacity=32"],
-        "exceeds the replay capacity 32",
+
+
+class Unusual(typing.NamedTuple):
+    overrides: list[str]
+    refusal: str | None = None  # None: the run trains
+    updates: int = 2  # the fewest updates a run that trains has learned when it stops
+
+
+DIVERGED = "the training diverged: the parameters at update"
+UNUSUAL_RUNS: dict[str, Unusual] = {
+    # Sizes at their smallest, or larger than what holds them
+    "one environment": Unusual(["actors.threads_per_device=1", "actors.envs_per_thread=1"]),
+    "one simulation": Unusual(["search.num_simulations=1"]),
+    "a network one unit wide": Unusual(["network.channels=1", "network.head_hidden=1"]),
+    "a batch larger than the replay": Unusual(
+        ["learner.batch_size=64", "replay.capacity=32"], "exceeds the replay capacity 32"
     ),
-    "a horizon longer than a game": (
-        ["loss.td_steps=50", "actors.unroll_length=32", "loss.unroll_steps=12"],
-        None,
+    "a replay smaller than one window": Unusual(
+        ["replay.capacity=8", "replay.min_size=8"], "smaller than one window of 10 steps"
     ),
-    "anakin, one environment, one simulation": (
-        ["runtime=anakin", "actors.envs_per_thread=1", "search.num_simulations=1"],
-        None,
+    "a horizon longer than a game": Unusual(
+        ["loss.td_steps=50", "actors.unroll_length=32", "loss.unroll_steps=12"]
     ),
-    "a replay that starts sampling at one step": (["replay.min_size=1"], None),
-    "a checkpoint every update, one kept": (
-        ["learner.checkpoint_every=1", "learner.keep_checkpoints=1"],
-        None,
+    "one-step value targets": Unusual(["loss.td_steps=1"]),
+    "a discount of zero": Unusual(["loss.discount=0"]),
+    # The search at its edges
+    "greedy search (temperature 0)": Unusual(["search.temperature=0"]),
+    "Dirichlet noise alone at the root": Unusual(["search.dirichlet_fraction=1"]),
+    "a search one step deep": Unusual(["search.max_depth=1"]),
+    "Gumbel MuZero with one simulation": Unusual(
+        [
+            "search.algorithm=gumbel_muzero",
+            "search.qtransform=completed_by_mix_value",
+            "search.num_simulations=1",
+        ]
     ),
-    "every move random": (["actors.random_move_prob=1.0"], None),
-    "the largest seed": (["seed=2147483647"], None),  # 2**63 - 1 overflowed in an actor thread
-    "a thousand samples per insert": (["replay.samples_per_insert=1000"], None),
+    "Gumbel MuZero considering one action": Unusual(
+        [
+            "search.algorithm=gumbel_muzero",
+            "search.qtransform=completed_by_mix_value",
+            "search.max_num_considered_actions=1",
+        ]
+    ),
+    "every move random": Unusual(["actors.random_move_prob=1.0"]),
+    "greedy from the first move": Unusual(["actors.greedy_after_moves=1"]),
+    # The optimizer at its edges
+    "a learning rate of 1e-30": Unusual(["optimizer.learning_rate=1e-30"]),
+    "gradients clipped to a norm of 1e-9": Unusual(["optimizer.max_grad_norm=1e-9"]),
+    "a cosine schedule one step long": Unusual(
+        ["optimizer.schedule=cosine", "optimizer.decay_steps=1", "optimizer.warmup_steps=1"]
+    ),
     # A checkpoint asked for at every update: none may hold the diverged parameters.
-    "a learning rate that diverges": (
-        ["optimizer.learning_rate=1e6", "learner.checkpoint_every=1"],
-        "the training diverged: the parameters at update",
+    "a learning rate that diverges": Unusual(
+        ["optimizer.learning_rate=1e6", "learner.checkpoint_every=1"], DIVERGED
     ),
-    "anakin, a learning rate that diverges": (
-        ["runtime=anakin", "optimizer.learning_rate=1e6", "learner.checkpoint_every=1"],
-        "the training diverged: the parameters at update",
+    # The replay and the learner's pace
+    "a replay that starts sampling at one step": Unusual(["replay.min_size=1"]),
+    "a thousand samples per insert": Unusual(["replay.samples_per_insert=1000"]),
+    "a thousandth of a sample per insert": Unusual(["replay.samples_per_insert=0.001"]),
+    "uniform sampling without importance weights": Unusual(
+        ["replay.priority_alpha=0", "replay.priority_beta=0"]
+    ),
+    "parameters never published to the actors": Unusual(["learner.publish_every=1000"]),
+    "no updates prefetched": Unusual(["learner.prefetch=0"]),
+    # Saving and stopping
+    "a checkpoint every update, one kept": Unusual(
+        ["learner.checkpoint_every=1", "learner.keep_checkpoints=1"]
+    ),
+    "the replay saved with every checkpoint": Unusual(
+        ["replay.checkpoint=true", "learner.checkpoint_every=1"]
+    ),
+    "one update": Unusual(["learner.max_updates=1"], updates=1),
+    "a budget of one frame": Unusual(["learner.max_frames=1"], updates=1),
+    "a budget of a millisecond": Unusual(["learner.max_seconds=0.001"], updates=0),
+    "the largest seed": Unusual(["seed=2147483647"]),  # 2**63 - 1 overflowed in an actor thread
+    # Anakin
+    "anakin, one environment, one simulation": Unusual(
+        ["runtime=anakin", "actors.envs_per_thread=1", "search.num_simulations=1"]
+    ),
+    "anakin, a budget of one frame": Unusual(["runtime=anakin", "learner.max_frames=1"], updates=0),
+    "anakin, a learning rate that diverges": Unusual(
+        ["runtime=anakin", "optimizer.learning_rate=1e6", "learner.checkpoint_every=1"], DIVERGED
     ),
 }
 
@@ -505,18 +557,19 @@ def test_valid_but_unusual_values_train_or_get_one_line(name, tmp_path):
 
     from selfplay.checkpoints import restore_params
 
-    overrides, refusal = UNUSUAL_RUNS[name]
+    case = UNUSUAL_RUNS[name]
     run = tmp_path / "run"
-    code, err = run_command(["train", "--run-dir", str(run), "--quiet", *RUN_BASE, *overrides])
+    code, err = run_command(["train", "--run-dir", str(run), "--quiet", *RUN_BASE, *case.overrides])
     assert "Traceback" not in err, err
-    if refusal is None:
+    if case.refusal is None:
         assert code == 0, err
         records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        learned = [r for r in records if "loss" in r]
-        assert learned and learned[-1]["step"] >= 2, records[-1]  # Anakin: whole iterations
+        learned = max((r["step"] for r in records if "loss" in r), default=0)
+        assert learned >= case.updates, records
+        assert (run / "checkpoints").is_dir()  # the final checkpoint
         return
     lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and refusal in lines[0], err
+    assert code == 2 and len(lines) == 1 and case.refusal in lines[0], err
     # Nothing a diverged run reached was saved: every checkpoint holds finite parameters.
     for step in (p.name for p in (run / "checkpoints").glob("*") if p.name.isdigit()):
         params = restore_params(run, int(step))
