@@ -12,8 +12,10 @@ a top member's checkpoint (exploit) with perturbed values of the explored fields
       DIR/pbt.jsonl                          start, each interval, exploit, restart, end
 
 A member's process killed mid-interval is restarted by Tune (`max_failures` times) and resumes
-from the member's newest checkpoint. `run_population` again on the same DIR resumes the whole
-population (Tune's `Tuner.restore`). Ray is imported here and by the `podracer pbt` command only.
+from the member's newest checkpoint. A member whose interval diverges reports it at fitness -inf
+from its newest whole checkpoint and takes over a top member's at the next decision.
+`run_population` again on the same DIR resumes the whole population (Tune's `Tuner.restore`).
+Ray is imported here and by the `podracer pbt` command only.
 """
 
 from __future__ import annotations
@@ -126,6 +128,14 @@ class _Scheduler(PopulationBasedTraining):
     def _checkpoint_or_exploit(
         self, trial: Any, tune_controller: Any, upper_quantile: list, lower_quantile: list
     ) -> None:
+        # A member whose interval diverged takes over a top member's checkpoint, in the bottom
+        # quantile or not, and is no one's source: its values diverge, and it may have no
+        # checkpoint yet. Where every top member diverged, no one exploits.
+        upper_quantile = [t for t in upper_quantile if not _diverged(self._trial_state[t])]
+        if not upper_quantile:
+            lower_quantile = []
+        elif _diverged(self._trial_state[trial]) and trial not in lower_quantile:
+            lower_quantile = [*lower_quantile, trial]
         # Ray records a top member's checkpoint only when that member reports while in the top
         # quantile; a member's newest reported one (a pointer to its newest checkpoint, which
         # its folder keeps) serves as well, so a bottom member can exploit at any report.
@@ -189,11 +199,13 @@ class _Log(tune.Callback):
                 "values": dict(result.get("config", trial.config)["explore"]),
                 "pid": result.get("pid"),
                 "node": result.get("node_ip"),
+                **({"diverged": True} if result.get("diverged") else {}),
             },
         )
+        diverged = ", diverged: back to its newest whole checkpoint" if "diverged" in event else ""
         print(
             f"podracer pbt: member {event['member']} at {event['frames']:,} frames: fitness "
-            f"{event['fitness']:.4g} ({_values_text(event['values'])})",
+            f"{event['fitness']:.4g} ({_values_text(event['values'])}){diverged}",
             flush=True,
         )
 
@@ -201,6 +213,11 @@ class _Log(tune.Callback):
         member = _number(str(trial))
         log_event(self.run_dir, {"event": "restart", "member": member})
         print(f"podracer pbt: member {member} failed; restarted from its checkpoint", flush=True)
+
+
+def _diverged(state: Any) -> bool:
+    """Whether a member's last report was of an interval that diverged."""
+    return bool((state.last_result or {}).get("diverged"))
 
 
 def _number(name: str) -> int:
@@ -227,6 +244,7 @@ def _member(
     if 0 < gpu_share < 1:  # members sharing a GPU: each its share of its memory, not JAX's 75%
         os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{0.9 * gpu_share:.2f}")
     from selfplay.checkpoints import Checkpointer
+    from selfplay.lifetime import Diverged
     from selfplay.metrics import read_metrics
     from selfplay.run import LIMITS, RunTotals
     from selfplay.train import enable_compilation_cache, train
@@ -263,9 +281,13 @@ def _member(
         finally:
             checkpoints.close()
 
-    def report(step: int, frames: int) -> None:
-        records = interval_records(read_metrics(own), reported)
-        fitness = fitness_of(records, settings.two_player)
+    def report(step: int, frames: int, diverged: bool = False) -> None:
+        if diverged:  # ranked last: the interval it was in counts as finished, at -inf
+            fitness = -math.inf
+            interval = min(settings.intervals_done(frames) + 1, settings.intervals)
+        else:
+            fitness = fitness_of(interval_records(read_metrics(own), reported), settings.two_player)
+            interval = settings.intervals_done(frames)
         with tempfile.TemporaryDirectory() as folder:
             pointer = {"member": member, "step": step, "frames": frames}
             (pathlib.Path(folder) / POINTER_FILE).write_text(json.dumps(pointer))
@@ -274,7 +296,8 @@ def _member(
                     "fitness": fitness,
                     "frames": frames,
                     "updates": step,
-                    INTERVAL: settings.intervals_done(frames),
+                    INTERVAL: interval,
+                    **({"diverged": True} if diverged else {}),
                 },
                 checkpoint=tune.Checkpoint.from_directory(folder),
             )
@@ -283,11 +306,25 @@ def _member(
     if settings.intervals_done(frames) > settings.intervals_done(reported):  # never reported
         report(step, frames)
         reported = frames
+    diverged_from = None  # the checkpoint a diverged interval went back to
     while frames < settings.max_frames:
         config = interval_config(settings, member, values, frames)
         # The learning curves once, at the end (drawing them takes seconds).
         last = settings.interval_end(frames) >= settings.max_frames
-        result = train(config, own, progress=False, make_evaluator=make_evaluator, plot=last)
+        try:
+            result = train(config, own, progress=False, make_evaluator=make_evaluator, plot=last)
+        except Diverged:
+            # Its values diverge (a learning rate too high): reported at -inf, the member ranks
+            # last and takes over a better member's checkpoint with new values once the
+            # population decides. Diverging again from the same checkpoint (where it was not
+            # exploited: every member diverged) fails the trial, as any error does.
+            step, frames = saved()
+            if diverged_from == step:
+                raise
+            diverged_from = step
+            report(step, frames, diverged=True)
+            reported = frames
+            continue
         if result.stopped_by not in LIMITS:
             raise RuntimeError(f"member {member} stopped early: {result.stopped_by}")
         step, frames = result.updates, result.frames

@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -128,6 +129,80 @@ def test_an_adopted_checkpoint_is_copied_once(tmp_path):
     (target / "checkpoints" / "30").mkdir()
     assert pbt.adopt(source, 20, target) == 20
     assert sorted(p.name for p in (target / "checkpoints").iterdir()) == ["20", "30"]
+
+
+def test_a_diverged_member_ranks_last_and_a_second_divergence_fails_it(tmp_path, monkeypatch):
+    """A member whose interval diverges reports its newest whole checkpoint at fitness -inf, its
+    interval counted as finished, so that the population's next decision has it take over a
+    better member's checkpoint; diverging again from the same checkpoint (not exploited) fails
+    its trial with the one-line error."""
+    pytest.importorskip("ray")
+    from selfplay import pbt_tune, train
+    from selfplay.lifetime import Diverged
+
+    reports, calls = [], []
+
+    def diverging_train(config, run_dir, **kwargs):
+        calls.append(config.learner.max_frames)
+        raise Diverged("the parameters at update 3 hold NaN or inf")
+
+    def report(metrics, checkpoint):
+        with checkpoint.as_directory() as folder:
+            pointer = json.loads((pathlib.Path(folder) / pbt_tune.POINTER_FILE).read_text())
+        reports.append((metrics, pointer))
+
+    trial = SimpleNamespace(get_trial_name=lambda: "_member_f00d1_00001")
+    monkeypatch.setattr(pbt_tune.tune, "get_context", lambda: trial)
+    monkeypatch.setattr(pbt_tune.tune, "get_checkpoint", lambda: None)
+    monkeypatch.setattr(pbt_tune.tune, "report", report)
+    monkeypatch.setattr(pbt_tune.ray.util, "get_node_ip_address", lambda: "127.0.0.1")
+    monkeypatch.setattr(train, "train", diverging_train)
+    monkeypatch.setattr(train, "enable_compilation_cache", lambda: None)
+    settings = _settings("cartpole_vtrace", CARTPOLE, 1_000, 3_000)
+    with pytest.raises(Diverged, match="the training diverged"):
+        pbt_tune._member(
+            {"explore": {"optimizer.learning_rate": 1.0}}, settings=settings, run_dir=str(tmp_path)
+        )
+    assert calls == [1_000, 1_000]  # the first interval, twice from the same (empty) start
+    ((metrics, pointer),) = reports
+    assert metrics["fitness"] == -np.inf and metrics["diverged"]
+    assert metrics[pbt_tune.INTERVAL] == 1 and metrics["frames"] == 0
+    assert pointer == {"member": 1, "step": 0, "frames": 0}
+
+
+def test_a_diverged_member_takes_over_a_top_checkpoint_and_gives_none(monkeypatch):
+    """At a decision, a member whose interval diverged exploits whichever quantile it is in, and
+    only top members that did not diverge are sources; where none is left, no one exploits."""
+    pytest.importorskip("ray")
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    from selfplay import pbt_tune
+
+    class Member:  # a trial, as much of one as the scheduler's override reads
+        checkpoint = None
+
+    decisions = []
+
+    def record(self, trial, controller, upper, lower):
+        decisions.append((trial, list(upper), list(lower)))
+
+    monkeypatch.setattr(PopulationBasedTraining, "_checkpoint_or_exploit", record)
+    scheduler = pbt_tune._Scheduler.__new__(pbt_tune._Scheduler)
+    good, fine, bad, diverged = Member(), Member(), Member(), Member()
+    scheduler._trial_state = {
+        member: SimpleNamespace(
+            last_result={"diverged": True} if member is diverged else {}, last_checkpoint=None
+        )
+        for member in (good, fine, bad, diverged)
+    }
+    for member in (good, fine, bad, diverged):  # diverged ranks in the middle: a tie at -inf
+        scheduler._checkpoint_or_exploit(member, None, [good, diverged], [bad])
+    assert all(upper == [good] for _, upper, _ in decisions)
+    assert dict((t, lower) for t, _, lower in decisions)[diverged] == [bad, diverged]
+    assert dict((t, lower) for t, _, lower in decisions)[bad] == [bad]
+    decisions.clear()
+    scheduler._checkpoint_or_exploit(bad, None, [diverged], [bad])  # every top member diverged
+    assert decisions == [(bad, [], [])]
 
 
 @pytest.fixture(scope="module")
