@@ -297,18 +297,21 @@ def start_run(config: ExperimentConfig, agent: Agent, optimizer, run_dir: pathli
     checkpointer that keeps saving there."""
     init_key, state_key, key = jax.random.split(jax.random.PRNGKey(config.seed), 3)
     # One program for the parameters and the optimizer's state: called outside `jit`, the
-    # optimizer's init compiles an operation for each shape of leaf, each its own program.
-    state = jax.jit(
+    # optimizer's init compiles an operation for each shape of leaf, each its own program. A
+    # resume restores into the state's shapes alone (`eval_shape`: traced, never compiled nor
+    # run), so only a fresh run compiles it.
+    fresh_state = jax.jit(
         lambda init_key, state_key: muzero.init_train_state(
             agent.init(init_key), optimizer, state_key, agent.target
         )
-    )(init_key, state_key)
+    )
+    shapes = fresh_state.eval_shape(init_key, state_key)
     checkpointer = Checkpointer(
         run_dir / "checkpoints", config.learner.keep_checkpoints, must_match=MUST_MATCH
     )
     config_dict = to_dict(config)
     lead = jax.process_index() == 0  # sets damaged checkpoints aside and says so
-    found = checkpointer.newest_whole(state, config_dict, set_aside_in=run_dir if lead else None)
+    found = checkpointer.newest_whole(shapes, config_dict, set_aside_in=run_dir if lead else None)
     for damaged, moved in found.damaged if lead else ():
         print(
             f"podracer: checkpoint {damaged.step} is damaged ({damaged.why}); set aside in "
@@ -316,7 +319,9 @@ def start_run(config: ExperimentConfig, agent: Agent, optimizer, run_dir: pathli
             flush=True,
         )
     before = RunTotals()
-    if found.step is not None:
+    if found.step is None:
+        state = fresh_state(init_key, state_key)
+    else:
         state = found.state
         before = RunTotals.from_metadata(found.metadata)
     return RunStart(state, checkpointer, config_dict, found.step, key, before)
