@@ -139,7 +139,7 @@ def parsing(examples: int) -> None:
         mock.patch("selfplay.launch.supervise", started),
         mock.patch("selfplay.processes.initialize", started),
         mock.patch("selfplay.run.split_cpu", lambda count: None),
-        mock.patch("podracer.train_command._enable_compilation_cache", lambda: None),
+        mock.patch("selfplay.train.enable_compilation_cache", lambda: None),
     ):
         os.environ.pop("PODRACER_JOB_PROCESS", None)
         generated(
