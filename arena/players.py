@@ -381,7 +381,8 @@ def _make_mcts(spec: PlayerSpec, game: pyspiel.Game, seed: int) -> Player:
         spec.text,
         game,
         seed,
-        simulations=_int(spec, "simulations", sims, 1),
+        # OpenSpiel's UCT expands the root on its second simulation: with one it has no move.
+        simulations=_int(spec, "simulations", sims, 2),
         uct_c=_float(spec, "uct_c", spec.options.get("uct_c", "2")),
         rollouts=_int(spec, "rollouts", spec.options.get("rollouts", "1"), 1),
     )
@@ -423,7 +424,7 @@ register_player(
     "mcts",
     _make_mcts,
     "mcts[:SIMS][,uct_c=2][,rollouts=1]: OpenSpiel UCT with random rollouts "
-    "(default 100 simulations)",
+    "(default 100 simulations, at least 2)",
 )
 register_player(
     "minimax",

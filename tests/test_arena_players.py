@@ -65,7 +65,8 @@ def test_player_lists_keep_settings_with_their_spec():
     [
         ("alphago", "unknown player 'alphago'"),
         ("mcts:many", "must be an integer"),
-        ("mcts:0", "at least 1"),
+        ("mcts:0", "at least 2"),
+        ("mcts:1", "at least 2"),  # OpenSpiel's UCT had no move after one: a traceback
         ("mcts:10,uct_c=-1", "finite number"),
         ("mcts:10,temperature=1", "unknown setting"),
         ("random:3", "takes no bare setting"),
@@ -107,6 +108,8 @@ def test_minimax_picks_among_equal_moves_at_random_and_mcts_is_seeded():
     state = play(TTT, [4])
     moves = [make_player("mcts:20", TTT, seed=7).step(state) for _ in range(2)]
     assert moves[0] == moves[1] and moves[0] in state.legal_actions()
+    # The fewest simulations it takes play a legal move.
+    assert make_player("mcts:2", TTT, seed=7).step(state) in state.legal_actions()
 
 
 def test_human_player_asks_again_after_malformed_and_illegal_moves():
