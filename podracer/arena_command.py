@@ -90,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
     specs = split_specs(args.players)
     if args.games < 1:
         raise UsageError(f"--games must be at least 1, got {args.games}")
+    if args.seed < 0:  # numpy's generators take none
+        raise UsageError(f"--seed must be at least 0, got {args.seed}")
     if game.num_players() == 1:
         return _run_solo(game, specs, args)
     if args.concurrent is not None and args.concurrent < 1:

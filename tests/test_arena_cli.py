@@ -67,6 +67,7 @@ def test_gauntlet_plays_only_the_first_player(tmp_path, capsys):
     [
         ("random,alphago", "tic_tac_toe", "unknown player 'alphago'"),
         ("random,mcts:lots", "tic_tac_toe", "must be an integer"),
+        ("random,mcts:1", "tic_tac_toe", "simulations must be at least 2"),  # was a traceback
         ("random,,mcts:5", "tic_tac_toe", "malformed player list"),
         ("random", "tic_tac_toe", "at least two players"),
         ("random,mcts:5", "tic_tac_tow", "unknown game 'tic_tac_tow'"),
@@ -92,6 +93,14 @@ def test_bad_input_gets_one_line_and_exit_2(tmp_path, capsys, players, game, mes
     assert code == 2
     assert message in err
     assert err.startswith("podracer arena: error:") and err.count("\n") == 1
+
+
+def test_a_negative_seed_gets_one_line_and_exit_2(tmp_path, capsys):
+    # numpy's generators refused it with a traceback at the first game
+    args = ["arena", "--game", "tic_tac_toe", "--players", "random,mcts:2", "--seed", "-1"]
+    assert main([*args, "--out", str(tmp_path / "t")]) == 2
+    assert capsys.readouterr().err == "podracer arena: error: --seed must be at least 0, got -1\n"
+    assert not (tmp_path / "t").exists()
 
 
 def test_a_different_player_list_in_an_existing_folder_is_refused(tmp_path, capsys):
