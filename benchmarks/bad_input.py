@@ -15,6 +15,8 @@ Kinds:
                   from the newest whole one with its saved state
   kills           a process that saves checkpoints and replays, SIGKILLed at a random moment,
                   --kills times: the newest whole checkpoint restores its saved state
+  unusual_arena   tests/test_bad_input.py's valid but unusual tournaments (`podracer arena` in
+                  this process): each plays and writes its results or is refused in one line
   unusual_runs    tests/test_bad_input.py's valid but unusual configs, a few updates each
                   (`podracer train` in a subprocess): each trains (exit 0) or is refused in the
                   one line expected (a batch larger than the replay, a run that diverges)
@@ -259,6 +261,29 @@ def kills(count: int) -> None:
     tally.report(resumed_steps=steps)
 
 
+def unusual_arena() -> None:
+    """tests/test_bad_input.py's valid but unusual tournaments: each plays (exit 0, its
+    results.json written) or is refused in the one line expected."""
+    tally = Tally("unusual_arena")
+    base = pathlib.Path(tempfile.mkdtemp(prefix="podracer-arena-"))
+
+    def case(name: str) -> int:
+        args, refusal = cases.UNUSUAL_ARENA[name]
+        out = base / name.replace(" ", "_").replace(",", "")
+        code, err = cases.run_command(["arena", "--quiet", "--games=1", f"--out={out}", *args])
+        assert "Traceback" not in err, err[-2000:]
+        if refusal is None:
+            assert code == 0 and (out / "results.json").is_file(), err[-2000:]
+            return 0
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and refusal in lines[0], err
+        return 2
+
+    for name in cases.UNUSUAL_ARENA:
+        tally.check(case, name)
+    tally.report()
+
+
 def unusual_runs() -> None:
     """tests/test_bad_input.py's valid but unusual runs, each `podracer train` in a process of
     its own: the run trains (exit 0) or is refused in one line holding the expected text."""
@@ -302,6 +327,7 @@ def main() -> None:
     args = parser.parse_args()
     parsing(args.examples)
     search_masks(args.examples)
+    unusual_arena()
     damaged(args.trials)
     kills(args.kills)
     if not args.skip_runs:

@@ -550,6 +550,60 @@ UNUSUAL_RUNS: dict[str, Unusual] = {
 }
 
 
+# Valid but unusual tournaments, each `podracer arena` in this process (a second or less): it plays
+# and writes its results, or is refused in one line holding the text given.
+UNUSUAL_ARENA: dict[str, tuple[list[str], str | None]] = {
+    "UCT at its fewest simulations": (["--game=tic_tac_toe", "--players=mcts:2,random"], None),
+    "UCT with one simulation": (  # OpenSpiel's UCT had no move: a traceback
+        ["--game=tic_tac_toe", "--players=mcts:1,random"],
+        "simulations must be at least 2",
+    ),
+    "UCT exploring at 1e308": (["--game=tic_tac_toe", "--players=mcts:2,uct_c=1e308,random"], None),
+    "a gauntlet of three, one game at a time": (
+        ["--game=tic_tac_toe", "--players=minimax,mcts:2,random", "--format=gauntlet"]
+        + ["--concurrent=1"],
+        None,
+    ),
+    "more games at once than games": (
+        ["--game=tic_tac_toe", "--players=random,minimax", "--games=3", "--concurrent=1000"],
+        None,
+    ),
+    "go on a 3x3 board": (["--game=go(board_size=3)", "--players=mcts:2,random"], None),
+    "backgammon": (["--game=backgammon", "--players=pubeval,random"], None),
+    "2048 ending at its first tile": (["--game=2048(max_tile=2)", "--players=random"], None),
+    "connect four, minimax one ply deep": (
+        ["--game=connect_four", "--players=minimax:depth=1,random"],
+        None,
+    ),
+    "an anchor that is not random": (
+        ["--game=tic_tac_toe", "--players=mcts:2,random", "--anchor=mcts:2"],
+        None,
+    ),
+    "a seed past 64 bits": (
+        ["--game=tic_tac_toe", "--players=mcts:2,random", f"--seed={2**70}"],
+        None,
+    ),
+    "a negative seed": (  # numpy's traceback at the first game
+        ["--game=tic_tac_toe", "--players=mcts:2,random", "--seed=-1"],
+        "--seed must be at least 0",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", UNUSUAL_ARENA)
+def test_valid_but_unusual_tournaments_play_or_get_one_line(name, tmp_path):
+    args, refusal = UNUSUAL_ARENA[name]
+    out = tmp_path / "arena"
+    code, err = run_command(["arena", "--quiet", "--games=1", f"--out={out}", *args])
+    assert "Traceback" not in err, err
+    if refusal is None:
+        assert code == 0, err
+        assert (out / "results.json").is_file()
+        return
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and refusal in lines[0], err
+
+
 @pytest.mark.parametrize("name", UNUSUAL_RUNS)
 def test_valid_but_unusual_values_train_or_get_one_line(name, tmp_path):
     import jax
