@@ -130,7 +130,7 @@ def _settings(args):
                 ("--explore", args.explore),
                 ("overrides", args.overrides),
             ]
-            if value
+            if value not in (None, [])  # 0 is given: refused below, not taken as absent
         ]
         if given:
             raise UsageError(
@@ -146,7 +146,7 @@ def _settings(args):
             ("--max-frames", args.max_frames),
             ("--explore", args.explore),
         ]
-        if not value
+        if value in (None, [])
     ]
     if missing:
         raise UsageError(f"a new population needs {', '.join(missing)}")

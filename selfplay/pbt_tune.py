@@ -24,6 +24,7 @@ import json
 import math
 import os
 import pathlib
+import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -45,7 +46,13 @@ from selfplay.pbt import (
     write_settings,
 )
 
-__all__ = ["MemberResult", "PopulationResult", "member_resources", "run_population"]
+__all__ = [
+    "MemberResult",
+    "PopulationResult",
+    "check_reachable",
+    "member_resources",
+    "run_population",
+]
 
 TUNE_DIR = "tune"  # DIR/tune: Tune's experiment
 PROCESS_FILE = "process.json"  # in a member's folder: the process that trains it now
@@ -342,6 +349,27 @@ def start_local_ray(**options) -> None:
     ray.init(include_dashboard=False, **options)
 
 
+def check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """One line (a UsageError) where a Ray cluster's `HOST:PORT` (or `ray://HOST:PORT`) takes no
+    connection within `timeout_s`: Ray itself retries such an address for minutes, logging each
+    try. "auto" is left to Ray, which finds the local cluster or says there is none."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if address == "auto" or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        reason = (
+            f"no answer within {timeout_s:g} s"
+            if isinstance(error, TimeoutError)
+            else (error.strerror or str(error))
+        )
+        raise UsageError(
+            f"cannot reach the Ray cluster at {address} ({reason}): start it there "
+            "(`ray start --head`) or give the address it printed"
+        ) from None
+
+
 def run_population(
     settings: PopulationSettings,
     run_dir: str | os.PathLike,
@@ -362,7 +390,12 @@ def run_population(
     started_ray = not ray.is_initialized()
     if started_ray:
         if address:
-            ray.init(address=address)
+            check_reachable(address)
+            try:
+                ray.init(address=address)
+            except ConnectionError as error:  # "auto" with no cluster on this node, say
+                reason = str(error).strip().splitlines()[0]
+                raise UsageError(f"no Ray cluster at {address}: {reason}") from None
         else:
             start_local_ray()
     try:

@@ -88,6 +88,46 @@ def test_a_bad_explore_gets_one_line_and_exit_2_before_ray_starts(
     assert not (tmp_path / "pop").exists()
 
 
+@pytest.mark.parametrize(
+    "sizes, message",
+    [
+        # 0 was taken for a flag not given: "a new population needs --interval-frames"
+        (["--population=2", "--interval-frames=0", "--max-frames=200"], "--interval-frames must"),
+        (["--population=0", "--interval-frames=100", "--max-frames=200"], "--population must"),
+        (["--population=2", "--interval-frames=100", "--max-frames=50"], "at least --interval"),
+        (["--population=2", "--max-frames=200"], "a new population needs --interval-frames"),
+    ],
+)
+def test_bad_sizes_get_one_line_and_exit_2_before_ray_starts(
+    sizes, message, capsys, tmp_path, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, "selfplay.pbt_tune", None)  # importing it (Ray) would fail
+    run_dir = tmp_path / "pop"
+    code = cli.main(["pbt", "--config=cartpole_vtrace", *sizes, f"--explore={LEARNING_RATE}",
+                     f"--run-dir={run_dir}"])  # fmt: skip
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and message in lines[0], lines
+    assert not run_dir.exists()
+
+
+def test_a_ray_cluster_that_takes_no_connection_is_refused_in_one_line():
+    # Ray retries such an address for minutes, a log line each try.
+    pytest.importorskip("ray")
+    import socket
+
+    from selfplay.pbt_tune import check_reachable
+
+    with pytest.raises(configs.UsageError) as refused:
+        check_reachable("127.0.0.1:1")  # nothing listens on port 1
+    assert str(refused.value).startswith("cannot reach the Ray cluster at 127.0.0.1:1 (")
+    assert len(str(refused.value).splitlines()) == 1
+    with pytest.raises(configs.UsageError, match="ray://127.0.0.1:1"):
+        check_reachable("ray://127.0.0.1:1")
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        check_reachable(f"127.0.0.1:{listening.getsockname()[1]}")  # reachable: no error
+    check_reachable("auto")  # Ray's own search, and its own message
+
+
 def test_a_consistency_weight_stays_on_when_explored():
     config = configs.load_config("minatar_efficientzero")
     with pytest.raises(configs.UsageError, match="needs LOW > 0"):
