@@ -97,6 +97,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
+    if args.run_dir is not None and not args.run_dir.strip():
+        # Taken as the current folder, it read a config.json there as the run's own.
+        raise UsageError("--run-dir is empty: give a folder, or leave it out for a new one")
     config = configs.load_config(_config_spec(args), args.overrides)
     run_dir = args.run_dir or f"runs/{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     extras.require("train", "podracer train")

@@ -176,6 +176,8 @@ def test_killed_run_resumes_and_sigint_stops_with_a_final_checkpoint(tmp_path):
         (["env.name=pgx:no_such_game"], "no_such_game"),  # the default preset is pgx AlphaZero
         (["env.name=openspiel:connect_four"], "alphazero needs pgx"),
         (["learner.max_updates"], "is not key.path=value"),
+        # Taken as the current folder: a config.json there was read as the run's own.
+        (["--run-dir", ""], "--run-dir is empty"),
         (
             ["devices.cpu_convolutions=fast"],
             "DevicesConfig.cpu_convolutions must be 'xla' or 'eigen'",
