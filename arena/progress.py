@@ -35,7 +35,7 @@ from arena.atari_scores import is_atari57
 from arena.ckpt_player import PGX_TO_OPENSPIEL, CheckpointPlayer, LoadedRun
 from arena.evaluate import evaluate_policy
 from arena.matches import game_seed, play_games, player_seed
-from arena.players import make_player, split_specs
+from arena.players import make_player, parse_spec, split_specs
 from configs import ExperimentConfig, UsageError
 from selfplay.agent import make_agent
 from selfplay.envs import EnvSpec, make_env
@@ -95,6 +95,17 @@ class RunEvaluator:
             self.game = _board_game(config)
             opponents = evaluation.opponents or default_opponents(self.game)
             self.opponents = tuple(split_specs(",".join(opponents)))
+            if len(set(self.opponents)) < len(self.opponents):  # their figures share names
+                raise UsageError(
+                    "evaluation.opponents: each opponent may appear once; got "
+                    + ", ".join(self.opponents)
+                )
+            if any(parse_spec(opponent).name == "human" for opponent in self.opponents):
+                raise UsageError(
+                    "evaluation.opponents: the in-run evaluation plays unattended, in a thread of "
+                    "the run, so a human cannot be one; play the run's checkpoints with "
+                    "podracer arena --players ckpt:RUN_DIR,human"
+                )
             for opponent in self.opponents:  # a bad spec is named now, not in the run's thread
                 make_player(opponent, self.game, 0)
         elif evaluation.opponents:

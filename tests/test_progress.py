@@ -87,6 +87,16 @@ def test_the_evaluator_refuses_what_it_cannot_play():
     cartpole = configs.load_config("cartpole_vtrace", ["evaluation.opponents=[random]"])
     with pytest.raises(configs.UsageError, match="one-player environment"):
         progress.RunEvaluator(cartpole, env_spec(cartpole.env.name))
+    # A human would be asked for moves in the middle of training (it was, once the first
+    # evaluation began); a repeated opponent's figures would share its names.
+    refusals = {
+        "[human,random]": "a human cannot be one",
+        "[random,mcts:2,random]": "each opponent may appear once",
+    }
+    for opponents, message in refusals.items():
+        config = _tic_tac_toe(f"evaluation.opponents={opponents}")
+        with pytest.raises(configs.UsageError, match=message):
+            progress.RunEvaluator(config, env_spec(config.env.name))
 
 
 def test_the_evaluators_figures_appear_in_a_short_runs_metrics(tmp_path):
