@@ -15,6 +15,9 @@ Kinds:
                   from the newest whole one with its saved state
   kills           a process that saves checkpoints and replays, SIGKILLed at a random moment,
                   --kills times: the newest whole checkpoint restores its saved state
+  tournaments     generated tournaments that play (--examples / 2): small games, the cheap
+                  players that suit each and now and then one that does not, every format and
+                  option; each plays and writes its results, or is refused in one line
   unusual_arena   tests/test_bad_input.py's valid but unusual tournaments (`podracer arena` in
                   this process): each plays and writes its results or is refused in one line
   unusual_runs    tests/test_bad_input.py's valid but unusual configs, a few updates each
@@ -261,6 +264,19 @@ def kills(count: int) -> None:
     tally.report(resumed_steps=steps)
 
 
+def tournaments(examples: int) -> None:
+    """Generated tournaments that play (no stand-ins), as tests/test_bad_input.py's: each plays
+    and writes its results or is refused in one line."""
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="podracer-tournaments-"))
+    outs = iter(range(10**9))
+    generated(
+        "tournaments",
+        cases.played_tournament(),
+        lambda argv: cases.check_tournament(argv, folder / f"t{next(outs)}"),
+        examples,
+    )
+
+
 def unusual_arena() -> None:
     """tests/test_bad_input.py's valid but unusual tournaments: each plays (exit 0, its
     results.json written) or is refused in the one line expected."""
@@ -327,6 +343,7 @@ def main() -> None:
     args = parser.parse_args()
     parsing(args.examples)
     search_masks(args.examples)
+    tournaments(args.examples // 2)
     unusual_arena()
     damaged(args.trials)
     kills(args.kills)

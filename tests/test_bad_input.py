@@ -1,7 +1,8 @@
 """Generated bad input (hypothesis): every config field of every preset, the command lines of
-`podracer train` and `podracer arena`, and the search's entry points. Each input gets one clear
-error (a UsageError, or exit 2, of at most three lines) or is accepted; never another exception,
-a traceback or a hang. A fixed seed here (`derandomize`); a larger budget in
+`podracer train` and `podracer arena`, tournaments that really play, and the search's entry
+points. Each input gets one clear error (a UsageError, or exit 2, of at most three lines) or is
+accepted; never another exception, a traceback or a hang. Then valid but unusual values, each a
+short run or tournament. A fixed seed here (`derandomize`); a larger budget in
 benchmarks/bad_input.py, which uses the same strategies and checks."""
 
 from __future__ import annotations
@@ -231,6 +232,59 @@ def run_command(argv: list[str]) -> tuple[int, str]:
         except Started:
             code = 0
     return code, err.getvalue()
+
+
+# Tournaments that really play (no stand-ins): small games, cheap players that suit each, now
+# and then one that does not, every option.
+CHEAP_PLAYERS = {
+    "tic_tac_toe": ["random", "mcts:2", "mcts:5,uct_c=0.5", "mcts:3,rollouts=2", "minimax"],
+    "connect_four": ["random", "mcts:2", "mcts:3,rollouts=2", "minimax:depth=1"],
+    "go(board_size=3)": ["random", "mcts:2", "minimax:depth=1"],
+    "backgammon": ["random", "pubeval", "mcts:2"],
+    "2048(max_tile=16)": ["random"],  # one player: each plays its episodes
+}
+ANY_PLAYER = sorted({p for pool in CHEAP_PLAYERS.values() for p in pool} | {"minimax:depth=2"})
+
+
+def played_tournament():
+    """`podracer arena` arguments (but --out) for a tournament that plays to its end or is
+    refused: two to four players that suit a small game (one in 2048), now and then one that does
+    not, either format, one or two games a pairing, any concurrency, anchor and seed."""
+
+    def tournament(game):
+        pool = CHEAP_PLAYERS[game]
+        fewest = min(2, len(pool))
+        suited = st.lists(st.sampled_from(pool), min_size=fewest, max_size=4, unique=True)
+        odd = st.just([]) | st.lists(st.sampled_from(ANY_PLAYER), max_size=1)
+        players = st.tuples(suited, odd).map(lambda p: list(dict.fromkeys(p[0] + p[1])))
+        return players.flatmap(
+            lambda players: st.tuples(
+                st.just(game),
+                st.just(players),
+                st.sampled_from(["round-robin", "gauntlet"]),
+                st.integers(1, 2),
+                st.none() | st.integers(1, 8),
+                st.none() | st.sampled_from(players),
+                st.integers(0, 2**70),
+            )
+        )
+
+    def argv(drawn):
+        game, players, format, games, concurrent, anchor, seed = drawn
+        args = [f"--game={game}", f"--players={','.join(players)}", f"--format={format}"]
+        args += [f"--games={games}", f"--seed={seed}"]
+        args += [f"--concurrent={concurrent}"] if concurrent is not None else []
+        return args + ([f"--anchor={anchor}"] if anchor is not None else [])
+
+    return st.sampled_from(list(CHEAP_PLAYERS)).flatmap(tournament).map(argv)
+
+
+def check_tournament(argv: list[str], out: pathlib.Path) -> int:
+    """A tournament plays and writes its results, or is refused in one clear line."""
+    code = check_command(["arena", "--quiet", f"--out={out}", *argv])
+    if code == 0:
+        assert (out / "results.json").is_file(), argv
+    return code
 
 
 def check_command(argv: list[str]) -> int:
@@ -548,6 +602,17 @@ UNUSUAL_RUNS: dict[str, Unusual] = {
         ["runtime=anakin", "optimizer.learning_rate=1e6", "learner.checkpoint_every=1"], DIVERGED
     ),
 }
+
+
+def test_generated_tournaments_play_or_get_one_line(tmp_path):
+    outs = iter(range(10**6))
+
+    @settings(CI, max_examples=20)
+    @given(argv=played_tournament())
+    def check(argv):
+        check_tournament(argv, tmp_path / f"t{next(outs)}")
+
+    check()
 
 
 # Valid but unusual tournaments, each `podracer arena` in this process (a second or less): it plays
