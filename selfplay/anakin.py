@@ -642,6 +642,10 @@ def make_anakin_program(config: ExperimentConfig, optimizer, devices) -> AnakinP
     return AnakinProgram(agent, spec, plan, mesh, init_carry, iterate, learn)
 
 
+# The most updates dispatched ahead of the devices over several CPU devices (80 ran, 400 hung).
+CPU_UPDATES_IN_FLIGHT = 8
+
+
 class AnakinRuntime(ReplicatedState):
     """Anakin for the run loop (`selfplay.run.run`): each `learn` is one iteration on every
     device (play, targets, replay, and the updates once the rings hold `replay.min_size`)."""
@@ -659,6 +663,11 @@ class AnakinRuntime(ReplicatedState):
             compiler_options=options,
         )
         self._update = jax.jit(self.program.learn, donate_argnums=(0,), compiler_options=options)
+        # Updates called one by one over several CPU devices wait for each other every few:
+        # with hundreds dispatched at once (replay.samples_per_insert=100), XLA:CPU's all-reduce
+        # waited forever for a device whose computation never started.
+        several_cpus = len(self.devices) > 1 and self.devices[0].platform == "cpu"
+        self._updates_in_flight = CPU_UPDATES_IN_FLIGHT if several_cpus else None
         # Of every device of every process: the iteration sums the episodes over the mesh too.
         self.frames_per_iteration = self.plan.moves * self.plan.games * len(self.devices)
         self.timer = StageTimer()
@@ -706,6 +715,8 @@ class AnakinRuntime(ReplicatedState):
                         self._state, np.int32(index), np.int32(u), self._carry
                     )
                     self._carry = self._carry._replace(priorities=priorities)
+                    if self._updates_in_flight and (u + 1) % self._updates_in_flight == 0:
+                        jax.block_until_ready(priorities)
                 out = {**out, **jax.device_get(learned)}
         self._index += 1
         self._frames += self.frames_per_iteration
