@@ -125,6 +125,47 @@ def main(out: pathlib.Path) -> None:
         "losses": losses(out / "anakin"),
         "learn_in_jit": anakin_runtimes[-1].inside,
     }
+
+    # Anakin's updates called one by one (the CPU's path) over the 2 devices: how many the host
+    # dispatches before it waits for them (hundreds at once hung XLA:CPU's all-reduce).
+    one_by_one = [*TINY, "devices.accelerator_paths=off", "runtime=anakin"]
+    one_by_one += ["replay.samples_per_insert=4", "replay.min_size=64", "learner.max_updates=32"]
+    config = configs.load_config("tic_tac_toe_alphazero", one_by_one)
+    ahead, counts = [0], {"most_ahead": 0, "waits": 0}
+    real_wait = jax.block_until_ready
+
+    def counting_wait(x):
+        counts["waits"] += 1
+        ahead[0] = 0
+        return real_wait(x)
+
+    def make_counted(config, optimizer):
+        runtime = anakin.AnakinRuntime(config, optimizer)
+        update, learn = runtime._update, runtime.learn
+
+        def counted_update(*args):
+            ahead[0] += 1
+            counts["most_ahead"] = max(counts["most_ahead"], ahead[0])
+            return update(*args)
+
+        def counted_learn():
+            ahead[0] = 0  # the previous iteration's updates were fetched at its end
+            return learn()
+
+        runtime._update, runtime.learn = counted_update, counted_learn
+        anakin_runtimes.append(runtime)
+        return runtime
+
+    jax.block_until_ready = counting_wait
+    result = run.run(config, out / "one_by_one", make_counted, progress=False)
+    jax.block_until_ready = real_wait
+    results["one_by_one"] = {
+        "stopped_by": result.stopped_by,
+        "learn_in_jit": anakin_runtimes[-1].inside,
+        "updates_per_iteration": anakin_runtimes[-1].plan.updates,
+        "bound": anakin.CPU_UPDATES_IN_FLIGHT,
+        **counts,
+    }
     print(json.dumps(results), flush=True)
 
 

@@ -335,3 +335,9 @@ def test_the_accelerator_paths_run_on_two_cpu_devices_and_learn(tmp_path):
     segments = results["segments"]
     assert segments["stopped_by"] == "max_updates" and segments["replay_on"] == [1]
     assert segments["donates_state"] and segments["windows"] > 0
+    # Anakin's updates one by one over the 2 CPU devices: the host waits for them every
+    # `bound` (400 dispatched at once hung in XLA:CPU's all-reduce, deaf to SIGTERM).
+    one_by_one = results["one_by_one"]
+    assert one_by_one["stopped_by"] == "max_updates" and not one_by_one["learn_in_jit"]
+    assert one_by_one["updates_per_iteration"] > one_by_one["bound"], one_by_one
+    assert one_by_one["waits"] > 0 and one_by_one["most_ahead"] <= one_by_one["bound"], one_by_one
