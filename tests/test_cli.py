@@ -80,7 +80,8 @@ def test_version_is_the_changelog_newest(capsys):
     assert capsys.readouterr().out.strip() == f"podracer {podracer.__version__}"
     assert re.fullmatch(r"0\.\d+\.\d+", podracer.__version__)  # semantic, 0.x
     changelog = pathlib.Path(__file__).resolve().parent.parent / "CHANGELOG.md"
-    newest = re.search(r"^## (\S+)", changelog.read_text(), re.MULTILINE)
+    # The newest numbered heading (an "Unreleased" one above it gathers what came since).
+    newest = re.search(r"^## (\d\S*)", changelog.read_text(), re.MULTILINE)
     assert newest and newest.group(1) == podracer.__version__
 
 
