@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 import pyspiel
 
-from arena.players import is_batched, make_player, parse_spec
+from arena.players import check_distinct, is_batched, make_player, parse_spec
 from configs import UsageError
 
 __all__ = [
@@ -329,8 +329,7 @@ def run_tournament(
     specs = [parse_spec(s).text for s in specs]
     if len(specs) < 2:
         raise UsageError(f"a tournament needs at least two players, got {len(specs)}")
-    if len(set(specs)) != len(specs):
-        raise UsageError(f"each player spec may appear once; got {', '.join(specs)}")
+    check_distinct(specs)
     plan = schedule(len(specs), games_per_pairing, seed, format)
     # Made once: to check every spec before the first game, and to serve as the batched players.
     prototypes = [make_player(spec, game, seed) for spec in specs]

@@ -38,6 +38,7 @@ __all__ = [
     "Player",
     "PlayerSpec",
     "RandomPlayer",
+    "check_distinct",
     "describe_players",
     "is_batched",
     "make_player",
@@ -310,6 +311,12 @@ def split_specs(text: str) -> list[str]:
         else:
             specs.append(item)
     return specs
+
+
+def check_distinct(specs: list[str], what: str = "each player spec") -> None:
+    """One line where a spec is named twice: its results would share the other's name."""
+    if len(set(specs)) != len(specs):
+        raise UsageError(f"{what} may appear once; got {', '.join(specs)}")
 
 
 def make_player(spec: str, game: pyspiel.Game, seed: int = 0) -> pyspiel.Bot:

@@ -35,7 +35,7 @@ from arena.atari_scores import is_atari57
 from arena.ckpt_player import PGX_TO_OPENSPIEL, CheckpointPlayer, LoadedRun
 from arena.evaluate import evaluate_policy
 from arena.matches import game_seed, play_games, player_seed
-from arena.players import make_player, parse_spec, split_specs
+from arena.players import check_distinct, make_player, parse_spec, split_specs
 from configs import ExperimentConfig, UsageError
 from selfplay.agent import make_agent
 from selfplay.envs import EnvSpec, make_env
@@ -95,11 +95,7 @@ class RunEvaluator:
             self.game = _board_game(config)
             opponents = evaluation.opponents or default_opponents(self.game)
             self.opponents = tuple(split_specs(",".join(opponents)))
-            if len(set(self.opponents)) < len(self.opponents):  # their figures share names
-                raise UsageError(
-                    "evaluation.opponents: each opponent may appear once; got "
-                    + ", ".join(self.opponents)
-                )
+            check_distinct(list(self.opponents), "evaluation.opponents: each opponent")
             if any(parse_spec(opponent).name == "human" for opponent in self.opponents):
                 raise UsageError(
                     "evaluation.opponents: the in-run evaluation plays unattended, in a thread of "

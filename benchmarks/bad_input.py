@@ -283,20 +283,8 @@ def unusual_arena() -> None:
     tally = Tally("unusual_arena")
     base = pathlib.Path(tempfile.mkdtemp(prefix="podracer-arena-"))
 
-    def case(name: str) -> int:
-        args, refusal = cases.UNUSUAL_ARENA[name]
-        out = base / name.replace(" ", "_").replace(",", "")
-        code, err = cases.run_command(["arena", "--quiet", "--games=1", f"--out={out}", *args])
-        assert "Traceback" not in err, err[-2000:]
-        if refusal is None:
-            assert code == 0 and (out / "results.json").is_file(), err[-2000:]
-            return 0
-        lines = err.strip().splitlines()
-        assert code == 2 and len(lines) == 1 and refusal in lines[0], err
-        return 2
-
     for name in cases.UNUSUAL_ARENA:
-        tally.check(case, name)
+        tally.check(cases.check_unusual_tournament, name, base / name.replace(" ", "_"))
     tally.report()
 
 

@@ -151,10 +151,10 @@ def _run_solo(game, specs: list[str], args: argparse.Namespace) -> int:
     """A one-player game: each player's episodes, their scores and (2048) highest tiles."""
     import json
 
+    from arena.players import check_distinct
     from arena.solo import evaluate_solo, format_solo_table
 
-    if len(set(specs)) != len(specs):
-        raise UsageError(f"each player spec may appear once; got {', '.join(specs)}")
+    check_distinct(specs)
     out = (
         Path(args.out)
         if args.out

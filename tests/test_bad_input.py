@@ -656,18 +656,24 @@ UNUSUAL_ARENA: dict[str, tuple[list[str], str | None]] = {
 }
 
 
-@pytest.mark.parametrize("name", UNUSUAL_ARENA)
-def test_valid_but_unusual_tournaments_play_or_get_one_line(name, tmp_path):
+def check_unusual_tournament(name: str, out: pathlib.Path) -> int:
+    """UNUSUAL_ARENA[name] plays and writes its results into `out` (0), or is refused in the
+    one line expected (2)."""
     args, refusal = UNUSUAL_ARENA[name]
-    out = tmp_path / "arena"
     code, err = run_command(["arena", "--quiet", "--games=1", f"--out={out}", *args])
     assert "Traceback" not in err, err
     if refusal is None:
         assert code == 0, err
         assert (out / "results.json").is_file()
-        return
+        return 0
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and refusal in lines[0], err
+    return 2
+
+
+@pytest.mark.parametrize("name", UNUSUAL_ARENA)
+def test_valid_but_unusual_tournaments_play_or_get_one_line(name, tmp_path):
+    check_unusual_tournament(name, tmp_path / "arena")
 
 
 @pytest.mark.parametrize("name", UNUSUAL_RUNS)
