@@ -93,7 +93,8 @@ def run(args) -> int:
     print(
         f"podracer pbt: {settings.population} members of {settings.config.name} "
         f"({settings.config.mode} on {settings.config.env.name}), "
-        f"{settings.interval_frames:,} frames per interval, {settings.max_frames:,} each "
+        f"{settings.interval_frames:,} frame{'s' * (settings.interval_frames != 1)} per "
+        f"interval, {settings.max_frames:,} each "
         f"-> {run_dir}",
         flush=True,
     )

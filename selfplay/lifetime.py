@@ -8,7 +8,12 @@ within seconds and re-raises that exception.
 from __future__ import annotations
 
 import contextlib
+import os
+import pathlib
+import select
 import signal
+import sys
+import sysconfig
 import threading
 import time
 import traceback
@@ -205,9 +210,20 @@ class ThreadGroup:
 # The signals that stop a run with a final checkpoint (`handle_signals`).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
+# How long a stop signal may go unanswered before the process exits without a final checkpoint.
+# Python runs a signal's handler only when the main thread comes back from a native call, and a
+# device computation that never finishes (a collective waiting for a device that never started)
+# never comes back; a compile or a save that takes long does, well within this.
+UNANSWERED_SIGNAL_S = 60.0
+# A second stop signal this long after an unanswered first one exits at once (a user pressing
+# Ctrl-C again); two within it are one request (SLURM and a launcher both sending SIGTERM).
+SIGNAL_REPEATED_S = 1.0
+
 
 @contextlib.contextmanager
-def handle_signals(stop: StopSignal) -> Iterator[StopSignal]:
+def handle_signals(
+    stop: StopSignal, unanswered_after: float = UNANSWERED_SIGNAL_S
+) -> Iterator[StopSignal]:
     """While inside, SIGINT, SIGTERM and SIGUSR1 set `stop` instead of killing the process.
 
     SIGUSR1 is the one a job launcher passes on without ending the job itself: Open MPI's mpirun
@@ -215,19 +231,110 @@ def handle_signals(stop: StopSignal) -> Iterator[StopSignal]:
     SLURM's `--signal=USR1@SECONDS` sends it ahead of a time limit.
 
     A second SIGINT raises KeyboardInterrupt in the main thread, for a run that will not stop.
+
+    A process whose main thread is blocked in a native call that never returns would never run
+    the handler: a watchdog thread hears each signal at once (`signal.set_wakeup_fd`) and, if
+    the handler has not run `unanswered_after` seconds later, or another signal comes
+    `SIGNAL_REPEATED_S` or more after an unanswered one, writes one line naming where the main
+    thread is stuck and exits with 128 + the signal's number, without a final checkpoint (those
+    saved before are whole).
+
     The previous handlers are restored on exit. Must be entered from the main thread.
     """
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("handle_signals must be used from the main thread")
+    watchdog = _SignalWatchdog(unanswered_after)
 
     def on_signal(signum: int, frame: Any) -> None:
+        watchdog.answered()
         if signum == signal.SIGINT and stop.is_set():
             raise KeyboardInterrupt
         stop.set(f"received {signal.Signals(signum).name}")
 
     previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
+    previous_wakeup = signal.set_wakeup_fd(watchdog.write_fd, warn_on_full_buffer=False)
+    watchdog.start()
     try:
         yield stop
     finally:
+        signal.set_wakeup_fd(previous_wakeup)
         for s, handler in previous.items():
             signal.signal(s, handler)
+        watchdog.close()
+
+
+class _SignalWatchdog:
+    """Counts the stop signals the process received (through the wakeup pipe, written by the C
+    handler whatever the main thread is doing) against those whose Python handler ran."""
+
+    def __init__(self, unanswered_after: float) -> None:
+        self.unanswered_after = unanswered_after
+        self._read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.write_fd, False)  # set_wakeup_fd's requirement
+        self._lock = threading.Lock()
+        self._answered = 0
+        self._thread = threading.Thread(target=self._watch, name="signal-watchdog", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def answered(self) -> None:
+        with self._lock:
+            self._answered += 1
+
+    def close(self) -> None:
+        os.close(self.write_fd)  # the watchdog reads the end of the pipe and returns
+        self._thread.join(5.0)
+
+    def _watch(self) -> None:
+        received: list[tuple[int, float]] = []  # (signal, when) of each stop signal heard
+        try:
+            while True:
+                with self._lock:
+                    pending = received[self._answered :]
+                wait = None
+                if pending:
+                    waited = time.monotonic() - pending[0][1]
+                    insisted = pending[-1][1] - pending[0][1] >= SIGNAL_REPEATED_S
+                    if insisted or waited >= self.unanswered_after:
+                        _exit_unanswered(pending[0][0], waited)
+                    wait = self.unanswered_after - waited
+                readable, _, _ = select.select([self._read_fd], [], [], wait)
+                if readable:
+                    data = os.read(self._read_fd, 64)
+                    if not data:  # the pipe was closed: the run left `handle_signals`
+                        return
+                    now = time.monotonic()
+                    received += [(s, now) for s in data if s in STOP_SIGNALS]
+        finally:
+            os.close(self._read_fd)
+
+
+def _exit_unanswered(signum: int, waited: float) -> None:
+    """Writes one line saying where the main thread is stuck and ends the process at once."""
+    frame = sys._current_frames().get(threading.main_thread().ident or -1)
+    stack = traceback.extract_stack(frame) if frame is not None else []
+    where = next(
+        (f"{s.filename}:{s.lineno} in {s.name}" for s in reversed(stack) if _ours(s.filename)),
+        "an unknown place",
+    )
+    name = signal.Signals(signum).name
+    line = (
+        f"podracer: received {name} and the run did not answer it for {waited:.0f} s: its main "
+        f"thread is blocked in a call that does not return ({where}); exiting without a final "
+        "checkpoint (those saved before are whole: the same command resumes from the newest)\n"
+    )
+    os.write(2, line.encode())
+    os._exit(128 + signum)
+
+
+_LIBRARIES = (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"])
+_OUR_PACKAGES = {"selfplay", "muzero", "search", "configs", "arena", "podracer"}
+
+
+def _ours(filename: str) -> bool:
+    """Whether a frame's file is this project's (installed or not) or a user's script."""
+    path = pathlib.Path(filename)
+    if _OUR_PACKAGES.intersection(path.parts[-3:-1]):  # selfplay/run.py, selfplay/envs/pgx.py
+        return True
+    return not filename.startswith("<") and not any(filename.startswith(p) for p in _LIBRARIES)

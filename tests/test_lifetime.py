@@ -1,7 +1,10 @@
 """Thread lifetime: a failing thread stops the run and its exception reaches the main thread."""
 
 import os
+import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -99,6 +102,72 @@ def test_second_sigint_raises_keyboard_interrupt():
             stop.wait(2.0)
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(1.0)  # the handler raises before this ends
+
+
+def test_a_stop_signal_answered_by_the_main_thread_never_trips_the_watchdog():
+    # Two SIGTERMs at once (SLURM and a launcher both send one) are one request; once the
+    # handler ran, no wait is too long: a final save may take minutes.
+    stop = StopSignal()
+    with handle_signals(stop, unanswered_after=0.2):
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.wait(2.0)
+        time.sleep(1.0)  # the watchdog would have ended this process by now
+    assert stop.reason == "received SIGTERM"
+
+
+# The main thread blocked in a native call that never returns, as a device computation that never
+# finishes (a collective waiting for a device that never started) is to Python: a mutex locked
+# twice by one thread. The signal's handler can never run.
+_STUCK_IN_A_NATIVE_CALL = """
+import ctypes, sys
+from selfplay.lifetime import StopSignal, handle_signals
+
+def wait_for_the_device():
+    libc = ctypes.CDLL(None)
+    mutex = ctypes.create_string_buffer(64)  # zeros: PTHREAD_MUTEX_INITIALIZER
+    libc.pthread_mutex_lock(mutex)
+    print("stuck", flush=True)
+    libc.pthread_mutex_lock(mutex)
+
+with handle_signals(StopSignal(), unanswered_after=float(sys.argv[1])):
+    wait_for_the_device()
+"""
+
+
+@pytest.mark.parametrize("signals", [1, 2], ids=["one-signal-waits", "a-second-exits-at-once"])
+def test_a_signal_a_stuck_main_thread_cannot_answer_ends_the_process_in_one_line(signals, tmp_path):
+    unanswered_after = 2.0 if signals == 1 else 120.0
+    script = tmp_path / "stuck.py"
+    script.write_text(_STUCK_IN_A_NATIVE_CALL)
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(unanswered_after)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout.readline() == "stuck\n"
+        time.sleep(0.5)  # inside the second lock by now
+        process.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        if signals == 2:
+            time.sleep(1.5)
+            process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+        took = time.monotonic() - sent
+        stderr = process.stderr.read()
+    finally:
+        process.kill()
+    assert process.returncode == 128 + signal.SIGTERM
+    if signals == 1:
+        assert unanswered_after <= took < unanswered_after + 20
+    else:
+        assert took < 20  # not the 120 s of one unanswered signal
+    (line,) = [text for text in stderr.splitlines() if text.startswith("podracer:")]
+    assert "received SIGTERM and the run did not answer it" in line
+    assert re.search(rf"\({re.escape(str(script))}:\d+ in wait_for_the_device\)", line)  # where
+    assert "without a final checkpoint" in line
 
 
 # Parameter publishing: the learner/actor handoff.
