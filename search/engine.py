@@ -38,6 +38,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 __all__ = ["NodeRows", "Rule", "Tree", "run_simulations", "split_key"]
 
@@ -365,16 +366,23 @@ _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 
 
 def _threefry2x32(key1, key2, count_hi, count_lo):
-    """The Threefry-2x32 hash (20 rounds) as jax computes it, its five round groups unrolled."""
-    schedule = (key1, key2, key1 ^ key2 ^ np.uint32(0x1BD11BDA))
-    x0, x1 = count_hi + schedule[0], count_lo + schedule[1]
+    """The Threefry-2x32 hash (20 rounds) as jax computes it, its five round groups unrolled.
+
+    In `lax` ops on arrays of one shape: jnp's operators would each trace as a jitted function
+    of their own, which made this a quarter of the time to trace a search."""
+    key1, key2, count_hi, count_lo = jnp.broadcast_arrays(key1, key2, count_hi, count_lo)
+    schedule = (key1, key2, lax.bitwise_xor(lax.bitwise_xor(key1, key2), np.uint32(0x1BD11BDA)))
+    x0, x1 = lax.add(count_hi, schedule[0]), lax.add(count_lo, schedule[1])
     for group in range(5):
         for rotation in _ROTATIONS[group % 2]:
-            x0 = x0 + x1
-            x1 = (x1 << np.uint32(rotation)) | (x1 >> np.uint32(32 - rotation))
-            x1 = x0 ^ x1
-        x0 = x0 + schedule[(group + 1) % 3]
-        x1 = x1 + schedule[(group + 2) % 3] + np.uint32(group + 1)
+            x0 = lax.add(x0, x1)
+            x1 = lax.bitwise_or(
+                lax.shift_left(x1, np.uint32(rotation)),
+                lax.shift_right_logical(x1, np.uint32(32 - rotation)),
+            )
+            x1 = lax.bitwise_xor(x0, x1)
+        x0 = lax.add(x0, schedule[(group + 1) % 3])
+        x1 = lax.add(lax.add(x1, schedule[(group + 2) % 3]), np.uint32(group + 1))
     return x0, x1
 
 
