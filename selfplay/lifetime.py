@@ -12,6 +12,7 @@ import os
 import pathlib
 import select
 import signal
+import socket
 import sys
 import sysconfig
 import threading
@@ -251,63 +252,81 @@ def handle_signals(
             raise KeyboardInterrupt
         stop.set(f"received {signal.Signals(signum).name}")
 
+    previous_wakeup = signal.set_wakeup_fd(watchdog.wakeup_fd, warn_on_full_buffer=False)
     previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
-    previous_wakeup = signal.set_wakeup_fd(watchdog.write_fd, warn_on_full_buffer=False)
     watchdog.start()
     try:
         yield stop
     finally:
-        signal.set_wakeup_fd(previous_wakeup)
         for s, handler in previous.items():
             signal.signal(s, handler)
+        signal.set_wakeup_fd(previous_wakeup)
         watchdog.close()
 
 
 class _SignalWatchdog:
-    """Counts the stop signals the process received (through the wakeup pipe, written by the C
-    handler whatever the main thread is doing) against those whose Python handler ran."""
+    """The stop signals the process received (each writes its number to the wakeup socket, from
+    C, whatever the main thread is doing) that no run of the Python handler has answered yet.
+
+    Python runs a handler once for any number of deliveries of one signal before it, so the
+    handler answers every signal heard so far: it takes the bytes the watchdog has not read yet
+    and clears those it has."""
 
     def __init__(self, unanswered_after: float) -> None:
         self.unanswered_after = unanswered_after
-        self._read_fd, self.write_fd = os.pipe()
-        os.set_blocking(self.write_fd, False)  # set_wakeup_fd's requirement
-        self._lock = threading.Lock()
-        self._answered = 0
+        self._socket, self._wakeup = socket.socketpair()
+        for end in (self._socket, self._wakeup):
+            end.setblocking(False)  # set_wakeup_fd's requirement; reads that never wait
+        self.wakeup_fd = self._wakeup.fileno()
+        self._lock = threading.RLock()  # a handler may run inside another's bytecodes
+        self._unanswered: list[tuple[int, float]] = []  # (signal, when heard), oldest first
         self._thread = threading.Thread(target=self._watch, name="signal-watchdog", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def answered(self) -> None:
+        """Called by the handler, in the main thread."""
         with self._lock:
-            self._answered += 1
+            self._read()
+            self._unanswered.clear()
 
     def close(self) -> None:
-        os.close(self.write_fd)  # the watchdog reads the end of the pipe and returns
+        self._wakeup.close()  # the watchdog reads the end of the stream and returns
         self._thread.join(5.0)
+        self._socket.close()
+
+    def _read(self) -> bytes | None:
+        """The bytes waiting (b"" where none), or None at the end of the stream."""
+        data = b""
+        while True:
+            try:
+                chunk = self._socket.recv(64)
+            except BlockingIOError:
+                return data
+            if not chunk:
+                return None
+            data += chunk
 
     def _watch(self) -> None:
-        received: list[tuple[int, float]] = []  # (signal, when) of each stop signal heard
-        try:
-            while True:
+        while True:
+            with self._lock:
+                pending = list(self._unanswered)
+            wait = None
+            if pending:
+                waited = time.monotonic() - pending[0][1]
+                insisted = pending[-1][1] - pending[0][1] >= SIGNAL_REPEATED_S
+                if insisted or waited >= self.unanswered_after:
+                    _exit_unanswered(pending[0][0], waited)
+                wait = self.unanswered_after - waited
+            readable, _, _ = select.select([self._socket], [], [], wait)
+            if readable:
                 with self._lock:
-                    pending = received[self._answered :]
-                wait = None
-                if pending:
-                    waited = time.monotonic() - pending[0][1]
-                    insisted = pending[-1][1] - pending[0][1] >= SIGNAL_REPEATED_S
-                    if insisted or waited >= self.unanswered_after:
-                        _exit_unanswered(pending[0][0], waited)
-                    wait = self.unanswered_after - waited
-                readable, _, _ = select.select([self._read_fd], [], [], wait)
-                if readable:
-                    data = os.read(self._read_fd, 64)
-                    if not data:  # the pipe was closed: the run left `handle_signals`
+                    data = self._read()
+                    if data is None:  # the run left `handle_signals`
                         return
                     now = time.monotonic()
-                    received += [(s, now) for s in data if s in STOP_SIGNALS]
-        finally:
-            os.close(self._read_fd)
+                    self._unanswered += [(s, now) for s in data if s in STOP_SIGNALS]
 
 
 def _exit_unanswered(signum: int, waited: float) -> None:

@@ -116,6 +116,42 @@ def test_a_stop_signal_answered_by_the_main_thread_never_trips_the_watchdog():
     assert stop.reason == "received SIGTERM"
 
 
+def _wait_in_a_native_call(seconds: float) -> None:
+    """Blocks the calling thread for `seconds` in C, deaf to signals (a mutex locked twice, the
+    second time with a deadline), as a device computation that takes a while is to Python."""
+    import ctypes
+
+    class Timespec(ctypes.Structure):
+        _fields_ = [("seconds", ctypes.c_long), ("nanoseconds", ctypes.c_long)]
+
+    libc = ctypes.CDLL(None)
+    mutex = ctypes.create_string_buffer(64)  # zeros: PTHREAD_MUTEX_INITIALIZER
+    libc.pthread_mutex_lock(mutex)
+    deadline = time.time() + seconds
+    until = Timespec(int(deadline), int(deadline % 1 * 1e9))
+    libc.pthread_mutex_timedlock(mutex, ctypes.byref(until))
+
+
+def test_signals_heard_while_the_main_thread_waits_are_answered_by_one_run_of_the_handler():
+    # Three SIGTERMs while the main thread is in a native call: Python runs the handler once for
+    # all three when the call returns, and the watchdog counts all three answered.
+    stop = StopSignal()
+    with handle_signals(stop, unanswered_after=1.5):
+
+        def send_three() -> None:
+            for _ in range(3):
+                time.sleep(0.1)
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        sender = threading.Thread(target=send_three)
+        sender.start()
+        _wait_in_a_native_call(0.8)
+        sender.join()
+        assert stop.wait(2.0)
+        time.sleep(2.0)  # the watchdog would have ended this process by now
+    assert stop.reason == "received SIGTERM"
+
+
 # The main thread blocked in a native call that never returns, as a device computation that never
 # finishes (a collective waiting for a device that never started) is to Python: a mutex locked
 # twice by one thread. The signal's handler can never run.
