@@ -250,6 +250,11 @@ class LearnerConfig:
     keep_checkpoints: int = 3
     # Seconds between metric lines (metrics.jsonl, TensorBoard, the progress line).
     log_every_s: float = 5.0
+    # Stop the run (with its final checkpoint where it can still save one, exit 1) when its
+    # frames or its updates have stopped advancing for this many seconds: a run stuck in a call
+    # that never returns, unattended; counted from the first frame and the first update of each
+    # invocation, so the compiling before them never counts; 0: never.
+    stall_timeout_s: float = 1800.0
     # Board games (muzero, alphazero): train each example in a random one of the board's
     # symmetries (tic-tac-toe and go: 8 rotations/reflections; connect four: the mirror).
     augment_symmetries: bool = False
@@ -293,6 +298,7 @@ class LearnerConfig:
         _int_at_least(self, "checkpoint_every", 1)
         _int_at_least(self, "keep_checkpoints", 1)
         _number_at_least(self, "log_every_s", 0.0, strict=True)
+        _number_at_least(self, "stall_timeout_s", 0.0)
         if not isinstance(self.augment_symmetries, bool):
             _fail("LearnerConfig", "augment_symmetries", "true or false", self.augment_symmetries)
         if not (self.max_updates or self.max_seconds or self.max_frames):

@@ -33,6 +33,7 @@ __all__ = [
     "ThreadGroup",
     "check_finite",
     "handle_signals",
+    "watch_for_stalls",
 ]
 
 
@@ -330,6 +331,11 @@ class _SignalWatchdog:
 
 
 def _exit_unanswered(signum: int, waited: float) -> None:
+    name = signal.Signals(signum).name
+    _exit_stuck(f"received {name} and the run did not answer it for {waited:.0f} s", 128 + signum)
+
+
+def _exit_stuck(what: str, code: int) -> None:
     """Writes one line saying where the main thread is stuck and ends the process at once."""
     frame = sys._current_frames().get(threading.main_thread().ident or -1)
     stack = traceback.extract_stack(frame) if frame is not None else []
@@ -337,14 +343,63 @@ def _exit_unanswered(signum: int, waited: float) -> None:
         (f"{s.filename}:{s.lineno} in {s.name}" for s in reversed(stack) if _ours(s.filename)),
         "an unknown place",
     )
-    name = signal.Signals(signum).name
     line = (
-        f"podracer: received {name} and the run did not answer it for {waited:.0f} s: its main "
-        f"thread is blocked in a call that does not return ({where}); exiting without a final "
-        "checkpoint (those saved before are whole: the same command resumes from the newest)\n"
+        f"podracer: {what}: its main thread is blocked in a call that does not return ({where}); "
+        "exiting without a final checkpoint (those saved before are whole: the same command "
+        "resumes from the newest)\n"
     )
     os.write(2, line.encode())
-    os._exit(128 + signum)
+    os._exit(code)
+
+
+@contextlib.contextmanager
+def watch_for_stalls(
+    stop: StopSignal,
+    progress: Callable[[], tuple[int, int]],
+    timeout_s: float,
+    unanswered_after: float = UNANSWERED_SIGNAL_S,
+) -> Iterator[None]:
+    """While inside, stops the run when its frames or its updates (`progress()`: a pair of
+    counters, read from another thread) have stopped advancing for `timeout_s` seconds (0:
+    never): a run stuck in a call that never returns, with no one there to send a signal.
+
+    Each counter is watched from its first change inside, so what comes before it (compiling,
+    filling the replay) is never a stall. The stop's reason names the counter; where the block
+    is not left `unanswered_after` seconds after the stop (the main thread stuck, not only
+    idle), one line names where and the process exits with status 1. Leave the block before a
+    final save, whose length is not a stall."""
+    if not timeout_s:
+        yield
+        return
+    left = threading.Event()
+
+    def watch() -> None:
+        poll = min(max(timeout_s / 4, 0.05), 5.0)
+        names = ("frame", "update")
+        last = progress()
+        changed = [time.monotonic()] * 2
+        moved = [False, False]  # a counter counts once it has changed
+        while not left.wait(poll):
+            now, current = time.monotonic(), progress()
+            for i in range(2):
+                if current[i] != last[i]:
+                    changed[i], moved[i] = now, True
+            last = current
+            idle = [names[i] for i in range(2) if moved[i] and now - changed[i] >= timeout_s]
+            if idle:
+                what = f"no {' and no '.join(idle)} for {timeout_s:g} s (learner.stall_timeout_s)"
+                stop.set(f"stalled: {what}")
+                if not left.wait(unanswered_after):
+                    _exit_stuck(f"the run stalled ({what}) and did not stop", 1)
+                return
+
+    thread = threading.Thread(target=watch, name="stall-watch", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        left.set()
+        thread.join(5.0)
 
 
 _LIBRARIES = (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"])

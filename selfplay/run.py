@@ -43,7 +43,13 @@ from selfplay.agent import Agent
 from selfplay.checkpoints import Checkpointer, ReplayWriter, config_differences, load_replay
 from selfplay.envs import EnvSpec
 from selfplay.files import RunLock, WriteFailed, describe_write_error, probe_writable
-from selfplay.lifetime import StopSignal, ThreadGroup, check_finite, handle_signals
+from selfplay.lifetime import (
+    StopSignal,
+    ThreadGroup,
+    check_finite,
+    handle_signals,
+    watch_for_stalls,
+)
 from selfplay.metrics import MetricsLogger, StageTimer, plot_learning_curves
 from selfplay.processes import (
     Lockstep,
@@ -411,18 +417,24 @@ def _run(
         # leaves them to its process, and ends on its limits or on `stop`.
         main = threading.current_thread() is threading.main_thread()
         signals = handle_signals(stop) if main else contextlib.nullcontext(stop)
+        # A stall is watched over the loop alone: the final save after it may take long.
+        stalls = watch_for_stalls(
+            stop, lambda: (runtime.frames, runtime.step), config.learner.stall_timeout_s
+        )
         with signals, evaluation.running(), runtime.running(stop):
-            while True:
-                reason, learned, log_due = loop.round(stop, watch)
-                if reason is not None:
-                    stopped_by = reason
-                    break
-                profile.after(runtime.step)
-                if log_due:
-                    loop.log(watch)
-                evaluation.offer()
-                if learned and runtime.step - loop.last_saved >= config.learner.checkpoint_every:
-                    loop.save()
+            with stalls:
+                while True:
+                    reason, learned, log_due = loop.round(stop, watch)
+                    if reason is not None:
+                        stopped_by = reason
+                        break
+                    profile.after(runtime.step)
+                    if log_due:
+                        loop.log(watch)
+                    evaluation.offer()
+                    saved = runtime.step - loop.last_saved
+                    if learned and saved >= config.learner.checkpoint_every:
+                        loop.save()
             stop.set(stopped_by)  # ends what runs beside the loop before it is joined
             if runtime.step != watch.step:  # the figures of the stretch since the last line
                 watch.due(0.0)

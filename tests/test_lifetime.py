@@ -1,6 +1,7 @@
 """Thread lifetime: a failing thread stops the run and its exception reaches the main thread."""
 
 import os
+import pathlib
 import re
 import signal
 import subprocess
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-from selfplay.lifetime import StopSignal, ThreadGroup, handle_signals
+from selfplay.lifetime import StopSignal, ThreadGroup, handle_signals, watch_for_stalls
 
 
 def _loop_until_stopped(stop: StopSignal, ticks: list) -> None:
@@ -157,7 +158,7 @@ def test_signals_heard_while_the_main_thread_waits_are_answered_by_one_run_of_th
 # twice by one thread. The signal's handler can never run.
 _STUCK_IN_A_NATIVE_CALL = """
 import ctypes, sys
-from selfplay.lifetime import StopSignal, handle_signals
+from selfplay.lifetime import StopSignal, handle_signals, watch_for_stalls
 
 def wait_for_the_device():
     libc = ctypes.CDLL(None)
@@ -166,44 +167,98 @@ def wait_for_the_device():
     print("stuck", flush=True)
     libc.pthread_mutex_lock(mutex)
 
-with handle_signals(StopSignal(), unanswered_after=float(sys.argv[1])):
-    wait_for_the_device()
+if sys.argv[2] == "signal":
+    with handle_signals(StopSignal(), unanswered_after=float(sys.argv[1])):
+        wait_for_the_device()
+else:  # no one signals: the stall watch sees the frames stop
+    frames = iter([0, 1])  # one frame, then none
+    stalls = watch_for_stalls(StopSignal(), lambda: (next(frames, 1), 0), 0.5, float(sys.argv[1]))
+    with stalls:
+        wait_for_the_device()
 """
 
 
-@pytest.mark.parametrize("signals", [1, 2], ids=["one-signal-waits", "a-second-exits-at-once"])
-def test_a_signal_a_stuck_main_thread_cannot_answer_ends_the_process_in_one_line(signals, tmp_path):
-    unanswered_after = 2.0 if signals == 1 else 120.0
-    script = tmp_path / "stuck.py"
+def _run_stuck(script: pathlib.Path, mode: str, unanswered_after: float, signals: int):
+    """Runs the stuck script, sends it `signals` SIGTERMs 1.5 s apart once it is stuck; returns
+    (exit status, seconds from the first signal or the start to the exit, its line)."""
     script.write_text(_STUCK_IN_A_NATIVE_CALL)
     process = subprocess.Popen(
-        [sys.executable, str(script), str(unanswered_after)],
+        [sys.executable, str(script), str(unanswered_after), mode],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
         assert process.stdout.readline() == "stuck\n"
-        time.sleep(0.5)  # inside the second lock by now
-        process.send_signal(signal.SIGTERM)
-        sent = time.monotonic()
-        if signals == 2:
-            time.sleep(1.5)
+        started = time.monotonic()
+        for i in range(signals):
+            time.sleep(0.5 if i == 0 else 1.5)  # inside the second lock by then
             process.send_signal(signal.SIGTERM)
+            started = started if i else time.monotonic()
         process.wait(timeout=60)
-        took = time.monotonic() - sent
+        took = time.monotonic() - started
         stderr = process.stderr.read()
     finally:
         process.kill()
-    assert process.returncode == 128 + signal.SIGTERM
+    (line,) = [text for text in stderr.splitlines() if text.startswith("podracer:")]
+    assert re.search(rf"\({re.escape(str(script))}:\d+ in wait_for_the_device\)", line)  # where
+    assert "without a final checkpoint" in line
+    return process.returncode, took, line
+
+
+@pytest.mark.parametrize("signals", [1, 2], ids=["one-signal-waits", "a-second-exits-at-once"])
+def test_a_signal_a_stuck_main_thread_cannot_answer_ends_the_process_in_one_line(signals, tmp_path):
+    unanswered_after = 2.0 if signals == 1 else 120.0
+    code, took, line = _run_stuck(tmp_path / "stuck.py", "signal", unanswered_after, signals)
+    assert code == 128 + signal.SIGTERM
     if signals == 1:
         assert unanswered_after <= took < unanswered_after + 20
     else:
         assert took < 20  # not the 120 s of one unanswered signal
-    (line,) = [text for text in stderr.splitlines() if text.startswith("podracer:")]
     assert "received SIGTERM and the run did not answer it" in line
-    assert re.search(rf"\({re.escape(str(script))}:\d+ in wait_for_the_device\)", line)  # where
-    assert "without a final checkpoint" in line
+
+
+def test_a_stall_a_stuck_main_thread_cannot_answer_ends_the_process_in_one_line(tmp_path):
+    # No one signals: the frames stop (0.5 s), the stop goes unanswered (1 s), exit 1.
+    code, took, line = _run_stuck(tmp_path / "stuck.py", "stall", 1.0, signals=0)
+    assert code == 1 and 1.5 <= took < 20
+    assert "the run stalled (no frame for 0.5 s (learner.stall_timeout_s)) and did not stop" in line
+
+
+def _watch(progress: list[int], timeout_s: float, seconds: float) -> StopSignal:
+    """Runs `watch_for_stalls` over `progress` ([frames, updates], changed by the caller's
+    thread) for `seconds`; returns the stop signal."""
+    stop = StopSignal()
+    with watch_for_stalls(stop, lambda: (progress[0], progress[1]), timeout_s):
+        stop.wait(seconds)
+    return stop
+
+
+def test_counters_that_stop_advancing_stop_the_run_as_stalled():
+    progress = [0, 0]
+
+    def frames_then_updates_then_nothing() -> None:
+        for _ in range(6):  # 0.6 s of frames and updates, then the updates stop
+            time.sleep(0.1)
+            progress[0] += 1
+            progress[1] += 1
+        for _ in range(30):
+            time.sleep(0.1)
+            progress[0] += 1
+
+    threading.Thread(target=frames_then_updates_then_nothing, daemon=True).start()
+    started = time.monotonic()
+    stop = _watch(progress, timeout_s=0.5, seconds=5.0)
+    assert stop.reason == "stalled: no update for 0.5 s (learner.stall_timeout_s)"
+    assert 1.0 <= time.monotonic() - started < 3.0
+
+
+def test_counters_that_never_moved_are_not_a_stall_nor_is_a_timeout_of_zero():
+    # Before its first frame a run compiles, for minutes on a large model: never a stall.
+    assert not _watch([5, 0], timeout_s=0.2, seconds=1.0)
+    progress = [0, 0]
+    threading.Thread(target=lambda: [time.sleep(0.2), progress.__setitem__(0, 1)]).start()
+    assert not _watch(progress, timeout_s=0.0, seconds=1.0)
 
 
 # Parameter publishing: the learner/actor handoff.

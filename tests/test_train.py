@@ -100,6 +100,28 @@ def test_a_failing_actor_thread_stops_the_run_with_its_message(tmp_path, monkeyp
     assert time.monotonic() - started < 120  # stopped, never hung
 
 
+def test_a_run_whose_updates_stop_stops_as_stalled_with_a_final_checkpoint(tmp_path, monkeypatch):
+    # The learner never updates again after its second update (as if each wait for a sample
+    # came back empty for ever): after learner.stall_timeout_s the run stops itself, saving.
+    from selfplay.sebulba import SebulbaRuntime
+
+    real_learn = SebulbaRuntime.learn
+
+    def learn_twice(self):
+        if self.step >= 2:
+            time.sleep(0.01)
+            return False
+        return real_learn(self)
+
+    monkeypatch.setattr(SebulbaRuntime, "learn", learn_twice)
+    config = _tiny("tic_tac_toe_alphazero", "learner.max_updates=1000", "learner.stall_timeout_s=1")
+    result = train_module.train(config, tmp_path / "run", progress=False)
+    # The actors stop too once the replay's rate limit holds them: "no frame and no update".
+    stalled = r"stalled: no (frame and no )?update for 1 s \(learner.stall_timeout_s\)"
+    assert re.fullmatch(stalled, result.stopped_by), result.stopped_by
+    assert result.updates == 2 and checkpoint_steps(tmp_path / "run") == [2]
+
+
 def _podracer(*args, **kwargs):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen(
