@@ -116,10 +116,11 @@ def test_a_run_whose_updates_stop_stops_as_stalled_with_a_final_checkpoint(tmp_p
     monkeypatch.setattr(SebulbaRuntime, "learn", learn_twice)
     config = _tiny("tic_tac_toe_alphazero", "learner.max_updates=1000", "learner.stall_timeout_s=1")
     result = train_module.train(config, tmp_path / "run", progress=False)
-    # The actors stop too once the replay's rate limit holds them: "no frame and no update".
-    stalled = r"stalled: no (frame and no )?update for 1 s \(learner.stall_timeout_s\)"
+    # Which counter stops first is the machine's: the actors stop too once the replay's rate
+    # limit holds them, and under load they may pause for a second before the first update.
+    stalled = r"stalled: no (frame|update|frame and no update) for 1 s \(learner.stall_timeout_s\)"
     assert re.fullmatch(stalled, result.stopped_by), result.stopped_by
-    assert result.updates == 2 and checkpoint_steps(tmp_path / "run") == [2]
+    assert checkpoint_steps(tmp_path / "run")[-1] == result.updates <= 2  # the final checkpoint
 
 
 def _podracer(*args, **kwargs):
