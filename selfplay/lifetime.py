@@ -43,11 +43,17 @@ class Diverged(UsageError):
     before any checkpoint holds them; the checkpoints saved before are whole."""
 
     def __init__(self, what: str):
+        self.what = what
         super().__init__(
             f"the training diverged: {what}; no checkpoint holds them (those saved before are "
             "whole): lower optimizer.learning_rate or set optimizer.max_grad_norm, and run "
             "again to resume from the newest"
         )
+
+    def __reduce__(self):
+        # Rebuilt from `what` (Ray sends a member's exception to the driver pickled), not from
+        # the whole message, which would be wrapped in the sentence again.
+        return (type(self), (self.what,))
 
 
 def check_finite(what: str, leaves: list[Any]) -> None:

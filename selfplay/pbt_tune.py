@@ -24,6 +24,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import socket
 import tempfile
 import time
@@ -339,6 +340,18 @@ def _member(
         reported = frames
 
 
+def error_line(error: BaseException) -> str:
+    """The first line of a failed member's own exception: Ray wraps it in a RayTaskError whose
+    first line is the worker's (`ray::ImplicitFunc.train() (pid=..., ip=...)`, in color)."""
+    cause = getattr(error, "cause", None)
+    text = str(cause if isinstance(cause, BaseException) else error)
+    lines = [_ANSI_COLOR.sub("", line).strip() for line in text.splitlines()]
+    return next((line for line in lines if line), type(error).__name__)
+
+
+_ANSI_COLOR = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def start_local_ray(**options) -> None:
     """`ray.init` of a Ray on this machine for a population (`options`: ray.init's, e.g.
     `num_cpus`). Its workers run at this process's niceness: Ray starts them 15 above it
@@ -448,7 +461,7 @@ def run_population(
                 frames=int(metrics.get("frames", 0)),
                 fitness=float(metrics.get("fitness", math.nan)),
                 values=dict((result.config or {}).get("explore", {})),
-                error=None if result.error is None else str(result.error).splitlines()[0],
+                error=None if result.error is None else error_line(result.error),
             )
         )
     members.sort(key=lambda m: m.member)

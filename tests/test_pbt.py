@@ -210,6 +210,26 @@ def test_a_diverged_member_ranks_last_and_a_second_divergence_fails_it(tmp_path,
     assert pointer == {"member": 1, "step": 0, "frames": 0}
 
 
+def test_a_failed_members_line_is_its_own_errors_not_rays():
+    # Ray hands the driver the member's exception pickled, wrapped in a RayTaskError whose first
+    # line is the worker's, in color; `podracer pbt` prints the member's own first line.
+    pytest.importorskip("ray")
+    import pickle
+
+    from selfplay.lifetime import Diverged
+    from selfplay.pbt_tune import error_line
+
+    diverged = pickle.loads(pickle.dumps(Diverged("the parameters at update 2 hold NaN or inf")))
+    assert str(diverged).count("the training diverged") == 1  # not wrapped again when rebuilt
+
+    class RayTaskError(Exception):  # ray.exceptions.RayTaskError's shape: a header, `cause`
+        cause = diverged
+
+    wrapped = RayTaskError("\x1b[36mray::ImplicitFunc.train()\x1b[39m (pid=1, ip=10.0.0.1)\n...")
+    assert error_line(wrapped) == str(diverged)
+    assert error_line(RuntimeError("\n\x1b[31m  the actor died \x1b[0m\nmore")) == "the actor died"
+
+
 def test_a_diverged_member_takes_over_a_top_checkpoint_and_gives_none(monkeypatch):
     """At a decision, a member whose interval diverged exploits whichever quantile it is in, and
     only top members that did not diverge are sources; where none is left, no one exploits."""
