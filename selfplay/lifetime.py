@@ -338,19 +338,21 @@ class _SignalWatchdog:
 
 def _exit_unanswered(signum: int, waited: float) -> None:
     name = signal.Signals(signum).name
-    _exit_stuck(f"received {name} and the run did not answer it for {waited:.0f} s", 128 + signum)
+    what = f"received {name} and the run did not answer it for {waited:.0f} s"
+    _exit_stuck(what, threading.main_thread(), 128 + signum)
 
 
-def _exit_stuck(what: str, code: int) -> None:
-    """Writes one line saying where the main thread is stuck and ends the process at once."""
-    frame = sys._current_frames().get(threading.main_thread().ident or -1)
+def _exit_stuck(what: str, thread: threading.Thread, code: int) -> None:
+    """Writes one line saying where the run's `thread` is stuck and ends the process at once."""
+    frame = sys._current_frames().get(thread.ident or -1)
     stack = traceback.extract_stack(frame) if frame is not None else []
     where = next(
         (f"{s.filename}:{s.lineno} in {s.name}" for s in reversed(stack) if _ours(s.filename)),
         "an unknown place",
     )
     line = (
-        f"podracer: {what}: its main thread is blocked in a call that does not return ({where}); "
+        f"podracer: {what}: its {'main ' if thread is threading.main_thread() else ''}thread is "
+        f"blocked in a call that does not return ({where}); "
         "exiting without a final checkpoint (those saved before are whole: the same command "
         "resumes from the newest)\n"
     )
@@ -371,13 +373,14 @@ def watch_for_stalls(
 
     Each counter is watched from its first change inside, so what comes before it (compiling,
     filling the replay) is never a stall. The stop's reason names the counter; where the block
-    is not left `unanswered_after` seconds after the stop (the main thread stuck, not only
-    idle), one line names where and the process exits with status 1. Leave the block before a
-    final save, whose length is not a stall."""
+    is not left `unanswered_after` seconds after the stop (the thread that entered it stuck,
+    not only idle), one line names where and the process exits with status 1. Leave the block
+    before a final save, whose length is not a stall."""
     if not timeout_s:
         yield
         return
     left = threading.Event()
+    run_thread = threading.current_thread()  # the loop's: a Ray Tune trial's is not the main one
 
     def watch() -> None:
         poll = min(max(timeout_s / 4, 0.05), 5.0)
@@ -396,7 +399,7 @@ def watch_for_stalls(
                 what = f"no {' and no '.join(idle)} for {timeout_s:g} s (learner.stall_timeout_s)"
                 stop.set(f"stalled: {what}")
                 if not left.wait(unanswered_after):
-                    _exit_stuck(f"the run stalled ({what}) and did not stop", 1)
+                    _exit_stuck(f"the run stalled ({what}) and did not stop", run_thread, 1)
                 return
 
     thread = threading.Thread(target=watch, name="stall-watch", daemon=True)

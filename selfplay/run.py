@@ -432,8 +432,8 @@ def _run(
                     if log_due:
                         loop.log(watch)
                     evaluation.offer()
-                    saved = runtime.step - loop.last_saved
-                    if learned and saved >= config.learner.checkpoint_every:
+                    unsaved = runtime.step - loop.last_saved
+                    if learned and unsaved >= config.learner.checkpoint_every:
                         loop.save()
             stop.set(stopped_by)  # ends what runs beside the loop before it is joined
             if runtime.step != watch.step:  # the figures of the stretch since the last line
