@@ -499,11 +499,12 @@ def test_a_row_with_no_legal_action_is_refused_eagerly_and_searched_all_legal_un
         assert legal[row][int(chosen[row])]
 
 
-# Valid but unusual values, each a short run of the default preset through `podracer train` in
-# this process: the run trains to its limit, learning at least `updates` updates (Anakin: whole
-# iterations), or is refused in one line holding `refusal`. Most share their programs with the
-# suite's other tiny runs (the persistent cache); benchmarks/bad_input.py runs the same table in
-# subprocesses.
+# Valid but unusual values, each trained by a short run of the default preset through `podracer
+# train` in this process: the run trains to its limit, learning at least `updates` updates (Anakin:
+# whole iterations), or is refused in one line holding `refusal`. benchmarks/bad_input.py runs
+# every case of the table alone, each in a process of its own; the tests run the same cases in
+# UNUSUAL_GROUPS, several values that touch different parts of a run trained together (a run
+# costs seconds, most of them its programs' tracing, whatever its values).
 RUN_BASE = [
     "network.channels=8",
     "network.head_hidden=8",
@@ -676,14 +677,67 @@ def test_valid_but_unusual_tournaments_play_or_get_one_line(name, tmp_path):
     check_unusual_tournament(name, tmp_path / "arena")
 
 
-@pytest.mark.parametrize("name", UNUSUAL_RUNS)
-def test_valid_but_unusual_values_train_or_get_one_line(name, tmp_path):
+# Every case of UNUSUAL_RUNS in exactly one group (test_every_unusual_case_is_in_one_group); a
+# case with a refusal, or that stops before it learns, alone.
+UNUSUAL_GROUPS: list[tuple[str, ...]] = [
+    ("one environment", "one simulation", "a network one unit wide"),
+    ("a batch larger than the replay",),
+    ("a replay smaller than one window",),
+    ("a horizon longer than a game", "a discount of zero", "greedy search (temperature 0)"),
+    ("one-step value targets", "Dirichlet noise alone at the root", "a search one step deep"),
+    ("Gumbel MuZero with one simulation", "every move random"),
+    ("Gumbel MuZero considering one action", "greedy from the first move"),
+    (
+        "a learning rate of 1e-30",
+        "gradients clipped to a norm of 1e-9",
+        "a replay that starts sampling at one step",
+        "parameters never published to the actors",
+    ),
+    ("a cosine schedule one step long", "a thousand samples per insert", "no updates prefetched"),
+    ("a learning rate that diverges",),
+    ("a thousandth of a sample per insert", "uniform sampling without importance weights"),
+    (
+        "a checkpoint every update, one kept",
+        "the replay saved with every checkpoint",
+        "the largest seed",
+    ),
+    ("one update",),
+    ("a budget of one frame", "a budget of a millisecond"),
+    ("anakin, one environment, one simulation",),
+    ("anakin, a budget of one frame",),
+    ("anakin, a learning rate that diverges",),
+]
+
+
+def unusual_group(names: tuple[str, ...]) -> Unusual:
+    """The cases `names` as one run: their overrides together (no field set by two of them),
+    the refusal of the one case that has one (alone), the fewest updates any of them owes."""
+    cases = [UNUSUAL_RUNS[name] for name in names]
+    overrides = [override for case in cases for override in case.overrides]
+    values: dict[str, str] = {}
+    for override in overrides:
+        field, value = override.split("=", 1)
+        assert values.setdefault(field, value) == value, (names, field)
+    refusals = [case.refusal for case in cases if case.refusal is not None]
+    assert not refusals or len(cases) == 1, names
+    return Unusual(overrides, refusals[0] if refusals else None, min(c.updates for c in cases))
+
+
+def test_every_unusual_case_is_in_one_group():
+    grouped = [name for group in UNUSUAL_GROUPS for name in group]
+    assert sorted(grouped) == sorted(UNUSUAL_RUNS), set(grouped) ^ set(UNUSUAL_RUNS)
+    for group in UNUSUAL_GROUPS:
+        unusual_group(group)
+
+
+@pytest.mark.parametrize("names", UNUSUAL_GROUPS, ids=" + ".join)
+def test_valid_but_unusual_values_train_or_get_one_line(names, tmp_path):
     import jax
     import numpy as np
 
     from selfplay.checkpoints import restore_params
 
-    case = UNUSUAL_RUNS[name]
+    case = unusual_group(names)
     run = tmp_path / "run"
     code, err = run_command(["train", "--run-dir", str(run), "--quiet", *RUN_BASE, *case.overrides])
     assert "Traceback" not in err, err
