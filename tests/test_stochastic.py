@@ -95,7 +95,7 @@ def test_the_encoders_gradient_comes_through_the_dynamics(coin):
         reward_logits, _, _ = networks.dynamics(params, afterstate, code)
         return jnp.mean(networks.reward_transform.loss(reward_logits, batch.reward_target[:, 1]))
 
-    grads = jax.grad(reward_loss)(params)
+    grads = jax.jit(jax.grad(reward_loss))(params)  # one program, not hundreds of single ops
     encoder = [
         g for path, g in jax.tree_util.tree_leaves_with_path(grads) if "encoder" in str(path)
     ]
@@ -111,25 +111,36 @@ def test_the_loss_falls_and_the_model_learns_the_coin(coin):
     # The reward after the coin is predictable only given the chance code: it is learned.
     rewards = np.asarray(metrics["reward_loss"])
     assert rewards[0] > 0.5 and rewards[-20:].mean() < 0.02
-    _, end = loss_fn(trained, batch, None)
+    _, end = jax.jit(loss_fn)(trained, batch, None)
     assert float(end["codes_used"]) > 1.7
     assert float(end["commitment_loss"]) < 0.05
     np.testing.assert_allclose(float(end["chance_loss"]), np.log(2), atol=0.05)  # a fair coin
 
-    obs = batch.observation[:, 0]
-    latent = networks.represent(trained, obs)
-    afterstate = networks.afterstate_dynamics(trained, latent, batch.action[:, 0])
-    chance_logits, _ = networks.afterstate_predict(trained, afterstate)
-    codes = jnp.argmax(networks.encode(trained, obs, batch.observation[:, 1]), axis=-1)
+    @jax.jit  # one program, not hundreds of single operations
+    def afterstates_and_codes(params, observation, action, next_observation):
+        latent = networks.represent(params, observation)
+        afterstate = networks.afterstate_dynamics(params, latent, action)
+        chance_logits, _ = networks.afterstate_predict(params, afterstate)
+        codes = jnp.argmax(networks.encode(params, observation, next_observation), axis=-1)
+        return afterstate, chance_logits, codes
+
+    afterstate, chance_logits, codes = afterstates_and_codes(
+        trained, batch.observation[:, 0], batch.action[:, 0], batch.observation[:, 1]
+    )
     heads = batch.reward_target[:, 1] > 0  # [N] the coin came up state 1
     code_of = {int(jnp.bincount(codes[m], length=CODES).argmax()) for m in (heads, ~heads)}
     assert len(code_of) == 2  # one code per outcome
     probs = np.asarray(jax.nn.softmax(chance_logits)).mean(axis=0)
     np.testing.assert_allclose(probs[sorted(code_of)], [0.5, 0.5], atol=0.12)
+
+    @jax.jit
+    def rewards_after(params, afterstate, code):
+        reward_logits, _, _ = networks.dynamics(params, afterstate, code)
+        return networks.reward_transform.decode_logits(reward_logits)
+
     for outcome, reward in ((heads, 1.0), (~heads, 0.0)):
         code = jax.nn.one_hot(jnp.full(int(outcome.sum()), codes[outcome][0]), CODES)
-        reward_logits, _, _ = networks.dynamics(trained, afterstate[outcome], code)
-        predicted = networks.reward_transform.decode_logits(reward_logits)
+        predicted = rewards_after(trained, afterstate[outcome], code)
         np.testing.assert_allclose(predicted, reward, atol=0.15)
 
 
