@@ -340,6 +340,9 @@ def _member(
         reported = frames
 
 
+_ANSI_COLOR = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def error_line(error: BaseException) -> str:
     """The first line of a failed member's own exception: Ray wraps it in a RayTaskError whose
     first line is the worker's (`ray::ImplicitFunc.train() (pid=..., ip=...)`, in color)."""
@@ -347,9 +350,6 @@ def error_line(error: BaseException) -> str:
     text = str(cause if isinstance(cause, BaseException) else error)
     lines = [_ANSI_COLOR.sub("", line).strip() for line in text.splitlines()]
     return next((line for line in lines if line), type(error).__name__)
-
-
-_ANSI_COLOR = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def start_local_ray(**options) -> None:

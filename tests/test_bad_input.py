@@ -710,7 +710,7 @@ UNUSUAL_GROUPS: list[tuple[str, ...]] = [
 
 
 def unusual_group(names: tuple[str, ...]) -> Unusual:
-    """The cases `names` as one run: their overrides together (no field set by two of them),
+    """The cases `names` as one run: their overrides together (no field set to two values),
     the refusal of the one case that has one (alone), the fewest updates any of them owes."""
     cases = [UNUSUAL_RUNS[name] for name in names]
     overrides = [override for case in cases for override in case.overrides]
