@@ -87,14 +87,17 @@ export -f learn_wait learn_collect
 export LEARN_RUN OUT
 
 C4="--only az_connect_four_2x64 --set actors.threads_per_device=1 actors.envs_per_thread=1024"
+# XLA's command buffers (CUDA graphs) for loops too, as benchmarks/search.py's --graphs.
+GRAPHS="--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL --xla_gpu_graph_min_graph_size=1"
 # Go 9x9 through the same AlphaZero configuration (2 x 32 channels, 32 simulations, 1,024 games):
 # pgx's example's own game and batch beside its loop.
 GO9="$C4 env.name=pgx:go_9x9"
 # In the order of ../shared/GPU.md; a session that goes on from an earlier one names the steps
-# still open (after the three H100 sessions of 2026-11-26: atari_muzero alone, go 9x9 and the
-# connect four match; the learning check is done, and atari100k's protocol is hours long). The
-# fourth (2026-11-27) ran `env go9 go9_anakin atari_muzero`.
-ALL="env bars_c4 bars_go9 search_engines search_profile atari learner search selfplay anakin"
+# still open. The H200 of 2026-11-28 ran `env bars_c4 search_engines search_profile` (309 s with
+# the start) and `bars_go9 learner` (395 s): next, what those figures asked for,
+# `env search_checks search_graphs bars_c4_b4096 bars_c4_graphs`.
+ALL="env search_checks search_graphs bars_c4_b4096 bars_c4_graphs bars_c4 bars_go9"
+ALL="$ALL search_engines search_profile atari learner search selfplay anakin"
 ALL="$ALL atari_muzero vtrace_threads vtrace_async muzero_batch prefetch go9 go9_anakin atari100k"
 for name in ${@:-$ALL}; do
     case $name in
@@ -115,6 +118,33 @@ for name in ${@:-$ALL}; do
         step search_engines_50 150 "$PY" benchmarks/search.py --algorithm muzero gumbel_muzero \
             --engine podracer --batch-size 1024 --simulations 50 --rounds 5 --min-seconds 0.5 \
             --clock wall --reuse-games 0 ;;
+    search_checks)
+        # The H200 (2026-11-28): the search's card busy 0.31 of the span, each level of the
+        # descent a wait on the host. SearchConfig.descent_levels_per_check 1, 2 and 4 against
+        # raw mctx, MuZero and Gumbel at 1,024 x 32 (a line each, about 15 s each).
+        step search_checks 150 "$PY" benchmarks/search.py --algorithm muzero gumbel_muzero \
+            --batch-size 1024 --simulations 32 --rounds 5 --min-seconds 0.5 --clock wall \
+            --reuse-games 0 --levels-per-check 1 2 4 ;;
+    search_graphs)
+        # Both searches compiled with XLA's command buffers for loops (CUDA graphs with
+        # conditional nodes: no host between levels), 1 and 2 levels per check.
+        step search_graphs 120 "$PY" benchmarks/search.py --algorithm muzero gumbel_muzero \
+            --batch-size 1024 --simulations 32 --rounds 5 --min-seconds 0.5 --clock wall \
+            --reuse-games 0 --graphs on --levels-per-check 1 2 ;;
+    bars_c4_b4096)
+        # The runtimes at pgx's loop's batch (4,096; the configuration's is 256): the same
+        # positions learned from, in 16 times fewer updates, as the loop does.
+        # shellcheck disable=SC2086
+        step bars_c4_b4096 240 "$PY" benchmarks/selfplay.py $C4 learner.batch_size=4096 \
+            --runtimes sebulba anakin --pgx-loop --reference --seconds 15 --warmup 5 \
+            --max-seconds 120 --compile-cache '' ;;
+    bars_c4_graphs)
+        # bars_c4 with every program (ours, the loop's, the ceiling's) compiled with command
+        # buffers for loops.
+        # shellcheck disable=SC2086
+        step bars_c4_graphs 240 env XLA_FLAGS="$GRAPHS" "$PY" benchmarks/selfplay.py $C4 \
+            --runtimes sebulba anakin --pgx-loop --reference --seconds 15 --warmup 5 \
+            --max-seconds 120 --compile-cache '' ;;
     search_profile)
         # One traced search per engine and raw mctx (MuZero and Gumbel, 1,024 x 32): kernels per
         # simulation and the share of the span the card is busy, read from the traces (left in

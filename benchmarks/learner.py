@@ -30,7 +30,7 @@ import numpy as np
 from muzero import LossConfig, MuZeroBatch, NetworkConfig, make_muzero_loss, make_muzero_networks
 from muzero.config import OptimizerConfig
 from muzero.distributed import make_replicated_update, replicate, shard_batch
-from muzero.learner import init_train_state, make_optimizer
+from muzero.learner import init_train_state, make_optimizer, make_update
 
 NETWORKS = {
     # name: (network config, observation shape, observation dtype, number of actions)
@@ -73,11 +73,22 @@ def synthetic_batch(
     )
 
 
-def _flops(lowered) -> float | None:
-    """FLOPs of one device's program, from XLA's analysis of the lowered HLO: the compiled
-    program's analysis misses the convolutions XLA:GPU hands to cuDNN (it gave 34.5 GFLOP per
-    Atari update at batch 256 on an H100, where the HLO holds 9.69 TFLOP)."""
-    analysis = lowered.cost_analysis()
+def _flops(lowered, per_device_update, state, batch_shard) -> tuple[float | None, str]:
+    """FLOPs of one device's program and where they were read, from XLA's analysis of the lowered
+    HLO: the compiled program's analysis misses the convolutions XLA:GPU hands to cuDNN (it gave
+    34.5 GFLOP per Atari update at batch 256 on an H100, where the HLO holds 9.69 TFLOP). Where
+    the backend has no analysis of a lowered program (jax 0.11.2 on an H200 returned none), the
+    same update for one device's shard is lowered for the CPU and read there: the HLO's FLOPs
+    depend on the program, not the device."""
+    flops = _analysed_flops(lowered.cost_analysis())
+    if flops is not None:
+        return flops, "lowered"
+    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), (state, batch_shard))
+    traced = jax.jit(per_device_update).trace(*shapes)
+    return _analysed_flops(traced.lower(lowering_platforms=("cpu",)).cost_analysis()), "cpu"
+
+
+def _analysed_flops(analysis) -> float | None:
     if isinstance(analysis, list | tuple):  # older jax: one dict per program
         analysis = analysis[0] if analysis else None
     return float(analysis["flops"]) if analysis and "flops" in analysis else None
@@ -116,8 +127,9 @@ def bench(name: str, args, probe: dict | None, compute_dtype: str = "float32") -
     )
     params = jax.jit(networks.init)(jax.random.key(0))
     num_params = sum(x.size for x in jax.tree.leaves(params))
-    state = replicate(init_train_state(params, optimizer, jax.random.key(1)), devices)
-    batch = synthetic_batch(
+    single_state = init_train_state(params, optimizer, jax.random.key(1))
+    state = replicate(single_state, devices)
+    host_batch = synthetic_batch(
         np.random.default_rng(0),
         args.batch_size,
         args.unroll_steps,
@@ -125,7 +137,8 @@ def bench(name: str, args, probe: dict | None, compute_dtype: str = "float32") -
         obs_dtype,
         num_actions,
     )
-    batch = shard_batch(batch, devices)
+    single_batch = jax.tree.map(lambda x: x[: args.batch_size // len(devices)], host_batch)
+    batch = shard_batch(host_batch, devices)
     update = make_replicated_update(loss_fn, optimizer, devices)
 
     start = time.perf_counter()
@@ -158,7 +171,9 @@ def bench(name: str, args, probe: dict | None, compute_dtype: str = "float32") -
         "loss": round(float(metrics["loss"]), 4),
     }
     if args.tflops:
-        flops = _flops(lowered)  # of one device's program: the batch shard it computes
+        # Of one device's program: the batch shard it computes.
+        flops, source = _flops(lowered, make_update(loss_fn, optimizer), single_state, single_batch)
+        result["flops_from"] = source
         if flops is not None:
             achieved = flops * updates_per_s / 1e12
             result["gflops_per_update_per_device"] = round(flops / 1e9, 2)

@@ -20,7 +20,11 @@ one process, interleaved over `--rounds` rounds (A B, then B A, ...) so that mac
 both alike, and each reports its median round. `ratio` is ours / mctx. On a CPU machine shared
 with other jobs, `--clock cpu` times this process's CPU seconds instead of wall seconds. `--engine`
 picks the engine of ours (`SearchConfig.engine`: "podracer", `search.engine`; or "mctx", mctx's own
-loop under our masks); the reference is always raw mctx.
+loop under our masks); the reference is always raw mctx. `--levels-per-check 1 2 4` prints a line
+per value of `SearchConfig.descent_levels_per_check` (the levels our engine descends between two
+checks of whether a row continues: each check is a wait on the host on a GPU). `--graphs on`
+compiles both searches with XLA's command buffers for loops (`GRAPH_COMPILER_OPTIONS`: the loops
+run as CUDA graphs, without the host between levels), `both` a line with and one without.
 
 **Operations per simulation** (`--hlo-ops`, one JSON line per algorithm): the CPU proxy for a
 GPU's kernel launches per simulation. Both engines' searches over tiny linear models (the tree's
@@ -102,9 +106,26 @@ NETWORK = NetworkConfig(
 # --- throughput: search.run vs mctx --------------------------------------------------------------
 
 
-def make_searches(algorithm: str, num_simulations: int, engine: str = "podracer", **config_changes):
-    """(ours, reference, params, root_fn): two jitted `(key, root, invalid) -> action` fns;
-    `config_changes` go to our search's `SearchConfig` (the reference is mctx's as it is)."""
+# XLA:GPU's command buffers (CUDA graphs) for everything a search runs, its loops included: by
+# default XLA records fusions and library calls but runs a `while_loop` from the host, copying
+# each iteration's predicate back and waiting for it; WHILE and CONDITIONAL record the loops too
+# (CUDA's conditional graph nodes), so a search runs without the host between its levels.
+GRAPH_COMPILER_OPTIONS = {
+    "xla_gpu_enable_command_buffer": "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,CONDITIONAL,WHILE",
+    "xla_gpu_graph_min_graph_size": 1,
+}
+
+
+def make_searches(
+    algorithm: str,
+    num_simulations: int,
+    engine: str = "podracer",
+    compiler_options: dict | None = None,
+    **config_changes,
+):
+    """(ours, reference, params, root_fn): two jitted `(key, root, invalid) -> action` fns,
+    both compiled with `compiler_options`; `config_changes` go to our search's `SearchConfig`
+    (the reference is mctx's as it is)."""
     if algorithm == "stochastic_muzero":
         networks = make_stochastic_networks(NETWORK, OBSERVATION_SHAPE, NUM_ACTIONS, NUM_CODES)
         recurrent_fn = make_stochastic_model(networks, two_player=True)
@@ -172,7 +193,12 @@ def make_searches(algorithm: str, num_simulations: int, engine: str = "podracer"
             )
             return out.action, out.action_weights
 
-    return jax.jit(ours), jax.jit(reference), params, root_fn
+    return (
+        jax.jit(ours, compiler_options=compiler_options),
+        jax.jit(reference, compiler_options=compiler_options),
+        params,
+        root_fn,
+    )
 
 
 def connect_four_roots(root_fn, params, batch_size: int, seed: int = 0):
@@ -205,8 +231,16 @@ def throughput(
     min_seconds: float,
     clock: str = "wall",
     engine: str = "podracer",
+    levels_per_check: int = 1,
+    graphs: bool = False,
 ) -> dict:
-    ours, reference, params, root_fn = make_searches(algorithm, num_simulations, engine)
+    ours, reference, params, root_fn = make_searches(
+        algorithm,
+        num_simulations,
+        engine,
+        GRAPH_COMPILER_OPTIONS if graphs else None,
+        descent_levels_per_check=levels_per_check,
+    )
     root, invalid = connect_four_roots(root_fn, params, batch_size)
     warm_key = jax.random.PRNGKey(1)
     for fn in (ours, reference):  # compile and warm up, excluded from the timing
@@ -227,6 +261,8 @@ def throughput(
         "benchmark": "search_throughput",
         "algorithm": algorithm,
         "engine": engine,
+        "levels_per_check": levels_per_check,
+        "graphs": graphs,
         "ours": round(ours_rate, 2),
         "mctx": round(mctx_rate, 2),
         "ratio": round(ours_rate / mctx_rate, 4),
@@ -570,18 +606,30 @@ def _device_kernels(trace_dir: str) -> dict:
     }
 
 
-def profile(algorithm: str, batch_size: int, num_simulations: int, trace_root: str) -> dict:
+def profile(
+    algorithm: str,
+    batch_size: int,
+    num_simulations: int,
+    trace_root: str,
+    levels_per_check: int = 1,
+) -> dict:
     """One search of each engine and of raw mctx under jax.profiler (traces in `trace_root`),
     and the kernels per simulation read from each trace (accelerators only)."""
-    line: dict = {"benchmark": "search_profile", "algorithm": algorithm}
+    line: dict = {
+        "benchmark": "search_profile",
+        "algorithm": algorithm,
+        "levels_per_check": levels_per_check,
+    }
     for engine in ("podracer", "mctx"):
-        ours, reference, params, root_fn = make_searches(algorithm, num_simulations, engine)
+        ours, reference, params, root_fn = make_searches(
+            algorithm, num_simulations, engine, descent_levels_per_check=levels_per_check
+        )
         root, invalid = connect_four_roots(root_fn, params, batch_size)
         searches = {engine: ours} if engine == "mctx" else {engine: ours, "raw_mctx": reference}
         for name, fn in searches.items():
             key = jax.random.PRNGKey(1)
             jax.block_until_ready(fn(key, root, invalid))  # compiled and warm
-            trace_dir = os.path.join(trace_root, f"{algorithm}_{name}")
+            trace_dir = os.path.join(trace_root, f"{algorithm}_{name}_{levels_per_check}")
             with jax.profiler.trace(trace_dir):
                 jax.block_until_ready(fn(key, root, invalid))
             found = _device_kernels(trace_dir)
@@ -872,6 +920,21 @@ def main(argv=None) -> None:
         help="the engine of our search in the throughput lines (the reference is raw mctx)",
     )
     parser.add_argument(
+        "--levels-per-check",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="SearchConfig.descent_levels_per_check of ours: one throughput (or profile) line "
+        "per value, each against raw mctx",
+    )
+    parser.add_argument(
+        "--graphs",
+        choices=["off", "on", "both"],
+        default="off",
+        help="compile both searches with XLA's command buffers for loops too "
+        "(GRAPH_COMPILER_OPTIONS; GPUs only): on, off, or a line for each",
+    )
+    parser.add_argument(
         "--profile",
         metavar="DIR",
         default=None,
@@ -892,24 +955,31 @@ def main(argv=None) -> None:
     for name in ("batch_size", "simulations", "rounds"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be >= 1")
+    if min(args.levels_per_check) < 1:
+        raise SystemExit("--levels-per-check must be >= 1")
 
     groups = {"all": ["muzero", "gumbel_muzero", "stochastic_muzero"], "none": []}
     algorithms = [a for name in args.algorithm for a in groups.get(name, [name])]
     for algorithm in [] if args.profile else algorithms:
-        line = throughput(
-            algorithm,
-            args.batch_size,
-            args.simulations,
-            args.rounds,
-            args.min_seconds,
-            args.clock,
-            args.engine,
-        )
-        print(json.dumps(line), flush=True)
+        for graphs in {"off": [False], "on": [True], "both": [False, True]}[args.graphs]:
+            for levels in args.levels_per_check:
+                line = throughput(
+                    algorithm,
+                    args.batch_size,
+                    args.simulations,
+                    args.rounds,
+                    args.min_seconds,
+                    args.clock,
+                    args.engine,
+                    levels,
+                    graphs,
+                )
+                print(json.dumps(line), flush=True)
     if args.profile:
         for algorithm in algorithms:
-            line = profile(algorithm, args.batch_size, args.simulations, args.profile)
-            print(json.dumps(line), flush=True)
+            for levels in args.levels_per_check:
+                line = profile(algorithm, args.batch_size, args.simulations, args.profile, levels)
+                print(json.dumps(line), flush=True)
     if args.hlo_ops:
         for algorithm in ("muzero", "gumbel_muzero", "stochastic_muzero"):
             print(json.dumps(hlo_ops(algorithm, args.batch_size, args.simulations)), flush=True)

@@ -65,11 +65,18 @@ class SearchConfig:
     # Who runs the simulations: "podracer" (search.engine: the same tree as mctx's from the same
     # keys, in fewer operations per simulation) or "mctx" (mctx's own loop).
     engine: str = "podracer"
+    # Levels the "podracer" engine descends between two checks of whether any row still
+    # descends. On a GPU each check copies a flag to the host and waits for it (XLA runs a loop
+    # whose stop depends on data that way), leaving the card idle; more levels per check mean
+    # fewer waits, at the cost of computing up to that many levels more for rows that stopped
+    # (their results are unchanged). The tree is the same for any value.
+    descent_levels_per_check: int = 1
 
     def __post_init__(self):
         _check(self.algorithm in ALGORITHMS, self, "algorithm", f"must be one of {ALGORITHMS}")
         _check(self.engine in ENGINES, self, "engine", f"must be one of {ENGINES}")
         _check_int(self, "num_simulations", minimum=1)
+        _check_int(self, "descent_levels_per_check", minimum=1)
         if self.max_depth is not None:
             _check_int(self, "max_depth", minimum=1)
         _check(

@@ -13,7 +13,8 @@ model from the caller. What it does differently from mctx, per simulation:
   instead of computing both at every level. The loop carries a few [B] vectors and the path it
   took, never the tree.
 * **The backup is one pass over the recorded path**: the discounted returns along it (a loop up
-  the levels over [B] scalars: one step of a few elementwise operations per level) and one
+  the levels over [B] scalars, straight-line code for paths of up to 64 levels, so no loop
+  whose stop depends on data, which on a GPU waits on the host at every level) and one
   scatter per tree field for every node and edge of the path together, the new node's writes
   included. mctx's backup is a
   `while_loop` from the leaf up through `parents`, four scatters per level, which under `vmap`
@@ -106,6 +107,7 @@ def run_simulations(
     num_simulations: int,
     max_depth: int,
     first_new_node: chex.Array | int = 1,
+    levels_per_check: int = 1,
 ) -> Tree:
     """Adds `num_simulations` simulations to `tree`, consuming `rng_key` as mctx's search does.
 
@@ -123,6 +125,8 @@ def run_simulations(
       max_depth: the deepest a simulation descends, in edges from the root.
       first_new_node: [B] or a number: the slot of each row's first new node (1 for a fresh
         tree); simulation `s` writes its node at `first_new_node + s`.
+      levels_per_check: cycles of `interior_rules` the descent takes between two checks of
+        whether any row still descends (`SearchConfig.descent_levels_per_check`).
     Returns:
       The grown tree.
     """
@@ -137,7 +141,13 @@ def run_simulations(
         # The rows' selection keys matter only to a rule that draws noise (PUCT's tie-break).
         row_keys = _row_keys(split_key(simulate_key, batch_size)) if uses_noise else None
         path, tree = _descend(
-            tree, row_keys, root_rule, tuple(interior_rules), max_depth, path_length
+            tree,
+            row_keys,
+            root_rule,
+            tuple(interior_rules),
+            max_depth,
+            path_length,
+            levels_per_check,
         )
         new_node = first_new_node + sim
         leaf = jnp.where(path.next_node == UNVISITED, new_node, path.next_node)  # [B]
@@ -192,14 +202,16 @@ def _root_rows(tree: Tree) -> NodeRows:
 
 
 def _descend(
-    tree, keys, root_rule, interior_rules, max_depth, path_length
+    tree, keys, root_rule, interior_rules, max_depth, path_length, levels_per_check=1
 ) -> tuple[_Descent, Tree]:
     """mctx's `simulate` for the whole batch: from the root down to an unexpanded action or
     `max_depth`, recording the path. A row's key is split at every level it descends (the
     second half draws the level's noise), as mctx splits it.
 
     The tree goes through the loop unchanged and the caller updates the tree that comes out:
-    XLA then updates it in place instead of copying every array the loop reads.
+    XLA then updates it in place instead of copying every array the loop reads. Each iteration
+    takes `levels_per_check` cycles of the interior rules: a level where no row continues
+    changes nothing but the depth counter (past the path, which the backup does not read).
     """
     batch_size, num_nodes = tree.node_values.shape
     state = _Descent(
@@ -216,8 +228,9 @@ def _descend(
 
     def descend_levels(carry):
         state, tree = carry
-        for rule in interior_rules:  # one level per rule: the cycle of node kinds
-            state = _level(tree, state, rule, max_depth, at_root=False)
+        for _ in range(levels_per_check):
+            for rule in interior_rules:  # one level per rule: the cycle of node kinds
+                state = _level(tree, state, rule, max_depth, at_root=False)
         return state, tree
 
     return jax.lax.while_loop(lambda c: jnp.any(c[0].continuing), descend_levels, (state, tree))
@@ -255,6 +268,12 @@ def _level(tree: Tree, state: _Descent, rule: Rule, max_depth: int, at_root: boo
         path_nodes=record(state.path_nodes, node),
         path_actions=record(state.path_actions, action),
     )
+
+
+# Paths up to this many levels are backed up in straight-line code, which XLA fuses into a few
+# kernels: a `while_loop` whose stop depends on data makes XLA:GPU copy each iteration's
+# predicate to the host and wait for it (the device idles at every level of every simulation).
+_UNROLLED_BACKUP_LEVELS = 64
 
 
 def _expand_and_backup(params, key, tree: Tree, recurrent_fn, path: _Descent, leaf) -> Tree:
@@ -302,11 +321,21 @@ def _expand_and_backup(params, key, tree: Tree, recurrent_fn, path: _Descent, le
         returns = jax.lax.dynamic_update_index_in_dim(returns, updated, d, axis=1)
         return d, jnp.where(column(inside), updated, leaf_return), returns
 
-    # From the deepest level any row reached (the descent's depth) up to the root.
-    top = jnp.minimum(path.depth, nodes.shape[1])
-    _, _, returns = jax.lax.while_loop(
-        lambda c: c[0] > 0, level_up, (top, step.value, jnp.zeros_like(rewards))
-    )  # [B, D], the return through edge (n_d, a_d)
+    if nodes.shape[1] <= _UNROLLED_BACKUP_LEVELS:
+        # Every level from the deepest the path can have: a level below a row's path keeps its
+        # return (and its column is dropped by the scatters below), so the sums are the loop's.
+        leaf_return, columns = step.value, []
+        for d in reversed(range(nodes.shape[1])):
+            updated = rewards[:, d] + discounts[:, d] * leaf_return
+            columns.append(updated)
+            leaf_return = jnp.where(inside[:, d], updated, leaf_return)
+        returns = jnp.stack(columns[::-1], axis=1)  # [B, D], the return through edge (n_d, a_d)
+    else:
+        # From the deepest level any row reached (the descent's depth) up to the root.
+        top = jnp.minimum(path.depth, nodes.shape[1])
+        _, _, returns = jax.lax.while_loop(
+            lambda c: c[0] > 0, level_up, (top, step.value, jnp.zeros_like(rewards))
+        )
     count = visits.astype(values.dtype)
     new_values = (values * count + returns) / (count + 1.0)  # [B, D], the new value of n_d
     # Edge (n_d, a_d) takes its child's new value: n_{d+1}'s, or the leaf's value.

@@ -318,6 +318,7 @@ def _engine_search(
         num_simulations=config.num_simulations,
         max_depth=max_depth,
         first_new_node=first_new_node,
+        levels_per_check=config.descent_levels_per_check,
     )
     return start.replace(**grown._asdict())
 

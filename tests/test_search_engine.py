@@ -56,20 +56,35 @@ def _random_invalid(key, batch_size):
 
 
 @pytest.mark.parametrize(
-    "algorithm, decision_selection, batch_size, simulations, max_depth, masked, typed_key",
+    "algorithm, decision_selection, batch_size, simulations, max_depth, masked, typed_key, "
+    "backup_loop, levels_per_check",
     [
-        ("muzero", "puct", 1, 4, None, False, True),
-        ("muzero", "puct", 7, 16, 3, True, False),
-        ("gumbel_muzero", "puct", 8, 16, 2, True, False),
-        ("stochastic_muzero", "puct", 5, 12, None, True, False),
-        ("stochastic_muzero", "gumbel", 4, 16, 4, False, False),
+        ("muzero", "puct", 1, 4, None, False, True, False, 1),
+        ("muzero", "puct", 7, 16, None, True, False, False, 2),
+        ("gumbel_muzero", "puct", 8, 16, 2, True, False, False, 1),
+        ("stochastic_muzero", "puct", 5, 12, None, True, False, True, 1),
+        ("stochastic_muzero", "gumbel", 4, 16, 4, False, False, False, 3),
     ],
 )
 def test_engines_agree_on_learned_models(
-    algorithm, decision_selection, batch_size, simulations, max_depth, masked, typed_key
+    monkeypatch,
+    algorithm,
+    decision_selection,
+    batch_size,
+    simulations,
+    max_depth,
+    masked,
+    typed_key,
+    backup_loop,
+    levels_per_check,
 ):
     """`typed_key`: a `jax.random.key` takes jax.random's own path in the engine (raw uint32
-    keys take its threefry): the same bits either way."""
+    keys take its threefry): the same bits either way. `backup_loop`: the backup's loop over the
+    levels reached, which paths longer than the straight-line code's limit take.
+    `levels_per_check`: the descent's levels between two checks of whether a row continues
+    (the levels past every row's path change nothing)."""
+    if backup_loop:
+        monkeypatch.setattr(engine, "_UNROLLED_BACKUP_LEVELS", 0)
     key = jax.random.PRNGKey(batch_size)
     if algorithm == "stochastic_muzero":
         params, root, model = fakes.random_stochastic_model(
@@ -84,6 +99,7 @@ def test_engines_agree_on_learned_models(
         num_simulations=simulations,
         max_depth=max_depth,
         max_num_considered_actions=4,
+        descent_levels_per_check=levels_per_check,
     )
     runs = _both_engines(
         lambda config: functools.partial(
