@@ -218,13 +218,13 @@ def _shares(totals: dict[str, float]) -> dict[str, float]:
 ROLES = ("actors", "input", "learner", "other")
 
 
-def thread_cpu_by_role() -> dict[str, float]:
-    """CPU seconds so far of this process's threads, summed by role (`ROLES`), from
-    /proc/self/task/*/stat (Linux; {} elsewhere). Threads that ended are left out."""
+def thread_cpu_by_role() -> dict[int, tuple[str, float]]:
+    """{thread id: (role, CPU seconds so far)} of this process's threads (roles: `ROLES`), from
+    /proc/self/task/*/stat (Linux; {} elsewhere)."""
     names = {t.native_id: t.name for t in threading.enumerate()}
     main = threading.main_thread().native_id
     ticks = os.sysconf("SC_CLK_TCK")
-    totals = dict.fromkeys(ROLES, 0.0)
+    threads: dict[int, tuple[str, float]] = {}
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
@@ -246,26 +246,41 @@ def thread_cpu_by_role() -> dict[str, float]:
             if name == "learner-input"
             else "other"
         )
-        totals[role] += seconds
+        threads[tid] = (role, seconds)
+    return threads
+
+
+def _role_differences(before: dict | None, after: dict | None) -> dict[str, float | None]:
+    """The CPU seconds each role's threads spent between two `thread_cpu_by_role` readings; None
+    for a role one of whose threads ended between them (its time went with it: in a short run
+    the second reading can come as the run stops). A thread that started between them counts
+    from zero."""
+    if not before or not after:
+        return {}
+    totals: dict[str, float | None] = dict.fromkeys(ROLES, 0.0)
+    for role, seconds in after.values():
+        totals[role] = (totals[role] or 0.0) + seconds
+    for tid, (role, seconds) in before.items():
+        if tid not in after:
+            totals[role] = None
+        elif totals[role] is not None:
+            totals[role] -= seconds
     return totals
 
 
-def _role_differences(before: dict | None, after: dict | None) -> dict[str, float]:
-    if not before or not after:
-        return {}
-    return {role: after[role] - before[role] for role in ROLES}
-
-
-def _host_cpu_per_1000(threads_cpu: dict[str, float], frames: int) -> dict:
+def _host_cpu_per_1000(threads_cpu: dict[str, float | None], frames: int) -> dict:
     """CPU seconds per 1,000 positions by thread role, and the host's own (actors + input +
     learner: what a GPU host spends beside the device's work)."""
     if not threads_cpu or frames <= 0:
         return {}
-    per = {
-        f"cpu_s_per_1000_positions_{r}": round(1000 * s / frames, 4) for r, s in threads_cpu.items()
+    per: dict[str, float | None] = {
+        f"cpu_s_per_1000_positions_{r}": None if s is None else round(1000 * s / frames, 4)
+        for r, s in threads_cpu.items()
     }
-    host = sum(threads_cpu[r] for r in ("actors", "input", "learner"))
-    per["host_cpu_s_per_1000_positions"] = round(1000 * host / frames, 4)
+    host = [threads_cpu[r] for r in ("actors", "input", "learner")]
+    per["host_cpu_s_per_1000_positions"] = (
+        None if None in host else round(1000 * sum(host) / frames, 4)  # type: ignore[arg-type]
+    )
     return per
 
 
