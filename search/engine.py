@@ -13,8 +13,9 @@ model from the caller. What it does differently from mctx, per simulation:
   instead of computing both at every level. The loop carries a few [B] vectors and the path it
   took, never the tree.
 * **The backup is one pass over the recorded path**: the discounted returns along it (a loop up
-  the levels over [B] scalars, straight-line code for paths of up to 64 levels, so no loop
-  whose stop depends on data, which on a GPU waits on the host at every level) and one
+  the levels over [B] scalars; on an accelerator straight-line code for paths of up to 64
+  levels, so no loop whose stop depends on data, which on a GPU waits on the host at every
+  level) and one
   scatter per tree field for every node and edge of the path together, the new node's writes
   included. mctx's backup is a
   `while_loop` from the leaf up through `parents`, four scatters per level, which under `vmap`
@@ -270,10 +271,12 @@ def _level(tree: Tree, state: _Descent, rule: Rule, max_depth: int, at_root: boo
     )
 
 
-# Paths up to this many levels are backed up in straight-line code, which XLA fuses into a few
-# kernels: a `while_loop` whose stop depends on data makes XLA:GPU copy each iteration's
-# predicate to the host and wait for it (the device idles at every level of every simulation).
+# Paths up to this many levels are backed up in straight-line code on accelerators, which XLA
+# fuses into a few kernels: a `while_loop` whose stop depends on data makes XLA:GPU copy each
+# iteration's predicate to the host and wait for it (the device idles at every level of every
+# simulation). `_UNROLLED_BACKUP_ON_CPU` takes that code on a CPU too (the tests' way to it).
 _UNROLLED_BACKUP_LEVELS = 64
+_UNROLLED_BACKUP_ON_CPU = False
 
 
 def _expand_and_backup(params, key, tree: Tree, recurrent_fn, path: _Descent, leaf) -> Tree:
@@ -310,31 +313,19 @@ def _expand_and_backup(params, key, tree: Tree, recurrent_fn, path: _Descent, le
 
     inside = nodes < num_nodes  # [B, D]
 
-    def level_up(carry):  # level d - 1: the return through edge (n_{d-1}, a_{d-1})
-        d, leaf_return, returns = carry
-        d = d - 1
-
-        def column(x):
-            return jax.lax.dynamic_index_in_dim(x, d, axis=1, keepdims=False)
-
-        updated = column(rewards) + column(discounts) * leaf_return
-        returns = jax.lax.dynamic_update_index_in_dim(returns, updated, d, axis=1)
-        return d, jnp.where(column(inside), updated, leaf_return), returns
-
-    if nodes.shape[1] <= _UNROLLED_BACKUP_LEVELS:
-        # Every level from the deepest the path can have: a level below a row's path keeps its
-        # return (and its column is dropped by the scatters below), so the sums are the loop's.
-        leaf_return, columns = step.value, []
-        for d in reversed(range(nodes.shape[1])):
-            updated = rewards[:, d] + discounts[:, d] * leaf_return
-            columns.append(updated)
-            leaf_return = jnp.where(inside[:, d], updated, leaf_return)
-        returns = jnp.stack(columns[::-1], axis=1)  # [B, D], the return through edge (n_d, a_d)
+    # [B, D], the return through edge (n_d, a_d), from the deepest level any row reached up.
+    top = jnp.minimum(path.depth, nodes.shape[1])
+    args = (rewards, discounts, inside, step.value, top)
+    if nodes.shape[1] > _UNROLLED_BACKUP_LEVELS:
+        returns = _returns_in_a_loop(*args)
+    elif _UNROLLED_BACKUP_ON_CPU:
+        returns = _returns_unrolled(*args)
     else:
-        # From the deepest level any row reached (the descent's depth) up to the root.
-        top = jnp.minimum(path.depth, nodes.shape[1])
-        _, _, returns = jax.lax.while_loop(
-            lambda c: c[0] > 0, level_up, (top, step.value, jnp.zeros_like(rewards))
+        # Straight-line code where a loop waits on the host (GPU, TPU); on a CPU the loop, which
+        # compiles faster (a 33-level chain took a third longer to compile a 32-simulation
+        # search) and costs nothing there per level.
+        returns = jax.lax.platform_dependent(
+            *args, cpu=_returns_in_a_loop, default=_returns_unrolled
         )
     count = visits.astype(values.dtype)
     new_values = (values * count + returns) / (count + 1.0)  # [B, D], the new value of n_d
@@ -369,6 +360,40 @@ def _expand_and_backup(params, key, tree: Tree, recurrent_fn, path: _Descent, le
         ),
         embeddings=jax.tree.map(at_leaf, tree.embeddings, next_embedding),
     )
+
+
+def _returns_in_a_loop(rewards, discounts, inside, leaf_value, top) -> chex.Array:
+    """[B, D] the discounted return through each edge of the paths, `top` levels up from the
+    leaf's value in a `while_loop` (levels from `top` on: zeros)."""
+
+    def level_up(carry):  # level d - 1: the return through edge (n_{d-1}, a_{d-1})
+        d, leaf_return, returns = carry
+        d = d - 1
+
+        def column(x):
+            return jax.lax.dynamic_index_in_dim(x, d, axis=1, keepdims=False)
+
+        updated = column(rewards) + column(discounts) * leaf_return
+        returns = jax.lax.dynamic_update_index_in_dim(returns, updated, d, axis=1)
+        return d, jnp.where(column(inside), updated, leaf_return), returns
+
+    _, _, returns = jax.lax.while_loop(
+        lambda c: c[0] > 0, level_up, (top, leaf_value, jnp.zeros_like(rewards))
+    )
+    return returns
+
+
+def _returns_unrolled(rewards, discounts, inside, leaf_value, top) -> chex.Array:
+    """`_returns_in_a_loop` in straight-line code over every level a path can have: a level below
+    a row's path keeps its return, so the sums are the loop's (past `top`, where the loop leaves
+    zeros, the columns hold sums that the backup's scatters drop)."""
+    del top
+    leaf_return, columns = leaf_value, []
+    for d in reversed(range(rewards.shape[1])):
+        updated = rewards[:, d] + discounts[:, d] * leaf_return
+        columns.append(updated)
+        leaf_return = jnp.where(inside[:, d], updated, leaf_return)
+    return jnp.stack(columns[::-1], axis=1)
 
 
 def _where_rows(rows: chex.Array, new: chex.Array, old: chex.Array) -> chex.Array:

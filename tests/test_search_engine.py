@@ -57,13 +57,13 @@ def _random_invalid(key, batch_size):
 
 @pytest.mark.parametrize(
     "algorithm, decision_selection, batch_size, simulations, max_depth, masked, typed_key, "
-    "backup_loop, levels_per_check",
+    "backup_unrolled, levels_per_check",
     [
         ("muzero", "puct", 1, 4, None, False, True, False, 1),
-        ("muzero", "puct", 7, 16, None, True, False, False, 2),
-        ("gumbel_muzero", "puct", 8, 16, 2, True, False, False, 1),
-        ("stochastic_muzero", "puct", 5, 12, None, True, False, True, 1),
-        ("stochastic_muzero", "gumbel", 4, 16, 4, False, False, False, 3),
+        ("muzero", "puct", 7, 16, None, True, False, True, 2),
+        ("gumbel_muzero", "puct", 8, 16, 2, True, False, True, 1),
+        ("stochastic_muzero", "puct", 5, 12, None, True, False, False, 1),
+        ("stochastic_muzero", "gumbel", 4, 16, 4, False, False, True, 3),
     ],
 )
 def test_engines_agree_on_learned_models(
@@ -75,16 +75,15 @@ def test_engines_agree_on_learned_models(
     max_depth,
     masked,
     typed_key,
-    backup_loop,
+    backup_unrolled,
     levels_per_check,
 ):
     """`typed_key`: a `jax.random.key` takes jax.random's own path in the engine (raw uint32
-    keys take its threefry): the same bits either way. `backup_loop`: the backup's loop over the
-    levels reached, which paths longer than the straight-line code's limit take.
+    keys take its threefry): the same bits either way. `backup_unrolled`: the backup in the
+    straight-line code that accelerators run (on a CPU: a loop over the levels reached).
     `levels_per_check`: the descent's levels between two checks of whether a row continues
     (the levels past every row's path change nothing)."""
-    if backup_loop:
-        monkeypatch.setattr(engine, "_UNROLLED_BACKUP_LEVELS", 0)
+    monkeypatch.setattr(engine, "_UNROLLED_BACKUP_ON_CPU", backup_unrolled)
     key = jax.random.PRNGKey(batch_size)
     if algorithm == "stochastic_muzero":
         params, root, model = fakes.random_stochastic_model(
