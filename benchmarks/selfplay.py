@@ -71,7 +71,10 @@ machine's load at the time hits both: `ratio_to_jitted` is ours / jitted.
 `--pgx-loop` adds, per AlphaZero configuration, pgx's AlphaZero example's loop written with the
 configuration's own network, search, rules, loss and optimizer (a jitted self-play scan of
 `--loop-steps` moves of all the games, then one update per `--loop-batch` positions), in the same
-process after the run: `ratio_to_pgx_loop` is ours / that loop, the same work on the same cores.
+process after the run: `ratio_to_pgx_loop` is ours / that loop, on the same cores. Both learn
+from every position once, but in batches of their own: `batch_size` (the configuration's
+`learner.batch_size`) against `pgx_loop_batch_size` (`--loop-batch`, pgx's example's 4,096);
+`--set learner.batch_size=4096` makes the updates the same too.
 
 `--runtimes sebulba anakin` runs each configuration on both runtimes in turn; the ceilings of
 `--pgx-loop` and `--reference` are measured once per configuration (and round), after its first
@@ -361,6 +364,7 @@ def bench_train(name: str, args) -> dict:
         "positions_per_s": round(frames_per_s, 1),
         "positions_per_cpu_s": round(frames / cpu_s, 1),
         "updates_per_s": round(updates / seconds, 2) if seconds > 0 else None,
+        "batch_size": config.learner.batch_size,
         "samples_per_s": round(updates * config.learner.batch_size / seconds, 1)
         if seconds > 0
         else None,
@@ -488,6 +492,8 @@ def _add_ceiling(result: dict, prefix: str, ceiling: dict | None) -> None:
         result[f"ratio_to_{prefix}"] = round(
             result["positions_per_s"] / ceiling["positions_per_s"], 3
         )
+        if "batch_size" in ceiling:  # the loop's updates: as many samples, in batches this size
+            result[f"{prefix}_batch_size"] = ceiling["batch_size"]
 
 
 def bench_jitted(name: str, args) -> dict | None:
@@ -545,7 +551,9 @@ def bench_pgx_loop(name: str, args) -> dict | None:
     scan, the positions shuffled into batches of `--loop-batch`, one update each (every position
     learned from once). Here the network, search, rules, loss and optimizer are the
     configuration's own, so the ratio to it measures the runtime (threads, replay, host round
-    trips), not a difference in the work. Positions/s counts self-play and training time.
+    trips) and the batch: the loop's updates are of `--loop-batch` positions, the
+    configuration's of `learner.batch_size` (the line carries both). Positions/s counts
+    self-play and training time.
     """
     config = make_config(name, args)
     if config.mode != "alphazero":
@@ -644,6 +652,7 @@ def bench_pgx_loop(name: str, args) -> dict | None:
         "env": config.env.name,
         "envs": num_envs,
         "simulations": config.search.num_simulations,
+        "batch_size": args.loop_batch,
         "measured_s": round(seconds, 1),
         "positions_per_s": round(positions / seconds, 1),
         "positions_per_cpu_s": round(positions / cpu, 1),
