@@ -95,9 +95,10 @@ GO9="$C4 env.name=pgx:go_9x9"
 # In the order of ../shared/GPU.md; a session that goes on from an earlier one names the steps
 # still open. The H200 of 2026-11-28 ran `env bars_c4 search_engines search_profile` (309 s with
 # the start) and `bars_go9 learner` (395 s): next, what those figures asked for,
-# `env search_checks search_graphs bars_c4_b4096 bars_c4_graphs`.
-ALL="env search_checks search_graphs bars_c4_b4096 bars_c4_graphs bars_c4 bars_go9"
-ALL="$ALL search_engines search_profile atari learner search selfplay anakin"
+# `env search_checks search_graphs bars_c4_b4096 bars_c4_graphs` (about 9 minutes), then
+# `search_profile learner atari`.
+ALL="env search_checks search_graphs bars_c4_b4096 bars_c4_graphs search_profile learner atari"
+ALL="$ALL bars_c4 bars_go9 search_engines search selfplay anakin"
 ALL="$ALL atari_muzero vtrace_threads vtrace_async muzero_batch prefetch go9 go9_anakin atari100k"
 for name in ${@:-$ALL}; do
     case $name in
@@ -128,7 +129,7 @@ for name in ${@:-$ALL}; do
     search_graphs)
         # Both searches compiled with XLA's command buffers for loops (CUDA graphs with
         # conditional nodes: no host between levels), 1 and 2 levels per check.
-        step search_graphs 120 "$PY" benchmarks/search.py --algorithm muzero gumbel_muzero \
+        step search_graphs 150 "$PY" benchmarks/search.py --algorithm muzero gumbel_muzero \
             --batch-size 1024 --simulations 32 --rounds 5 --min-seconds 0.5 --clock wall \
             --reuse-games 0 --graphs on --levels-per-check 1 2 ;;
     bars_c4_b4096)
@@ -149,8 +150,11 @@ for name in ${@:-$ALL}; do
         # One traced search per engine and raw mctx (MuZero and Gumbel, 1,024 x 32): kernels per
         # simulation and the share of the span the card is busy, read from the traces (left in
         # /tmp/search_traces, not $OUT: six traces would pass the 8 files that come back).
+        # With 1 and 2 levels of the descent per check: the card's busy share says how much of
+        # the span the host's waits take.
         step search_profile 150 "$PY" benchmarks/search.py --algorithm muzero gumbel_muzero \
-            --batch-size 1024 --simulations 32 --reuse-games 0 --profile /tmp/search_traces ;;
+            --batch-size 1024 --simulations 32 --reuse-games 0 --profile /tmp/search_traces \
+            --levels-per-check 1 2 ;;
     selfplay)
         # shellcheck disable=SC2086
         step selfplay 150 "$PY" benchmarks/selfplay.py $C4 --pgx-loop --seconds 20 --warmup 5 \
