@@ -28,11 +28,16 @@ __all__ = [
     "Estimate",
     "EvalProtocol",
     "EvalResult",
+    "EvaluationStopped",
     "Summary",
     "evaluate_policy",
     "iqm",
     "summarize",
 ]
+
+
+class EvaluationStopped(Exception):
+    """`evaluate_policy`'s `should_stop` answered yes before its episodes ended."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +156,7 @@ def evaluate_policy(
     protocol: EvalProtocol | None = None,
     game: str | None = None,
     max_steps: int | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> EvalResult:
     """Runs `num_episodes` whole episodes of `policy` and summarises their returns.
 
@@ -166,6 +172,9 @@ def evaluate_policy(
       protocol: STICKY_ACTIONS, NOOP_STARTS or your own; None leaves the env's defaults.
       game: an Atari game name (`Pong-v5`, `pong`) to add human-normalised scores.
       max_steps: stop with an error after this many batched steps (a policy that never ends).
+      should_stop: asked before every batched step; once it answers yes, the episodes are
+        abandoned with `EvaluationStopped` (a run that stops while it evaluates: an Atari
+        episode with a search per move can take minutes).
     """
     if num_episodes < 1:
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
@@ -185,6 +194,8 @@ def evaluate_policy(
                     f"evaluation passed {max_steps} steps with "
                     f"{sum(map(len, returns))} of {num_episodes} episodes done"
                 )
+            if should_stop is not None and should_stop():
+                raise EvaluationStopped(f"{sum(map(len, returns))} of {num_episodes} episodes done")
             step = env.step(np.asarray(policy(step)))
             steps += 1
             ended = np.asarray(getattr(step, "episode_end", step.done))

@@ -33,7 +33,7 @@ import pyspiel
 
 from arena.atari_scores import is_atari57
 from arena.ckpt_player import PGX_TO_OPENSPIEL, CheckpointPlayer, LoadedRun
-from arena.evaluate import evaluate_policy
+from arena.evaluate import EvaluationStopped, evaluate_policy
 from arena.matches import game_seed, play_games, player_seed
 from arena.players import check_distinct, make_player, parse_spec, split_specs
 from configs import ExperimentConfig, UsageError
@@ -122,7 +122,7 @@ class RunEvaluator:
         if self.two_player:
             values = self._against_opponents(params, step, stop)
         else:
-            values = self._episodes(params)
+            values = self._episodes(params, stop)
         return {**values, "eval/seconds": time.monotonic() - started} if values else values
 
     def _against_opponents(self, params: Any, step: int, stop: StopSignal) -> dict[str, Any]:
@@ -164,7 +164,7 @@ class RunEvaluator:
             values["eval"] = "  ".join(summary)
         return values
 
-    def _episodes(self, params: Any) -> dict[str, Any]:
+    def _episodes(self, params: Any, stop: StopSignal) -> dict[str, Any]:
         key = jax.random.PRNGKey(self.seed)
         act = self.agent.act
 
@@ -177,14 +177,18 @@ class RunEvaluator:
 
         env_id = self.spec.env_id
         atari = self.spec.family == "envpool" and is_atari57(env_id)
-        result = evaluate_policy(
-            policy,
-            functools.partial(make_env, self.config.env.name, **self.config.env.options),
-            self.games,
-            num_envs=min(self.games, 8),
-            seed=self.seed,
-            game=env_id if atari else None,
-        )
+        try:
+            result = evaluate_policy(
+                policy,
+                functools.partial(make_env, self.config.env.name, **self.config.env.options),
+                self.games,
+                num_envs=min(self.games, 8),
+                seed=self.seed,
+                game=env_id if atari else None,
+                should_stop=stop.is_set,
+            )
+        except EvaluationStopped:
+            return {}  # the run stopped mid-evaluation: nothing to log
         values: dict[str, Any] = {
             "eval/return": result.summary.mean.value,
             "eval/return_iqm": result.summary.iqm.value,

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from arena.atari_scores import ATARI_SCORES, atari_key, human_normalized_score
-from arena.evaluate import STICKY_ACTIONS, EvalProtocol, evaluate_policy, iqm, summarize
+from arena.evaluate import (
+    STICKY_ACTIONS,
+    EvalProtocol,
+    EvaluationStopped,
+    evaluate_policy,
+    iqm,
+    summarize,
+)
 from tests.fakes import FakeEpisodeEnv
 
 
@@ -102,6 +109,22 @@ def test_evaluate_policy_normalises_atari_scores_and_stops_a_policy_that_never_e
 
     with pytest.raises(RuntimeError, match="0 of 3 episodes"):
         evaluate_policy(lambda s: np.zeros(3, np.int32), Endless, 3, max_steps=50)
+
+    # A run that stops mid-evaluation: the episodes are abandoned at the next step.
+    asked, made = [], []
+
+    def make_endless(**kwargs):
+        made.append(Endless(**kwargs))
+        return made[-1]
+
+    with pytest.raises(EvaluationStopped, match="0 of 3 episodes"):
+        evaluate_policy(
+            lambda s: np.zeros(3, np.int32),
+            make_endless,
+            3,
+            should_stop=lambda: asked.append(1) or len(asked) > 4,
+        )
+    assert len(asked) == 5 and made[0].closed
 
 
 def test_protocols_are_validated():

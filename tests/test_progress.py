@@ -136,6 +136,11 @@ def test_one_player_evaluation_plays_greedy_episodes():
     params = jax.jit(evaluator.agent.init)(jax.random.PRNGKey(0))
     values = evaluator.evaluate(params, 0, StopSignal())
     assert 1 <= values["eval/return"] <= 500 and values["eval/return_iqm"] >= 1
+    # The run stopping while it evaluates (its thread must end within the run's join timeout):
+    # the episodes are abandoned, and nothing is logged.
+    stopped = StopSignal()
+    stopped.set("max_seconds")
+    assert evaluator.evaluate(params, 0, stopped) == {}
 
 
 def test_each_frame_mark_is_evaluated_once_even_the_one_the_run_stops_at(tmp_path):
