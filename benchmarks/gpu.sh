@@ -66,25 +66,50 @@ EOF
 }
 export -f env_check
 
-# The V-trace Pong learning check (at least 10 minutes of training) outlasts one device call (600 s
-# with the start), so it spans two calls on the same warm machine: `learn_start learn_wait` in the
-# first (it trains in a session of its own, which outlives the call, and the call waits until its
-# budget is spent), then at once (the machine goes back after 30 s idle) `learn_collect` in the
-# second, which waits for the run's end and brings back its metrics, curves and log.
-LEARN_RUN=${LEARN_RUN:-/tmp/podracer-pong-vtrace}
+# The Pong learning checks (at least 10 minutes of training) outlast one device call (600 s with
+# the start), so each spans two calls on the same warm machine: `learn_start learn_wait` (V-trace)
+# or `learn_start_muzero learn_wait` in the first (it trains in a session of its own, which
+# outlives the call, and the call waits until its budget is spent), then at once (the machine
+# goes back after 30 s idle) `learn_collect` in the second, which waits for the run's end and
+# brings back its metrics, curves and log (named after the run).
+LEARN_ROOT=${LEARN_ROOT:-/tmp/podracer-learn}
+# MuZero on Pong for issue 53's check (greedy >= +15 within 10 minutes at >= 6,200 frames/s):
+# pong_muzero_small's network at the batch and envs that made 8,442 frames/s on the H200
+# (`muzero_batch`), 16-simulation Gumbel MuZero, and what MinAtar taught: value targets from a
+# target network, the consistency loss, prioritised windows without weights. Not yet run.
+MUZERO_PONG="actors.envs_per_thread=64 learner.batch_size=256 search.num_simulations=16"
+MUZERO_PONG="$MUZERO_PONG learner.target_update_every=200 reanalyse.value=target_network"
+MUZERO_PONG="$MUZERO_PONG loss.consistency_weight=2 replay.priority_alpha=0.8"
+MUZERO_PONG="$MUZERO_PONG replay.priority_beta=0 replay.capacity=200000"
+learn_start() {  # NAME PRESET OVERRIDES...: trains in a session of its own, in $LEARN_ROOT/NAME
+    local run="$LEARN_ROOT/$1" preset=$2
+    shift 2
+    mkdir -p "$run"
+    # The learning run and the steps that follow it in this call share the GPU: each process
+    # takes a fixed part of its memory (JAX's default preallocates 75% for the first alone).
+    XLA_PYTHON_CLIENT_MEM_FRACTION=0.4 setsid nohup "$PY" -m podracer train --config "$preset" \
+        --run-dir "$run" --quiet "$@" "learner.max_seconds=${LEARN_SECONDS:-630}" \
+        >"$run.log" 2>&1 </dev/null &
+    echo "== learn_start: $preset on Pong for ${LEARN_SECONDS:-630} s in $run (steps after" \
+        "this one in the call run beside it: their rates are lower bounds)" | tee -a "$LOG"
+}
 learn_wait() {
     sleep "$1"
-    tail -n 3 "$LEARN_RUN.log"
+    tail -n 3 "$LEARN_ROOT"/*.log
 }
 learn_collect() {
-    while pgrep -f -- "--run-dir $LEARN_RUN" >/dev/null; do sleep 5; done
-    cp "$LEARN_RUN/metrics.jsonl" "$OUT/pong_vtrace_metrics.jsonl"
-    cp "$LEARN_RUN/learning_curves.png" "$OUT/pong_vtrace_learning_curves.png"
-    cp "$LEARN_RUN.log" "$OUT/pong_vtrace.log"
-    tail -n 4 "$LEARN_RUN.log"
+    for log in "$LEARN_ROOT"/*.log; do
+        local run=${log%.log} name
+        name=$(basename "$run")
+        while pgrep -f -- "--run-dir $run" >/dev/null; do sleep 5; done
+        cp "$run/metrics.jsonl" "$OUT/${name}_metrics.jsonl"
+        cp "$run/learning_curves.png" "$OUT/${name}_learning_curves.png"
+        cp "$log" "$OUT/$name.log"
+        tail -n 4 "$log"
+    done
 }
 export -f learn_wait learn_collect
-export LEARN_RUN OUT
+export LEARN_ROOT OUT
 
 C4="--only az_connect_four_2x64 --set actors.threads_per_device=1 actors.envs_per_thread=1024"
 # XLA's command buffers (CUDA graphs) for loops too, as benchmarks/search.py's --graphs.
@@ -226,23 +251,18 @@ for name in ${@:-$ALL}; do
         step atari100k 330 "$PY" benchmarks/atari.py --modes muzero \
             --muzero-preset atari100k_efficientzero --seconds 60 --warmup 90 --progress ;;
     learn_start)
-        # The learning run and the steps that follow it in this call share the GPU: each process
-        # takes a fixed part of its memory (JAX's default preallocates 75% for the first alone).
-        mkdir -p "$LEARN_RUN"
         export XLA_PYTHON_CLIENT_MEM_FRACTION=0.5
-        XLA_PYTHON_CLIENT_MEM_FRACTION=0.4 setsid nohup "$PY" -m podracer train \
-            --config atari_vtrace --run-dir "$LEARN_RUN" --quiet actors.envs_per_thread=32 \
-            "learner.max_seconds=${LEARN_SECONDS:-630}" \
-            >"$LEARN_RUN.log" 2>&1 </dev/null &
-        echo "== learn_start: V-trace on Pong for ${LEARN_SECONDS:-630} s in $LEARN_RUN" \
-            "(steps after this one in the call run beside it: their rates are lower bounds)" |
-            tee -a "$LOG" ;;
+        learn_start pong_vtrace atari_vtrace actors.envs_per_thread=32 ;;
+    learn_start_muzero)
+        export XLA_PYTHON_CLIENT_MEM_FRACTION=0.5
+        # shellcheck disable=SC2086
+        learn_start pong_muzero pong_muzero_small $MUZERO_PONG ;;
     learn_wait) step learn_wait 600 bash -c "learn_wait $((DEADLINE - SECONDS - 15))" ;;
     learn_collect) step learn_collect 600 bash -c learn_collect ;;
     prefetch)
         step prefetch 200 "$PY" benchmarks/atari.py --modes vtrace --seconds 30 --warmup 20 \
             --override actors.envs_per_thread=32 --prefetch 0 2 --rounds 2 ;;
-    *) echo "unknown step $name; steps: $ALL learn_start learn_wait learn_collect" && exit 2 ;;
+    *) echo "unknown step $name; steps: $ALL learn_start learn_start_muzero learn_wait learn_collect" && exit 2 ;;
     esac
 done
 echo "== done after $SECONDS s" | tee -a "$LOG"
