@@ -87,6 +87,7 @@ learn_start() {  # NAME PRESET OVERRIDES...: trains in a session of its own, in 
     mkdir -p "$run"
     # The learning run and the steps that follow it in this call share the GPU: each process
     # takes a fixed part of its memory (JAX's default preallocates 75% for the first alone).
+    export XLA_PYTHON_CLIENT_MEM_FRACTION=0.5
     XLA_PYTHON_CLIENT_MEM_FRACTION=0.4 setsid nohup "$PY" -m podracer train --config "$preset" \
         --run-dir "$run" --quiet "$@" "learner.max_seconds=${LEARN_SECONDS:-630}" \
         >"$run.log" 2>&1 </dev/null &
@@ -112,7 +113,8 @@ export -f learn_wait learn_collect
 export LEARN_ROOT OUT
 
 C4="--only az_connect_four_2x64 --set actors.threads_per_device=1 actors.envs_per_thread=1024"
-# XLA's command buffers (CUDA graphs) for loops too, as benchmarks/search.py's --graphs.
+# XLA's command buffers (CUDA graphs) for loops too: its defaults and WHILE, CONDITIONAL, the
+# setting of benchmarks/search.py's --graphs (GRAPH_COMPILER_OPTIONS) for a whole process.
 GRAPHS="--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL --xla_gpu_graph_min_graph_size=1"
 # Go 9x9 through the same AlphaZero configuration (2 x 32 channels, 32 simulations, 1,024 games):
 # pgx's example's own game and batch beside its loop.
@@ -250,11 +252,8 @@ for name in ${@:-$ALL}; do
         # on this card can be projected.
         step atari100k 330 "$PY" benchmarks/atari.py --modes muzero \
             --muzero-preset atari100k_efficientzero --seconds 60 --warmup 90 --progress ;;
-    learn_start)
-        export XLA_PYTHON_CLIENT_MEM_FRACTION=0.5
-        learn_start pong_vtrace atari_vtrace actors.envs_per_thread=32 ;;
+    learn_start) learn_start pong_vtrace atari_vtrace actors.envs_per_thread=32 ;;
     learn_start_muzero)
-        export XLA_PYTHON_CLIENT_MEM_FRACTION=0.5
         # shellcheck disable=SC2086
         learn_start pong_muzero pong_muzero_small $MUZERO_PONG ;;
     learn_wait) step learn_wait 600 bash -c "learn_wait $((DEADLINE - SECONDS - 15))" ;;

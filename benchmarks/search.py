@@ -109,9 +109,12 @@ NETWORK = NetworkConfig(
 # XLA:GPU's command buffers (CUDA graphs) for everything a search runs, its loops included: by
 # default XLA records fusions and library calls but runs a `while_loop` from the host, copying
 # each iteration's predicate back and waiting for it; WHILE and CONDITIONAL record the loops too
-# (CUDA's conditional graph nodes), so a search runs without the host between its levels.
+# (CUDA's conditional graph nodes), so a search runs without the host between its levels. XLA's
+# default list and the two (per compilation an option takes the whole list, not "+WHILE");
+# benchmarks/gpu.sh's GRAPHS sets the same for a whole process.
 GRAPH_COMPILER_OPTIONS = {
-    "xla_gpu_enable_command_buffer": "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,CONDITIONAL,WHILE",
+    "xla_gpu_enable_command_buffer": "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,"
+    "DYNAMIC_SLICE_FUSION,CONDITIONAL,WHILE",
     "xla_gpu_graph_min_graph_size": 1,
 }
 

@@ -260,15 +260,11 @@ def _role_differences(before: dict | None, after: dict | None) -> dict[str, floa
     from zero."""
     if not before or not after:
         return {}
-    totals: dict[str, float | None] = dict.fromkeys(ROLES, 0.0)
-    for role, seconds in after.values():
-        totals[role] = (totals[role] or 0.0) + seconds
-    for tid, (role, seconds) in before.items():
-        if tid not in after:
-            totals[role] = None
-        elif totals[role] is not None:
-            totals[role] -= seconds
-    return totals
+    ended = {role for tid, (role, _) in before.items() if tid not in after}
+    spent = dict.fromkeys(ROLES, 0.0)
+    for tid, (role, seconds) in after.items():
+        spent[role] += seconds - before.get(tid, (role, 0.0))[1]
+    return {role: None if role in ended else spent[role] for role in ROLES}
 
 
 def _host_cpu_per_1000(threads_cpu: dict[str, float | None], frames: int) -> dict:
@@ -280,9 +276,9 @@ def _host_cpu_per_1000(threads_cpu: dict[str, float | None], frames: int) -> dic
         f"cpu_s_per_1000_positions_{r}": None if s is None else round(1000 * s / frames, 4)
         for r, s in threads_cpu.items()
     }
-    host = [threads_cpu[r] for r in ("actors", "input", "learner")]
+    host = [s for r in ("actors", "input", "learner") if (s := threads_cpu[r]) is not None]
     per["host_cpu_s_per_1000_positions"] = (
-        None if None in host else round(1000 * sum(host) / frames, 4)  # type: ignore[arg-type]
+        round(1000 * sum(host) / frames, 4) if len(host) == 3 else None
     )
     return per
 
