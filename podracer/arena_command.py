@@ -85,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
         results_dict,
         write_results,
     )
+    from selfplay.train import quiet_garbage_collector
 
+    quiet_garbage_collector()  # the players' searches compile next
     game = load_game(args.game)
     specs = split_specs(args.players)
     if args.games < 1:

@@ -148,7 +148,7 @@ def run(args) -> int:
         watch_peers,
     )
     from selfplay.run import LIMITS, split_cpu
-    from selfplay.train import enable_compilation_cache, train
+    from selfplay.train import enable_compilation_cache, quiet_garbage_collector, train
 
     split_cpu(config.devices.cpu_devices)  # before anything starts JAX's backend
     if joins:
@@ -158,6 +158,7 @@ def run(args) -> int:
             collectives_interface=args.collectives_interface,
         )
     enable_compilation_cache()
+    quiet_garbage_collector()
     warn_if_sized_for_an_accelerator(config)
     runtime = ", anakin" if config.runtime == "anakin" else ""
     who, watch = "", None

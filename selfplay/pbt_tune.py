@@ -255,9 +255,10 @@ def _member(
     from selfplay.lifetime import Diverged
     from selfplay.metrics import read_metrics
     from selfplay.run import LIMITS, RunTotals
-    from selfplay.train import enable_compilation_cache, train
+    from selfplay.train import enable_compilation_cache, quiet_garbage_collector, train
 
     enable_compilation_cache()
+    quiet_garbage_collector()
     member = _number(tune.get_context().get_trial_name())
     root = pathlib.Path(run_dir)
     own = member_dir(root, member)

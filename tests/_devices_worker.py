@@ -11,6 +11,7 @@ jax.config.update("jax_num_cpu_devices", 2)
 
 import configs  # noqa: E402
 from selfplay import anakin, run, sebulba  # noqa: E402
+from selfplay.train import quiet_garbage_collector  # noqa: E402
 
 TINY = [
     "devices.accelerator_paths=on",
@@ -39,6 +40,7 @@ def losses(run_dir: pathlib.Path) -> list[float]:
 
 
 def main(out: pathlib.Path) -> None:
+    quiet_garbage_collector()  # as `podracer train` does
     results = {}
     runtimes = []
     built_on = set()  # the devices the learner's batches were built on

@@ -27,3 +27,11 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _CACHE = pathlib.Path(tempfile.gettempdir()) / "podracer-test-jax-cache"
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_CACHE))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+
+
+def pytest_collection_finish(session):
+    # Every test module is imported: the product's collector settings from here on (each test
+    # process traces hundreds of programs; `podracer train` does the same in its subprocesses).
+    from selfplay.train import quiet_garbage_collector
+
+    quiet_garbage_collector()
