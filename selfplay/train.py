@@ -10,6 +10,7 @@ limits and signals, logging, checkpoints and the plot.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 
@@ -68,6 +69,7 @@ def enable_compilation_cache() -> None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 
+@functools.cache  # once a process: a later call would freeze what the run made since
 def quiet_garbage_collector() -> None:
     """Collect Python's garbage less often while programs compile: tracing and lowering a
     search or an update allocate millions of short-lived objects, and the collector's defaults
