@@ -11,6 +11,8 @@
     rollout      moves of JAX environments in one jitted scan (Anakin's and Sebulba's actors)
     anakin       acting and learning in one jitted iteration per device (pgx games)
     agent        what depends on the mode (MuZero, AlphaZero, V-trace), as pure functions
+    programs     a run's jitted programs, built once a process for each config (a resume or a
+                 PBT member's next interval in the same process compiles nothing again)
     replay       the stores between actors and learner (prioritized windows; a FIFO queue)
     envs, params, checkpoints, metrics, lifetime, evaluation: the parts they are built from
 

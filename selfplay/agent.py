@@ -26,6 +26,7 @@ import muzero
 import search
 from configs import ExperimentConfig, UsageError
 from selfplay.envs import EnvSpec
+from selfplay.programs import ProgramCache, program_key
 from selfplay.replay import FifoQueue, Store, make_sequence_replay
 
 __all__ = ["ActOutput", "Agent", "accelerator_paths", "compiler_options", "make_agent"]
@@ -76,8 +77,18 @@ class Agent(NamedTuple):
     reads_context: bool = False
 
 
+# One agent (its jitted `act` and `make_batch`) for each config and environment in a process.
+_AGENTS = ProgramCache()
+
+
 def make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
-    """The agent of `config.mode` for an environment described by `spec`."""
+    """The agent of `config.mode` for an environment described by `spec`: built once a process
+    for each config (`selfplay.programs.program_key`) and spec, so that a second run of the same
+    config reuses the programs the first compiled."""
+    return _AGENTS.get((program_key(config), spec), lambda: _make_agent(config, spec))
+
+
+def _make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
     two_player = spec.num_players == 2
     if config.mode == "vtrace" and two_player:
         raise UsageError(

@@ -57,6 +57,7 @@ from selfplay.agent import Agent, accelerator_paths, make_agent
 from selfplay.envs import EnvSpec, TimeStep, env_spec, jax_env_functions
 from selfplay.lifetime import StopSignal
 from selfplay.metrics import StageTimer
+from selfplay.programs import ProgramCache, program_key
 from selfplay.rollout import episode_sums, make_rollout
 from selfplay.run import ReplicatedState
 
@@ -607,7 +608,10 @@ def initial_carries(init_carry, params, mesh, key: jax.Array):
     devices = list(mesh.devices.flat)
     local = [i for i, d in enumerate(devices) if d.process_index == jax.process_index()]
     keys = jnp.stack([jax.random.fold_in(key, i) for i in local])
-    carries = jax.jit(jax.vmap(init_carry, in_axes=(None, 0)))(params, keys)
+    init_carries = _INIT_CARRIES.get(
+        init_carry, lambda: jax.jit(jax.vmap(init_carry, in_axes=(None, 0)))
+    )
+    carries = init_carries(params, keys)
     return muzero.from_process_local(carries, NamedSharding(mesh, P(muzero.AXIS)))
 
 
@@ -624,9 +628,24 @@ class AnakinProgram(NamedTuple):
     learn: Callable
 
 
+# Built once a process for each config, devices and optimizer (`selfplay.programs`): a resume or
+# a second run of the config in the process takes the same programs, compiled.
+_PROGRAMS = ProgramCache()
+_INIT_CARRIES = ProgramCache()
+_JITTED = ProgramCache()
+
+
 def make_anakin_program(config: ExperimentConfig, optimizer, devices) -> AnakinProgram:
     """The agent, plan and sharded (unjitted) functions of `config` over `devices` (an entry
-    point that compiles them over several CPU devices calls `avoid_shardy_crash` first)."""
+    point that compiles them over several CPU devices calls `avoid_shardy_crash` first), built
+    once a process for each config (`selfplay.programs.program_key`), devices and optimizer."""
+    return _PROGRAMS.get(
+        (program_key(config), tuple(devices), optimizer),
+        lambda: _make_anakin_program(config, optimizer, devices),
+    )
+
+
+def _make_anakin_program(config: ExperimentConfig, optimizer, devices) -> AnakinProgram:
     mesh = muzero.make_mesh(devices)
     spec = env_spec(config.env.name, seed=config.seed, **config.env.options)
     agent = make_agent(config, spec)
@@ -640,6 +659,18 @@ def make_anakin_program(config: ExperimentConfig, optimizer, devices) -> AnakinP
     )
     iterate, learn = sharded(iteration, learn_step, mesh)
     return AnakinProgram(agent, spec, plan, mesh, init_carry, iterate, learn)
+
+
+def _jitted(program: AnakinProgram, inside: bool) -> tuple[Callable, Callable]:
+    """The runtime's jitted `(iterate, update)`: the iteration (with its updates where `inside`)
+    and one update; both donate the train state, the iteration its carry too."""
+    options = dict(program.agent.compiler_options)
+    iterate = jax.jit(
+        functools.partial(program.iterate, learn=inside),
+        donate_argnums=(0, 2),
+        compiler_options=options,
+    )
+    return iterate, jax.jit(program.learn, donate_argnums=(0,), compiler_options=options)
 
 
 # The most updates dispatched ahead of the devices over several CPU devices (80 ran, 400 hung).
@@ -656,13 +687,9 @@ class AnakinRuntime(ReplicatedState):
         self.program = make_anakin_program(config, optimizer, self.devices)
         self.agent, self.plan, self.spec = self.program.agent, self.program.plan, self.program.spec
         self.inside = learn_in_jit(config, self.devices)
-        options = dict(self.agent.compiler_options)
-        self._iterate = jax.jit(
-            functools.partial(self.program.iterate, learn=self.inside),
-            donate_argnums=(0, 2),
-            compiler_options=options,
+        self._iterate, self._update = _JITTED.get(
+            (self.program, self.inside), lambda: _jitted(self.program, self.inside)
         )
-        self._update = jax.jit(self.program.learn, donate_argnums=(0,), compiler_options=options)
         # Updates called one by one over several CPU devices wait for each other every few:
         # with hundreds dispatched at once (replay.samples_per_insert=100), XLA:CPU's all-reduce
         # waited forever for a device whose computation never started.

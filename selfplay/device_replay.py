@@ -48,6 +48,7 @@ from configs import ExperimentConfig, UsageError
 from selfplay.agent import Agent, accelerator_paths
 from selfplay.anakin import AnakinPlan, RingPriorities, learn_from_ring, write_ring
 from selfplay.envs import parse_env_name
+from selfplay.programs import ProgramCache, program_key
 from selfplay.replay import RateLimiter, ReplaySample, make_rate_limiter
 
 __all__ = ["DeviceReplay", "device_replay_refusal", "uses_device_replay"]
@@ -162,24 +163,9 @@ class DeviceReplay:
         # The draws' own stream, folded with each update's step: a resumed run draws on.
         key = jax.random.fold_in(jax.random.PRNGKey(config.seed), 53)
         self._key = jax.device_put(key, self._placement)
-        prioritised = config.replay.priority_alpha > 0
-        self._write = jax.jit(
-            lambda ring, priorities, segment, row, column: write_ring(
-                ring, priorities, segment, row, column, prioritised
-            ),
-            donate_argnums=(0, 1),
-        )
-        drawer = _window_drawer(config, self.plan, self.games)
-
-        def draw_windows(ring, priorities, recorded, step, key):
-            rows, columns, weights = drawer(priorities, recorded, step)(key)
-            return jax.tree.map(lambda x: x[rows, columns[None, :]], ring), weights
-
-        self._draw_windows = jax.jit(draw_windows)
-        self._learn = jax.jit(
-            _make_learn(config, agent, optimizer, self.plan, self.games, prioritised),
-            donate_argnums=(0, 2) if donate_state else (2,),
-            compiler_options=dict(agent.compiler_options),
+        self._write, self._draw_windows, self._learn = _PROGRAMS.get(
+            (program_key(config), agent, optimizer, self.plan, self.games, donate_state),
+            lambda: _jitted(config, agent, optimizer, self.plan, self.games, donate_state),
         )
 
     @property
@@ -304,6 +290,36 @@ def _window_drawer(config: ExperimentConfig, plan: AnakinPlan, games: int) -> Ca
         )
 
     return drawer
+
+
+# The replay's programs, built once a process for each config, agent, optimizer and sizes
+# (`selfplay.programs`): a resume or a second run of the config in the process reuses them.
+_PROGRAMS = ProgramCache()
+
+
+def _jitted(
+    config: ExperimentConfig, agent: Agent, optimizer, plan: AnakinPlan, games: int, donate_state
+) -> tuple[Callable, Callable, Callable]:
+    """The replay's jitted `(write, draw_windows, learn)`."""
+    prioritised = config.replay.priority_alpha > 0
+    write = jax.jit(
+        lambda ring, priorities, segment, row, column: write_ring(
+            ring, priorities, segment, row, column, prioritised
+        ),
+        donate_argnums=(0, 1),
+    )
+    drawer = _window_drawer(config, plan, games)
+
+    def draw_windows(ring, priorities, recorded, step, key):
+        rows, columns, weights = drawer(priorities, recorded, step)(key)
+        return jax.tree.map(lambda x: x[rows, columns[None, :]], ring), weights
+
+    learn = jax.jit(
+        _make_learn(config, agent, optimizer, plan, games, prioritised),
+        donate_argnums=(0, 2) if donate_state else (2,),
+        compiler_options=dict(agent.compiler_options),
+    )
+    return write, jax.jit(draw_windows), learn
 
 
 def _make_learn(

@@ -58,6 +58,7 @@ from selfplay.processes import (
     is_distributed,
     share_usage_error,
 )
+from selfplay.programs import LIMITS, ProgramCache, program_key
 from selfplay.replay import SequenceReplay
 
 __all__ = [
@@ -78,8 +79,6 @@ __all__ = [
 
 # Config keys a checkpoint must share with the run that resumes it: they fix the state's shapes.
 MUST_MATCH = ("mode", "env.name", "network", "optimizer.optimizer")
-# The reasons a run ends by reaching what it was asked to do (any other ends it early).
-LIMITS = ("max_updates", "max_seconds", "max_frames")
 
 
 class RunResult(NamedTuple):
@@ -89,7 +88,7 @@ class RunResult(NamedTuple):
     run_dir: pathlib.Path
     updates: int  # learner step at the end
     frames: int  # environment steps (over several processes: the job's, as Sebulba agreed)
-    seconds: float  # training time
+    seconds: float  # training time, to the final checkpoint (what a resume counts on from)
     stopped_by: str  # one of LIMITS, or the stop signal's reason
     resumed_from: int | None  # the checkpoint step this invocation resumed from
     # (have, need) at the end: what the learner's first update waited for (see Store.fill_level)
@@ -297,6 +296,12 @@ def prepare_run_dir(
     return run_dir
 
 
+# The programs a run builds for itself, once a process for each config (`selfplay.programs`):
+# the optimizer (so that the update built with it is the same function too) and the fresh state.
+_OPTIMIZERS = ProgramCache()
+_FRESH_STATES = ProgramCache()
+
+
 def start_run(config: ExperimentConfig, agent: Agent, optimizer, run_dir: pathlib.Path) -> RunStart:
     """The train state for `optimizer` (from the newest whole checkpoint in `run_dir` if there
     is one: each newer one found damaged is set aside, with a line saying which and why) and the
@@ -306,10 +311,13 @@ def start_run(config: ExperimentConfig, agent: Agent, optimizer, run_dir: pathli
     # optimizer's init compiles an operation for each shape of leaf, each its own program. A
     # resume restores into the state's shapes alone (`eval_shape`: traced, never compiled nor
     # run), so only a fresh run compiles it.
-    fresh_state = jax.jit(
-        lambda init_key, state_key: muzero.init_train_state(
-            agent.init(init_key), optimizer, state_key, agent.target
-        )
+    fresh_state = _FRESH_STATES.get(
+        (agent, optimizer),
+        lambda: jax.jit(
+            lambda init_key, state_key: muzero.init_train_state(
+                agent.init(init_key), optimizer, state_key, agent.target
+            )
+        ),
     )
     shapes = fresh_state.eval_shape(init_key, state_key)
     checkpointer = Checkpointer(
@@ -393,7 +401,9 @@ def _run(
     make_evaluator: Callable[[ExperimentConfig, EnvSpec], Evaluator] | None,
     plot: bool,
 ) -> RunResult:
-    optimizer = muzero.make_optimizer(config.optimizer)
+    optimizer = _OPTIMIZERS.get(
+        program_key(config), lambda: muzero.make_optimizer(config.optimizer)
+    )
     runtime, evaluator, run_dir = _open(
         config, run_dir, make_runtime, optimizer, lock, make_evaluator
     )
@@ -537,10 +547,13 @@ class _RunLoop:
         )
         self.last_saved = runtime.step
         self.replay_writer = ReplayWriter(run_dir, jax.process_index())
+        self._final_save: float | None = None  # when the final checkpoint took the counts
 
     def seconds(self) -> float:
-        """The run's training time."""
-        return self.begun.before.seconds + time.monotonic() - self._start
+        """The run's training time: up to its final checkpoint once that is taken (what a
+        resume counts on from), not the waits for the files and the plot after it."""
+        end = self._final_save if self._final_save is not None else time.monotonic()
+        return self.begun.before.seconds + end - self._start
 
     def limit_reached(self) -> str | None:
         limits = self.config.learner
@@ -588,6 +601,8 @@ class _RunLoop:
         runtime, checkpointer = self.runtime, self.begun.checkpointer
         if runtime.step == self.last_saved and not final:
             return
+        if final:
+            self._final_save = time.monotonic()
         totals = {
             "frames": self.counts.frames,
             "episodes": self.counts.episodes,

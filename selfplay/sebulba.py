@@ -40,6 +40,7 @@ from selfplay.learner_input import InFlight, LearnerInput, Prefetched, Sampled
 from selfplay.lifetime import StopSignal, ThreadGroup
 from selfplay.metrics import StageTimer
 from selfplay.params import ParameterServer
+from selfplay.programs import ProgramCache
 from selfplay.replay import SequenceReplay
 from selfplay.run import ReplicatedState
 
@@ -74,6 +75,11 @@ def split_devices(config: ExperimentConfig) -> tuple[list[jax.Device], list[jax.
     return actors, learners
 
 
+# The learner's update, built once a process for each agent, optimizer and devices
+# (`selfplay.programs`): a resume or a second run of the config in the process reuses it, compiled.
+_UPDATES = ProgramCache()
+
+
 class SebulbaRuntime(ReplicatedState):
     """Actor threads and a store feeding the learner's update in the main thread."""
 
@@ -103,14 +109,17 @@ class SebulbaRuntime(ReplicatedState):
                 donate_state=self.donates_state,
             )
         self.store = self.device_replay or self.agent.make_store(self.num_actor_threads)
-        self.update = muzero.make_replicated_update(
-            self.agent.loss_fn,
-            optimizer,
-            self.learner_devices,
-            batch_axis=self.agent.batch_axis,
-            donate=self.donates_state,
-            compiler_options=dict(self.agent.compiler_options),
-            target=self.agent.target,
+        self.update = _UPDATES.get(
+            (self.agent, optimizer, tuple(self.learner_devices), self.donates_state),
+            lambda: muzero.make_replicated_update(
+                self.agent.loss_fn,
+                optimizer,
+                self.learner_devices,
+                batch_axis=self.agent.batch_axis,
+                donate=self.donates_state,
+                compiler_options=dict(self.agent.compiler_options),
+                target=self.agent.target,
+            ),
         )
         self.server = ParameterServer(self.actor_devices)
         self.stats = ActorStats()

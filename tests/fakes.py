@@ -467,3 +467,32 @@ def stop_once_logged(run_dir, text: str, stop) -> Iterator[None]:
     finally:
         done.set()
         watcher.join()
+
+
+# --- compilation: which programs a stretch of a test traced -------------------------------------
+
+import jax.monitoring  # noqa: E402
+
+_TRACED: list[list[str]] = []  # one list for each `traced_programs` open now
+
+
+def _record_trace(event: str, duration: float, **kwargs) -> None:
+    del duration
+    if event == "/jax/core/compile/jaxpr_trace_duration":
+        for names in _TRACED:
+            names.append(kwargs.get("fun_name", "?"))
+
+
+jax.monitoring.register_event_duration_secs_listener(_record_trace)
+
+
+@contextlib.contextmanager
+def traced_programs() -> Iterator[list[str]]:
+    """The names of the functions `jax.jit` traced while inside (in any thread), in order: a
+    program taken from a jitted function's own cache is not traced again."""
+    names: list[str] = []
+    _TRACED.append(names)
+    try:
+        yield names
+    finally:
+        _TRACED.remove(names)

@@ -21,6 +21,7 @@ from selfplay import anakin
 from selfplay import train as train_module
 from selfplay.agent import make_agent
 from selfplay.envs import env_spec
+from tests import fakes
 from tests.test_train import _podracer, _wait_for_checkpoint, checkpoint_steps
 
 TINY = [
@@ -222,8 +223,12 @@ def test_smoke_run_learns_logs_saves_and_resumes(preset, extra, ctrl_c, tmp_path
 
     if not ctrl_c:
         more = config.replace(learner=dataclasses.replace(config.learner, max_updates=12))
-        again = train_module.train(more, run, progress=False)
+        with fakes.traced_programs() as traced:
+            again = train_module.train(more, run, progress=False)
         assert again.resumed_from == 8 and again.updates == 12
+        # The config differs in its limit alone: the resume runs the programs the first run
+        # compiled (selfplay.programs), tracing none of them again.
+        assert not {"iterate", "learn_per_device", "init_carry", "act"} & set(traced), traced
         # The run's frames, episodes and time count on from where it stopped.
         # (Anakin's ring is not saved: it fills again before the 4 updates.)
         assert again.frames == result.frames + (plan.min_iterations + 4 // plan.updates) * 16
