@@ -7,9 +7,10 @@ update, Anakin's iteration), so a second run of the same config in one process (
 PBT member's next interval, an evaluation beside the run) takes the same function objects from
 here and starts at once.
 
-Two configs share their programs when they differ only in what no program reads: the run's
-limits (`learner.max_updates`, `max_seconds`, `max_frames`), which the run loop alone compares.
-Everything else is in the key, so a changed learning rate or search setting builds anew.
+Two configs share their programs when they differ only in fields no program reads
+(`RUN_LOOP_FIELDS`): the run's limits, how often it logs and saves, its in-run evaluation, its
+logging and its name, which the run loop, its logs and its checkpoints alone read. Everything
+else is in the key, so a changed learning rate or search setting builds anew.
 """
 
 from __future__ import annotations
@@ -22,19 +23,39 @@ from typing import Any
 
 from configs import ExperimentConfig, to_dict
 
-__all__ = ["LIMITS", "ProgramCache", "program_key"]
+__all__ = ["LIMITS", "RUN_LOOP_FIELDS", "ProgramCache", "program_key"]
 
 # The reasons a run ends by reaching what it was asked to do (any other ends it early): the
-# learner's fields no program reads, which the run loop compares with its counts.
+# learner's fields the run loop compares with its counts.
 LIMITS = ("max_updates", "max_seconds", "max_frames")
+# The config's fields that no program reads (dotted paths; a section: all its fields): only the
+# run loop (selfplay.run: limits, logs, saves, the stall watch, the profile), the in-run
+# evaluator's players and the commands read them. tests/test_programs.py checks that the modules
+# that build programs never name them.
+RUN_LOOP_FIELDS = (
+    "name",
+    *(f"learner.{name}" for name in LIMITS),
+    "learner.checkpoint_every",
+    "learner.keep_checkpoints",
+    "learner.log_every_s",
+    "learner.stall_timeout_s",
+    "learner.profile_updates",
+    "learner.profile_dir",
+    "evaluation",
+    "logging",
+)
 
 
 def program_key(config: ExperimentConfig) -> str:
     """The part of `config` a run's programs are built from, as a hashable string: all of it but
-    the run's limits."""
+    `RUN_LOOP_FIELDS`."""
     fields = to_dict(config)
-    for name in LIMITS:
-        del fields["learner"][name]
+    for path in RUN_LOOP_FIELDS:
+        *sections, name = path.split(".")
+        section = fields
+        for part in sections:
+            section = section[part]
+        del section[name]
     return json.dumps(fields, sort_keys=True)
 
 

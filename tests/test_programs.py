@@ -2,26 +2,40 @@
 that decide it and the cache that keeps them."""
 
 import dataclasses
+import pathlib
+import re
 import threading
 import time
 
 import configs
 from selfplay.agent import make_agent
 from selfplay.envs import env_spec
-from selfplay.programs import LIMITS, ProgramCache, program_key
+from selfplay.programs import LIMITS, RUN_LOOP_FIELDS, ProgramCache, program_key
 
 
 def _with(config, **learner):
     return config.replace(learner=dataclasses.replace(config.learner, **learner))
 
 
-def test_configs_that_differ_in_their_limits_alone_share_their_programs():
+def test_configs_that_differ_in_what_the_run_loop_alone_reads_share_their_programs():
     config = configs.load_config("tic_tac_toe_alphazero")
-    limits = _with(config, max_updates=7, max_seconds=12.5, max_frames=10_000)
-    assert set(LIMITS) == {"max_updates", "max_seconds", "max_frames"}
-    assert program_key(limits) == program_key(config)
+    run_loop = configs.load_config(
+        "tic_tac_toe_alphazero",
+        [
+            "learner.max_updates=7",
+            "learner.max_seconds=12.5",
+            "learner.max_frames=10000",
+            "learner.checkpoint_every=3",
+            "learner.log_every_s=0.1",
+            "learner.stall_timeout_s=1",
+            "evaluation.every_s=0",
+            "logging.wandb_project=other",
+        ],
+    )
+    assert {f"learner.{name}" for name in LIMITS} <= set(RUN_LOOP_FIELDS)
+    assert program_key(run_loop) == program_key(config)
     spec = env_spec(config.env.name)
-    assert make_agent(limits, spec) is make_agent(config, spec)
+    assert make_agent(run_loop, spec) is make_agent(config, spec)
     # Any other field builds anew: the learning rate (the update's), the search, the seed.
     for other in (
         configs.load_config("tic_tac_toe_alphazero", ["optimizer.learning_rate=0.5"]),
@@ -67,3 +81,41 @@ def test_the_cache_keeps_the_newest_and_builds_a_value_once_for_threads_at_once(
     except ValueError:
         pass
     assert cache.get("d", build("d")) == ["d"]  # nothing was kept for the failed build
+
+
+# The modules whose functions a run's programs are built from (traced inside `jit`).
+_PROGRAM_SOURCES = [
+    "muzero",
+    "search",
+    "selfplay/agent.py",
+    "selfplay/anakin.py",
+    "selfplay/device_replay.py",
+    "selfplay/rollout.py",
+    "selfplay/actors.py",
+    "selfplay/sebulba.py",
+    "selfplay/learner_input.py",
+    "selfplay/envs",
+]
+
+
+def test_no_module_that_builds_programs_reads_a_field_left_out_of_the_key():
+    # A program that read one of them would be shared by configs that differ there: stale.
+    root = pathlib.Path(__file__).parents[1]
+    sections = [path for path in RUN_LOOP_FIELDS if "." not in path]  # name, evaluation, ...
+    fields = [path.rpartition(".")[2] for path in RUN_LOOP_FIELDS if "." in path]
+    pattern = re.compile(
+        rf"\bconfig\.({'|'.join(sections)})\b|\.({'|'.join(fields)})\b|[\"']({'|'.join(fields)})[\"']"
+    )
+    files = [
+        file
+        for source in _PROGRAM_SOURCES
+        for file in ([root / source] if source.endswith(".py") else (root / source).rglob("*.py"))
+    ]
+    assert len(files) > 20
+    found = [
+        f"{file.relative_to(root)}:{number}: {line.strip()}"
+        for file in files
+        for number, line in enumerate(file.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not found, found
