@@ -608,10 +608,7 @@ def initial_carries(init_carry, params, mesh, key: jax.Array):
     devices = list(mesh.devices.flat)
     local = [i for i, d in enumerate(devices) if d.process_index == jax.process_index()]
     keys = jnp.stack([jax.random.fold_in(key, i) for i in local])
-    init_carries = _INIT_CARRIES.get(
-        init_carry, lambda: jax.jit(jax.vmap(init_carry, in_axes=(None, 0)))
-    )
-    carries = init_carries(params, keys)
+    carries = _jitted_init_carries(init_carry)(params, keys)
     return muzero.from_process_local(carries, NamedSharding(mesh, P(muzero.AXIS)))
 
 
@@ -628,11 +625,14 @@ class AnakinProgram(NamedTuple):
     learn: Callable
 
 
+@functools.lru_cache(maxsize=4)  # compiled once a process for each program (selfplay.programs)
+def _jitted_init_carries(init_carry: Callable) -> Callable:
+    return jax.jit(jax.vmap(init_carry, in_axes=(None, 0)))
+
+
 # Built once a process for each config, devices and optimizer (`selfplay.programs`): a resume or
 # a second run of the config in the process takes the same programs, compiled.
 _PROGRAMS = ProgramCache()
-_INIT_CARRIES = ProgramCache()
-_JITTED = ProgramCache()
 
 
 def make_anakin_program(config: ExperimentConfig, optimizer, devices) -> AnakinProgram:
@@ -661,6 +661,7 @@ def _make_anakin_program(config: ExperimentConfig, optimizer, devices) -> Anakin
     return AnakinProgram(agent, spec, plan, mesh, init_carry, iterate, learn)
 
 
+@functools.lru_cache(maxsize=4)  # compiled once a process for each program (selfplay.programs)
 def _jitted(program: AnakinProgram, inside: bool) -> tuple[Callable, Callable]:
     """The runtime's jitted `(iterate, update)`: the iteration (with its updates where `inside`)
     and one update; both donate the train state, the iteration its carry too."""
@@ -687,9 +688,7 @@ class AnakinRuntime(ReplicatedState):
         self.program = make_anakin_program(config, optimizer, self.devices)
         self.agent, self.plan, self.spec = self.program.agent, self.program.plan, self.program.spec
         self.inside = learn_in_jit(config, self.devices)
-        self._iterate, self._update = _JITTED.get(
-            (self.program, self.inside), lambda: _jitted(self.program, self.inside)
-        )
+        self._iterate, self._update = _jitted(self.program, self.inside)
         # Updates called one by one over several CPU devices wait for each other every few:
         # with hundreds dispatched at once (replay.samples_per_insert=100), XLA:CPU's all-reduce
         # waited forever for a device whose computation never started.

@@ -10,7 +10,9 @@ here and starts at once.
 Two configs share their programs when they differ only in fields no program reads
 (`RUN_LOOP_FIELDS`): the run's limits, how often it logs and saves, its in-run evaluation, its
 logging and its name, which the run loop, its logs and its checkpoints alone read. Everything
-else is in the key, so a changed learning rate or search setting builds anew.
+else is in the key, so a changed learning rate or search setting builds anew. What is built from
+hashable parts (an agent and an optimizer, a program and its devices) is cached with
+`functools.lru_cache` where it is built, as the actors' and the rollout's jitted functions are.
 """
 
 from __future__ import annotations
@@ -80,7 +82,3 @@ class ProgramCache:
             if len(self._values) > self._size:
                 self._values.popitem(last=False)
             return value
-
-    def clear(self) -> None:
-        with self._lock:
-            self._values.clear()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -38,6 +39,7 @@ import numpy as np
 
 import muzero
 from configs import ExperimentConfig, UsageError, to_dict
+from configs.experiment import OptimizerConfig
 from selfplay.actors import ACTOR_STAGES
 from selfplay.agent import Agent
 from selfplay.checkpoints import Checkpointer, ReplayWriter, config_differences, load_replay
@@ -58,7 +60,7 @@ from selfplay.processes import (
     is_distributed,
     share_usage_error,
 )
-from selfplay.programs import LIMITS, ProgramCache, program_key
+from selfplay.programs import LIMITS
 from selfplay.replay import SequenceReplay
 
 __all__ = [
@@ -296,10 +298,18 @@ def prepare_run_dir(
     return run_dir
 
 
-# The programs a run builds for itself, once a process for each config (`selfplay.programs`):
-# the optimizer (so that the update built with it is the same function too) and the fresh state.
-_OPTIMIZERS = ProgramCache()
-_FRESH_STATES = ProgramCache()
+@functools.lru_cache(maxsize=4)  # one optimizer for each config: the update built with it is too
+def _optimizer(config: OptimizerConfig):
+    return muzero.make_optimizer(config)
+
+
+@functools.lru_cache(maxsize=4)  # a run's fresh state, compiled once a process (selfplay.programs)
+def _fresh_state(agent: Agent, optimizer) -> Callable:
+    return jax.jit(
+        lambda init_key, state_key: muzero.init_train_state(
+            agent.init(init_key), optimizer, state_key, agent.target
+        )
+    )
 
 
 def start_run(config: ExperimentConfig, agent: Agent, optimizer, run_dir: pathlib.Path) -> RunStart:
@@ -311,14 +321,7 @@ def start_run(config: ExperimentConfig, agent: Agent, optimizer, run_dir: pathli
     # optimizer's init compiles an operation for each shape of leaf, each its own program. A
     # resume restores into the state's shapes alone (`eval_shape`: traced, never compiled nor
     # run), so only a fresh run compiles it.
-    fresh_state = _FRESH_STATES.get(
-        (agent, optimizer),
-        lambda: jax.jit(
-            lambda init_key, state_key: muzero.init_train_state(
-                agent.init(init_key), optimizer, state_key, agent.target
-            )
-        ),
-    )
+    fresh_state = _fresh_state(agent, optimizer)
     shapes = fresh_state.eval_shape(init_key, state_key)
     checkpointer = Checkpointer(
         run_dir / "checkpoints", config.learner.keep_checkpoints, must_match=MUST_MATCH
@@ -401,9 +404,7 @@ def _run(
     make_evaluator: Callable[[ExperimentConfig, EnvSpec], Evaluator] | None,
     plot: bool,
 ) -> RunResult:
-    optimizer = _OPTIMIZERS.get(
-        program_key(config), lambda: muzero.make_optimizer(config.optimizer)
-    )
+    optimizer = _optimizer(config.optimizer)
     runtime, evaluator, run_dir = _open(
         config, run_dir, make_runtime, optimizer, lock, make_evaluator
     )

@@ -24,7 +24,8 @@ and writes their priorities back in its own jit; no input thread, no sample on t
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -33,14 +34,13 @@ import numpy as np
 import muzero
 from configs import ExperimentConfig, UsageError
 from selfplay.actors import POLL_S, ActorStats, check_actor_envs, start_actors
-from selfplay.agent import make_agent
+from selfplay.agent import Agent, make_agent
 from selfplay.device_replay import DeviceReplay, uses_device_replay
 from selfplay.envs import env_seed, env_spec
 from selfplay.learner_input import InFlight, LearnerInput, Prefetched, Sampled
 from selfplay.lifetime import StopSignal, ThreadGroup
 from selfplay.metrics import StageTimer
 from selfplay.params import ParameterServer
-from selfplay.programs import ProgramCache
 from selfplay.replay import SequenceReplay
 from selfplay.run import ReplicatedState
 
@@ -75,9 +75,19 @@ def split_devices(config: ExperimentConfig) -> tuple[list[jax.Device], list[jax.
     return actors, learners
 
 
-# The learner's update, built once a process for each agent, optimizer and devices
-# (`selfplay.programs`): a resume or a second run of the config in the process reuses it, compiled.
-_UPDATES = ProgramCache()
+# Compiled once a process for each agent, optimizer and devices (`selfplay.programs`): a resume
+# or a second run of the config in the process reuses the learner's update.
+@functools.lru_cache(maxsize=4)
+def _replicated_update(agent: Agent, optimizer, devices: tuple, donate: bool) -> Callable:
+    return muzero.make_replicated_update(
+        agent.loss_fn,
+        optimizer,
+        list(devices),
+        batch_axis=agent.batch_axis,
+        donate=donate,
+        compiler_options=dict(agent.compiler_options),
+        target=agent.target,
+    )
 
 
 class SebulbaRuntime(ReplicatedState):
@@ -109,17 +119,8 @@ class SebulbaRuntime(ReplicatedState):
                 donate_state=self.donates_state,
             )
         self.store = self.device_replay or self.agent.make_store(self.num_actor_threads)
-        self.update = _UPDATES.get(
-            (self.agent, optimizer, tuple(self.learner_devices), self.donates_state),
-            lambda: muzero.make_replicated_update(
-                self.agent.loss_fn,
-                optimizer,
-                self.learner_devices,
-                batch_axis=self.agent.batch_axis,
-                donate=self.donates_state,
-                compiler_options=dict(self.agent.compiler_options),
-                target=self.agent.target,
-            ),
+        self.update = _replicated_update(
+            self.agent, optimizer, tuple(self.learner_devices), self.donates_state
         )
         self.server = ParameterServer(self.actor_devices)
         self.stats = ActorStats()
