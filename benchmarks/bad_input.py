@@ -31,6 +31,7 @@ A line: {"kind": ..., "tried": N, "handled": N, "accepted": N (where it applies)
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import pathlib
@@ -110,8 +111,15 @@ def generated(kind: str, strategy, check, examples: int) -> None:
     tally.report()
 
 
+def _scratch(prefix: str) -> pathlib.Path:
+    """A folder for one part's files, removed when the benchmark exits."""
+    folder = pathlib.Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
 def parsing(examples: int) -> None:
-    folder = pathlib.Path(tempfile.mkdtemp(prefix="podracer-bad-input-"))
+    folder = _scratch("podracer-bad-input-")
     generated(
         "overrides",
         st.tuples(st.sampled_from(cases.PRESETS), cases.overrides),
@@ -197,7 +205,7 @@ def damaged(trials: int) -> None:
     from tests.test_checkpoints import CONFIG, DAMAGE, _big_state
 
     tally = Tally("damaged")
-    base = pathlib.Path(tempfile.mkdtemp(prefix="podracer-damaged-"))
+    base = _scratch("podracer-damaged-")
     pristine = base / "pristine"
     ckpt = Checkpointer(pristine / "checkpoints", max_to_keep=3)
     for step in (1, 2, 3):
@@ -232,7 +240,7 @@ def kills(count: int) -> None:
     from tests._checkpoint_worker import CONFIG, state
 
     tally = Tally("kills")
-    base = pathlib.Path(tempfile.mkdtemp(prefix="podracer-kills-"))
+    base = _scratch("podracer-kills-")
     moments = random.Random(0)
     steps = []
 
@@ -267,7 +275,7 @@ def kills(count: int) -> None:
 def tournaments(examples: int) -> None:
     """Generated tournaments that play (no stand-ins), as tests/test_bad_input.py's: each plays
     and writes its results or is refused in one line."""
-    folder = pathlib.Path(tempfile.mkdtemp(prefix="podracer-tournaments-"))
+    folder = _scratch("podracer-tournaments-")
     outs = iter(range(10**9))
     generated(
         "tournaments",
@@ -281,7 +289,7 @@ def unusual_arena() -> None:
     """tests/test_bad_input.py's valid but unusual tournaments: each plays (exit 0, its
     results.json written) or is refused in the one line expected."""
     tally = Tally("unusual_arena")
-    base = pathlib.Path(tempfile.mkdtemp(prefix="podracer-arena-"))
+    base = _scratch("podracer-arena-")
 
     for name in cases.UNUSUAL_ARENA:
         tally.check(cases.check_unusual_tournament, name, base / name.replace(" ", "_"))
@@ -292,7 +300,7 @@ def unusual_runs() -> None:
     """tests/test_bad_input.py's valid but unusual runs, each `podracer train` in a process of
     its own: the run trains (exit 0) or is refused in one line holding the expected text."""
     tally = Tally("unusual_runs")
-    base = pathlib.Path(tempfile.mkdtemp(prefix="podracer-unusual-"))
+    base = _scratch("podracer-unusual-")
     outcomes = {}
 
     def case(name: str) -> int:

@@ -17,7 +17,6 @@ and where they go (the `Store`) come from the agent; the actors never ask which 
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from selfplay.envs import env_seed, jax_env_functions, make_env, parse_env_name
 from selfplay.lifetime import StopSignal, ThreadGroup
 from selfplay.metrics import StageTimer
 from selfplay.params import ParameterServer
+from selfplay.programs import built_once
 from selfplay.replay import Store
 from selfplay.rollout import jitted_rollout
 
@@ -489,7 +489,7 @@ def fused_pgx_act_step(agent: Agent, env) -> Callable | None:
     return _fused_pgx_jit(agent, env.functions) if isinstance(env, PgxEnv) else None
 
 
-@functools.lru_cache(maxsize=8)  # one jitted function, so one compilation, for all actor threads
+@built_once(maxsize=8)  # one jitted function, so one compilation, for all actor threads
 def _fused_pgx_jit(agent: Agent, functions) -> Callable:
     def act_step(params, key, env_state, greedy):
         game = env_state.game

@@ -57,7 +57,7 @@ from selfplay.agent import Agent, accelerator_paths, make_agent
 from selfplay.envs import EnvSpec, TimeStep, env_spec, jax_env_functions
 from selfplay.lifetime import StopSignal
 from selfplay.metrics import StageTimer
-from selfplay.programs import ProgramCache, program_key
+from selfplay.programs import ProgramCache, built_once, program_key
 from selfplay.rollout import episode_sums, make_rollout
 from selfplay.run import ReplicatedState
 
@@ -625,7 +625,7 @@ class AnakinProgram(NamedTuple):
     learn: Callable
 
 
-@functools.lru_cache(maxsize=4)  # compiled once a process for each program (selfplay.programs)
+@built_once(maxsize=4)  # compiled once a process for each program (selfplay.programs)
 def _jitted_init_carries(init_carry: Callable) -> Callable:
     return jax.jit(jax.vmap(init_carry, in_axes=(None, 0)))
 
@@ -661,17 +661,29 @@ def _make_anakin_program(config: ExperimentConfig, optimizer, devices) -> Anakin
     return AnakinProgram(agent, spec, plan, mesh, init_carry, iterate, learn)
 
 
-@functools.lru_cache(maxsize=4)  # compiled once a process for each program (selfplay.programs)
+@built_once(maxsize=4)  # compiled once a process for each program (selfplay.programs)
 def _jitted(program: AnakinProgram, inside: bool) -> tuple[Callable, Callable]:
     """The runtime's jitted `(iterate, update)`: the iteration (with its updates where `inside`)
     and one update; both donate the train state, the iteration its carry too."""
     options = dict(program.agent.compiler_options)
+    # The outputs' shardings are given, not left to XLA: it makes a zero-size output (the search
+    # agents' empty V-trace tail, [devices, 0, B, ...]) replicated, so over several devices the
+    # second call met a carry sharded otherwise than the first and compiled the iteration again.
+    replicated = NamedSharding(program.mesh, P())
+    per_device = NamedSharding(program.mesh, P(muzero.AXIS))
     iterate = jax.jit(
         functools.partial(program.iterate, learn=inside),
         donate_argnums=(0, 2),
+        out_shardings=(replicated, per_device, replicated),
         compiler_options=options,
     )
-    return iterate, jax.jit(program.learn, donate_argnums=(0,), compiler_options=options)
+    learn = jax.jit(
+        program.learn,
+        donate_argnums=(0,),
+        out_shardings=(replicated, per_device, replicated),
+        compiler_options=options,
+    )
+    return iterate, learn
 
 
 # The most updates dispatched ahead of the devices over several CPU devices (80 ran, 400 hung).

@@ -17,7 +17,6 @@ runs one batched search per ply over all positions of that ply.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import pathlib
@@ -33,6 +32,7 @@ from configs import ExperimentConfig, UsageError, from_dict
 from selfplay.agent import ActOutput, Agent, make_agent
 from selfplay.checkpoints import checkpoint_step, restore_params
 from selfplay.envs import EnvSpec, env_seed, env_spec
+from selfplay.programs import built_once
 
 __all__ = [
     "BoardActor",
@@ -127,7 +127,7 @@ def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
     return np.concatenate([x, np.repeat(x[:1], rows - len(x), axis=0)]) if rows > len(x) else x
 
 
-@functools.cache
+@built_once()
 def _pgx_replay(game_name: str) -> Callable[[Any, Any], Any]:
     """`pgx_replay` once per game: every actor of a game shares its compiled replay."""
     from selfplay.envs.pgx_env import pgx_replay  # pgx starts JAX: only when needed

@@ -11,13 +11,16 @@ Two configs share their programs when they differ only in fields no program read
 (`RUN_LOOP_FIELDS`): the run's limits, how often it logs and saves, its in-run evaluation, its
 logging and its name, which the run loop, its logs and its checkpoints alone read. Everything
 else is in the key, so a changed learning rate or search setting builds anew. What is built from
-hashable parts (an agent and an optimizer, a program and its devices) is cached with
-`functools.lru_cache` where it is built, as the actors' and the rollout's jitted functions are.
+hashable parts (an agent and an optimizer, a program and its devices, a game and its batch size)
+is cached where it is built with `built_once`: `functools.lru_cache` made thread-safe, since
+actor threads build their environments and programs at the same moment, and two threads that
+both miss an `lru_cache` each build a function of their own, which JAX then compiles twice.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import threading
 from collections.abc import Callable, Hashable
@@ -25,7 +28,7 @@ from typing import Any
 
 from configs import ExperimentConfig, to_dict
 
-__all__ = ["LIMITS", "RUN_LOOP_FIELDS", "ProgramCache", "program_key"]
+__all__ = ["LIMITS", "RUN_LOOP_FIELDS", "ProgramCache", "built_once", "program_key"]
 
 # The reasons a run ends by reaching what it was asked to do (any other ends it early): the
 # learner's fields the run loop compares with its counts.
@@ -62,10 +65,10 @@ def program_key(config: ExperimentConfig) -> str:
 
 
 class ProgramCache:
-    """The newest `size` values built for their keys (least recently used out first);
-    thread-safe, a value built once even when two threads ask for it at once."""
+    """The newest `size` values built for their keys (least recently used out first; None: all
+    of them); thread-safe, a value built once even when two threads ask for it at once."""
 
-    def __init__(self, size: int = 4):
+    def __init__(self, size: int | None = 4):
         self._size = size
         self._values: collections.OrderedDict[Hashable, Any] = collections.OrderedDict()
         self._lock = threading.RLock()  # a build may ask another key of the same cache
@@ -79,6 +82,24 @@ class ProgramCache:
                 return self._values[key]
             value = build()
             self._values[key] = value
-            if len(self._values) > self._size:
+            if self._size is not None and len(self._values) > self._size:
                 self._values.popitem(last=False)
             return value
+
+
+def built_once(maxsize: int | None = None) -> Callable[[Callable], Callable]:
+    """`functools.lru_cache(maxsize)` for a function that builds a program or its parts, made
+    thread-safe: threads calling it at once with the same (hashable) arguments all get the one
+    value the first of them built."""
+
+    def decorate(build: Callable) -> Callable:
+        cache = ProgramCache(maxsize)
+
+        @functools.wraps(build)
+        def cached(*args: Any, **kwargs: Any) -> Any:
+            key = (args, tuple(sorted(kwargs.items())))
+            return cache.get(key, lambda: build(*args, **kwargs))
+
+        return cached
+
+    return decorate

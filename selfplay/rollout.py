@@ -14,7 +14,6 @@ steps are what Sebulba's per-move actor records (`selfplay.actors.acting_fields`
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -24,6 +23,7 @@ import jax.numpy as jnp
 import muzero
 from selfplay.agent import Agent
 from selfplay.envs import TimeStep
+from selfplay.programs import built_once
 
 __all__ = ["EpisodeEnds", "Rollout", "episode_sums", "jitted_rollout", "make_rollout"]
 
@@ -116,7 +116,7 @@ def episode_sums(ends: EpisodeEnds) -> jax.Array:
     return per_move.sum(axis=0)
 
 
-@functools.lru_cache(maxsize=8)  # one jitted rollout, so one compilation, for all actor threads
+@built_once(maxsize=8)  # one jitted rollout, so one compilation, for all actor threads
 def jitted_rollout(
     agent: Agent, functions: Any, games: int, moves: int, greedy_after_moves: int
 ) -> tuple[Callable, Callable]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import functools
 import importlib.util
 import json
 import os
@@ -60,7 +59,7 @@ from selfplay.processes import (
     is_distributed,
     share_usage_error,
 )
-from selfplay.programs import LIMITS
+from selfplay.programs import LIMITS, built_once
 from selfplay.replay import SequenceReplay
 
 __all__ = [
@@ -298,12 +297,12 @@ def prepare_run_dir(
     return run_dir
 
 
-@functools.lru_cache(maxsize=4)  # one optimizer for each config: the update built with it is too
+@built_once(maxsize=4)  # one optimizer for each config: the update built with it is too
 def _optimizer(config: OptimizerConfig):
     return muzero.make_optimizer(config)
 
 
-@functools.lru_cache(maxsize=4)  # a run's fresh state, compiled once a process (selfplay.programs)
+@built_once(maxsize=4)  # a run's fresh state, compiled once a process (selfplay.programs)
 def _fresh_state(agent: Agent, optimizer) -> Callable:
     return jax.jit(
         lambda init_key, state_key: muzero.init_train_state(

@@ -24,7 +24,6 @@ and writes their priorities back in its own jit; no input thread, no sample on t
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -41,6 +40,7 @@ from selfplay.learner_input import InFlight, LearnerInput, Prefetched, Sampled
 from selfplay.lifetime import StopSignal, ThreadGroup
 from selfplay.metrics import StageTimer
 from selfplay.params import ParameterServer
+from selfplay.programs import built_once
 from selfplay.replay import SequenceReplay
 from selfplay.run import ReplicatedState
 
@@ -77,7 +77,7 @@ def split_devices(config: ExperimentConfig) -> tuple[list[jax.Device], list[jax.
 
 # Compiled once a process for each agent, optimizer and devices (`selfplay.programs`): a resume
 # or a second run of the config in the process reuses the learner's update.
-@functools.lru_cache(maxsize=4)
+@built_once(maxsize=4)
 def _replicated_update(agent: Agent, optimizer, devices: tuple, donate: bool) -> Callable:
     return muzero.make_replicated_update(
         agent.loss_fn,

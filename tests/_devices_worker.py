@@ -1,6 +1,7 @@
 """Runs the accelerator-only paths on 2 CPU devices (`devices.accelerator_paths=on`) for
 tests/test_train.py; prints one JSON line of what each run did. Usage: _devices_worker.py DIR"""
 
+import collections
 import json
 import pathlib
 import sys
@@ -12,6 +13,7 @@ jax.config.update("jax_num_cpu_devices", 2)
 import configs  # noqa: E402
 from selfplay import anakin, run, sebulba  # noqa: E402
 from selfplay.train import quiet_garbage_collector  # noqa: E402
+from tests import fakes  # noqa: E402
 
 TINY = [
     "devices.accelerator_paths=on",
@@ -39,9 +41,22 @@ def losses(run_dir: pathlib.Path) -> list[float]:
     return [r["loss"] for r in records(run_dir) if "loss" in r]
 
 
+# A runtime's programs (the agent's, the environments', the learner's, Anakin's).
+PROGRAMS = {"act", "act_step", "rollout", "reset", "step", "make_batch", "update", "iterate"}
+PROGRAMS |= {"learn_per_device", "init_carry"}
+
+
+def lowered_again(lowered: list[str]) -> list[str]:
+    """The runtime's programs that a run lowered more than once: each a whole compilation
+    repeated (on an accelerator, tens of seconds)."""
+    counts = collections.Counter(lowered)
+    return sorted(name for name, count in counts.items() if count > 1 and name[4:-1] in PROGRAMS)
+
+
 def main(out: pathlib.Path) -> None:
     quiet_garbage_collector()  # as `podracer train` does
     results = {}
+    again = results["lowered_again"] = {}
     runtimes = []
     built_on = set()  # the devices the learner's batches were built on
 
@@ -63,7 +78,9 @@ def main(out: pathlib.Path) -> None:
     config = configs.load_config(
         "tic_tac_toe_alphazero", [*TINY, *per_move, "devices.cpu_devices=2"]
     )
-    result = run.run(config, out / "sebulba", make_sebulba, progress=False)
+    with fakes.lowered_programs() as lowered:
+        result = run.run(config, out / "sebulba", make_sebulba, progress=False)
+    again["sebulba"] = lowered_again(lowered)
     runtime = runtimes[-1]
     stages = {
         key[len("time/actors/") : -len("_s")]
@@ -95,7 +112,9 @@ def main(out: pathlib.Path) -> None:
         segment_runtimes.append(sebulba.SebulbaRuntime(config, optimizer))
         return segment_runtimes[-1]
 
-    result = run.run(config, out / "segments", make_segments, progress=False)
+    with fakes.lowered_programs() as lowered:
+        result = run.run(config, out / "segments", make_segments, progress=False)
+    again["segments"] = lowered_again(lowered)
     replay = segment_runtimes[-1].device_replay
     results["segments"] = {
         "stopped_by": result.stopped_by,
@@ -121,7 +140,9 @@ def main(out: pathlib.Path) -> None:
         anakin_runtimes.append(anakin.AnakinRuntime(config, optimizer))
         return anakin_runtimes[-1]
 
-    result = run.run(config, out / "anakin", make_anakin, progress=False)
+    with fakes.lowered_programs() as lowered:
+        result = run.run(config, out / "anakin", make_anakin, progress=False)
+    again["anakin"] = lowered_again(lowered)
     results["anakin"] = {
         "stopped_by": result.stopped_by,
         "losses": losses(out / "anakin"),
@@ -159,7 +180,9 @@ def main(out: pathlib.Path) -> None:
         return runtime
 
     jax.block_until_ready = counting_wait
-    result = run.run(config, out / "one_by_one", make_counted, progress=False)
+    with fakes.lowered_programs() as lowered:
+        result = run.run(config, out / "one_by_one", make_counted, progress=False)
+    again["one_by_one"] = lowered_again(lowered)
     jax.block_until_ready = real_wait
     results["one_by_one"] = {
         "stopped_by": result.stopped_by,

@@ -469,30 +469,43 @@ def stop_once_logged(run_dir, text: str, stop) -> Iterator[None]:
         watcher.join()
 
 
-# --- compilation: which programs a stretch of a test traced -------------------------------------
+# --- compilation: which programs a stretch of a test traced or lowered -----------------------
 
 import jax.monitoring  # noqa: E402
 
-_TRACED: list[list[str]] = []  # one list for each `traced_programs` open now
+_TRACE = "/jax/core/compile/jaxpr_trace_duration"
+_LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"  # once for each new executable
+_RECORDING: list[tuple[str, list[str]]] = []  # (event, names) for each recorder open now
 
 
-def _record_trace(event: str, duration: float, **kwargs) -> None:
+def _record_compile_event(event: str, duration: float, **kwargs) -> None:
     del duration
-    if event == "/jax/core/compile/jaxpr_trace_duration":
-        for names in _TRACED:
+    for wanted, names in _RECORDING:
+        if event == wanted:
             names.append(kwargs.get("fun_name", "?"))
 
 
-jax.monitoring.register_event_duration_secs_listener(_record_trace)
+jax.monitoring.register_event_duration_secs_listener(_record_compile_event)
 
 
 @contextlib.contextmanager
-def traced_programs() -> Iterator[list[str]]:
+def _recording(event: str) -> Iterator[list[str]]:
+    entry: tuple[str, list[str]] = (event, [])
+    _RECORDING.append(entry)
+    try:
+        yield entry[1]
+    finally:
+        _RECORDING.remove(entry)
+
+
+def traced_programs() -> contextlib.AbstractContextManager[list[str]]:
     """The names of the functions `jax.jit` traced while inside (in any thread), in order: a
     program taken from a jitted function's own cache is not traced again."""
-    names: list[str] = []
-    _TRACED.append(names)
-    try:
-        yield names
-    finally:
-        _TRACED.remove(names)
+    return _recording(_TRACE)
+
+
+def lowered_programs() -> contextlib.AbstractContextManager[list[str]]:
+    """The names (`jit(f)`) of the programs lowered while inside (in any thread), in order: one
+    for each executable a jitted function built, whether XLA then compiled it or read it from
+    the persistent compilation cache; a call that reuses an executable lowers nothing."""
+    return _recording(_LOWER)

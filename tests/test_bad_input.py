@@ -13,7 +13,6 @@ import functools
 import io
 import json
 import pathlib
-import tempfile
 import typing
 
 import pytest
@@ -145,16 +144,13 @@ def check_config_file(preset: str, changes: list[tuple[str, typing.Any]], folder
     return result
 
 
-_FILES = pathlib.Path(tempfile.mkdtemp(prefix="podracer-bad-input-"))
-
-
 @settings(CI, max_examples=100)
 @given(
     preset=st.sampled_from(PRESETS),
     changes=st.lists(st.tuples(st.sampled_from(FIELDS), json_value), min_size=1, max_size=3),
 )
-def test_generated_config_files_get_one_line_or_a_valid_config(preset, changes):
-    check_config_file(preset, changes, _FILES)
+def test_generated_config_files_get_one_line_or_a_valid_config(tmp_path, preset, changes):
+    check_config_file(preset, changes, tmp_path)
 
 
 # The command lines. Tokens a user might put together; values of every kind beside them.

@@ -7,10 +7,12 @@ import re
 import threading
 import time
 
+import jax
+
 import configs
 from selfplay.agent import make_agent
 from selfplay.envs import env_spec
-from selfplay.programs import LIMITS, RUN_LOOP_FIELDS, ProgramCache, program_key
+from selfplay.programs import LIMITS, RUN_LOOP_FIELDS, ProgramCache, built_once, program_key
 
 
 def _with(config, **learner):
@@ -81,6 +83,31 @@ def test_the_cache_keeps_the_newest_and_builds_a_value_once_for_threads_at_once(
     except ValueError:
         pass
     assert cache.get("d", build("d")) == ["d"]  # nothing was kept for the failed build
+
+
+def test_a_function_built_once_gives_threads_asking_at_once_one_value():
+    # Actor threads build their environments' functions and the fused act+step at the same
+    # moment: under functools.lru_cache both missed and each got a function of its own, which
+    # JAX compiled once for each (tests/test_train.py checks a whole run).
+    builds = []
+
+    @built_once(maxsize=2)
+    def jitted(name: str, size: int):
+        builds.append((name, size))
+        time.sleep(0.05)  # the other threads ask meanwhile
+        return jax.jit(lambda x: x * size)
+
+    got = []
+    threads = [
+        threading.Thread(target=lambda: got.append(jitted("tic_tac_toe", 4))) for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert builds == [("tic_tac_toe", 4)] and all(f is got[0] for f in got)
+    assert jitted("tic_tac_toe", size=4) is not got[0]  # keyed as lru_cache: keywords apart
+    assert jitted("go", 4) is jitted("go", 4) and len(builds) == 3
 
 
 # The modules whose functions a run's programs are built from (traced inside `jit`).

@@ -364,3 +364,9 @@ def test_the_accelerator_paths_run_on_two_cpu_devices_and_learn(tmp_path):
     assert one_by_one["stopped_by"] == "max_updates" and not one_by_one["learn_in_jit"]
     assert one_by_one["updates_per_iteration"] > one_by_one["bound"], one_by_one
     assert one_by_one["waits"] > 0 and one_by_one["most_ahead"] <= one_by_one["bound"], one_by_one
+    # Each run built each of its programs once: the actor threads share the fused act+step and
+    # the environments' reset (built at once by both threads, each once compiled its own), and
+    # over 2 devices Anakin's second iteration took the first's program (a zero-size output
+    # left to XLA came back replicated and compiled the iteration again).
+    assert results["lowered_again"] == {name: [] for name in results["lowered_again"]}, results
+    assert len(results["lowered_again"]) == 4

@@ -30,7 +30,6 @@ state (`legal_mask` all True), `to_play` is 0, and `episode_return` is the sum o
 from __future__ import annotations
 
 import difflib
-import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -43,6 +42,7 @@ from gymnax.environments import spaces
 
 from configs.errors import UsageError
 from selfplay.envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions
+from selfplay.programs import built_once
 
 __all__ = [
     "GymnaxEnv",
@@ -94,7 +94,7 @@ def _checked_limit(env_id: str, max_episode_steps: Any) -> int | None:
     return int(max_episode_steps)
 
 
-@functools.cache  # one gymnax env object per (id, limit): jit caches key on its identity
+@built_once()  # one gymnax env object per (id, limit): jit caches key on its identity
 def _load(env_id: str, max_episode_steps: int | None) -> _Loaded:
     """The env `env_id` with its time limit (checked by `_checked_limit`); UsageError if bad."""
     registered = list(gymnax.registered_envs)
@@ -162,12 +162,12 @@ def gymnax_functions(
     return _cached_functions(env_id, int(num_envs), _checked_limit(env_id, max_episode_steps))
 
 
-@functools.cache
+@built_once()
 def _cached_functions(env_id: str, num_envs: int, max_episode_steps: int | None) -> GymnaxFunctions:
     return _functions(_load(env_id, max_episode_steps), num_envs)
 
 
-@functools.cache
+@built_once()
 def _jitted(env_id: str, num_envs: int, max_episode_steps: int | None) -> tuple[Callable, Callable]:
     # Shared by every GymnaxEnv of this env, size and limit, so a second env compiles nothing.
     functions = _cached_functions(env_id, num_envs, max_episode_steps)

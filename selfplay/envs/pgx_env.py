@@ -35,6 +35,7 @@ import pgx
 
 from configs.errors import UsageError
 from selfplay.envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions
+from selfplay.programs import built_once
 
 __all__ = [
     "ChanceRules",
@@ -112,7 +113,7 @@ def _rows(x: jax.Array, index: jax.Array) -> jax.Array:
     return jnp.take_along_axis(x, index[:, None], axis=1)[:, 0]
 
 
-@functools.cache  # one jitted replay per game, so every caller shares its compiles
+@built_once()  # one jitted replay per game, so every caller shares its compiles
 def pgx_replay(env_id: str) -> Callable[[jax.Array, jax.Array], Any]:
     """jit(moves [N, L] int32, lengths [N] int32) -> batched pgx State after each row's moves.
 
@@ -140,7 +141,7 @@ def pgx_replay(env_id: str) -> Callable[[jax.Array, jax.Array], Any]:
     return jax.jit(replay)
 
 
-@functools.cache  # one function per game, so that jit compiles it once
+@built_once()  # one function per game, so that jit compiles it once
 def pgx_exact_step(env_id: str) -> Callable[[Any, jax.Array], ExactStep]:
     """Returns `step(state, action) -> ExactStep` over batched pgx States, pure and jittable.
 
@@ -211,7 +212,7 @@ class ChanceRules(NamedTuple):
     outcome_names: tuple[str, ...]  # [C] what each outcome is ("2 at cell 5", "roll 3-5")
 
 
-@functools.cache  # one function per game, so that jit compiles it once
+@built_once()  # one function per game, so that jit compiles it once
 def pgx_chance_rules(env_id: str) -> ChanceRules:
     """The rules of a pgx game with chance (`2048`, `backgammon`), split at the chance event.
 
@@ -362,14 +363,14 @@ def _rules_backgammon(game: pgx.Env) -> ChanceRules:
     return ChanceRules(afterstate, _chance_step(game, chance_one), len(_ROLLS), names)
 
 
-@functools.cache
+@built_once()
 def pgx_functions(env_id: str, num_envs: int) -> PgxFunctions:
     """Pure `reset(key)` and `step(env_state, actions)` for `num_envs` copies of a pgx game."""
     game = make_pgx_game(env_id)
     return _functions(game, num_envs)
 
 
-@functools.cache
+@built_once()
 def _jitted(env_id: str, num_envs: int) -> tuple[Callable, Callable]:
     # Shared by every PgxEnv of this game and size, so a second env does not compile again.
     functions = pgx_functions(env_id, num_envs)

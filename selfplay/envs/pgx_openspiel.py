@@ -20,7 +20,6 @@ state, and lead to the board OpenSpiel reaches (tests/test_arena_chance.py).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,6 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pyspiel
+
+from selfplay.programs import built_once
 
 __all__ = [
     "OPENSPIEL_GAMES",
@@ -48,7 +49,7 @@ PGX_TO_OPENSPIEL_2048 = (3, 0, 1, 2)
 _BAR, _PASS = 100, -1  # OpenSpiel backgammon's checker-move positions for the bar and a pass
 
 
-@functools.cache
+@built_once()
 def _jitted() -> dict[str, Callable]:
     """The jitted translations, built once. The games are made here, outside the traced
     functions: made inside, their arrays became constants of the compiled programs, which
