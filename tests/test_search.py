@@ -35,28 +35,42 @@ def _model(algorithm, key, batch_size):
 
 
 @pytest.mark.parametrize(
-    "algorithm, batch_size",
+    "algorithm, batch_size, noise",
     [
-        ("muzero", 1),
-        ("muzero", 32),
-        ("gumbel_muzero", 7),
-        ("stochastic_muzero", 1),
-        ("stochastic_muzero", 32),
+        ("muzero", 1, 0.0),  # no root noise (greedy evaluation, the arena): none drawn
+        ("muzero", 32, 0.25),
+        ("gumbel_muzero", 7, 0.25),
+        ("stochastic_muzero", 1, 0.0),
+        ("stochastic_muzero", 32, 0.25),
     ],
 )
-def test_equal_to_mctx_without_tree(algorithm, batch_size):
+def test_equal_to_mctx_without_tree(algorithm, batch_size, noise):
     params, root, recurrent_fn = _model(algorithm, jax.random.PRNGKey(batch_size), batch_size)
     invalid = _random_invalid(jax.random.PRNGKey(1), batch_size)
     config = search.SearchConfig(
-        algorithm=algorithm, num_simulations=12, max_num_considered_actions=4, temperature=0.7
+        algorithm=algorithm,
+        num_simulations=12,
+        max_num_considered_actions=4,
+        temperature=0.7,
+        dirichlet_fraction=noise,
     )
     ours_fn = jax.jit(
         lambda key: search.run(params, key, root, recurrent_fn, config, invalid_actions=invalid)
     )
+    if algorithm != "gumbel_muzero":  # the Dirichlet noise's gamma draws, only where mixed in
+        drawn = "random_gamma" in str(jax.make_jaxpr(ours_fn)(jax.random.PRNGKey(0)))
+        assert drawn == (noise > 0)
     if algorithm == "muzero":
         reference_fn = jax.jit(
             lambda key: mctx.muzero_policy(
-                params, key, root, recurrent_fn, 12, invalid_actions=invalid, temperature=0.7
+                params,
+                key,
+                root,
+                recurrent_fn,
+                12,
+                invalid_actions=invalid,
+                temperature=0.7,
+                dirichlet_fraction=noise,
             )
         )
     elif algorithm == "stochastic_muzero":
@@ -70,6 +84,7 @@ def test_equal_to_mctx_without_tree(algorithm, batch_size):
                 12,
                 invalid_actions=invalid,
                 temperature=0.7,
+                dirichlet_fraction=noise,
             )
         )
     else:
