@@ -60,45 +60,27 @@ def test_equal_to_mctx_without_tree(algorithm, batch_size, noise):
     if algorithm != "gumbel_muzero":  # the Dirichlet noise's gamma draws, only where mixed in
         drawn = "random_gamma" in str(jax.make_jaxpr(ours_fn)(jax.random.PRNGKey(0)))
         assert drawn == (noise > 0)
+    # mctx's policy of the algorithm, with the same settings.
+    noisy = dict(invalid_actions=invalid, temperature=0.7, dirichlet_fraction=noise)
     if algorithm == "muzero":
-        reference_fn = jax.jit(
-            lambda key: mctx.muzero_policy(
-                params,
-                key,
-                root,
-                recurrent_fn,
-                12,
-                invalid_actions=invalid,
-                temperature=0.7,
-                dirichlet_fraction=noise,
-            )
-        )
+        policy = functools.partial(mctx.muzero_policy, recurrent_fn=recurrent_fn, **noisy)
     elif algorithm == "stochastic_muzero":
-        reference_fn = jax.jit(
-            lambda key: mctx.stochastic_muzero_policy(
-                params,
-                key,
-                root,
-                recurrent_fn.decision_fn,
-                recurrent_fn.chance_fn,
-                12,
-                invalid_actions=invalid,
-                temperature=0.7,
-                dirichlet_fraction=noise,
-            )
+        policy = functools.partial(
+            mctx.stochastic_muzero_policy,
+            decision_recurrent_fn=recurrent_fn.decision_fn,
+            chance_recurrent_fn=recurrent_fn.chance_fn,
+            **noisy,
         )
     else:
-        reference_fn = jax.jit(
-            lambda key: mctx.gumbel_muzero_policy(
-                params,
-                key,
-                root,
-                recurrent_fn,
-                12,
-                invalid_actions=invalid,
-                max_num_considered_actions=4,
-            )
+        policy = functools.partial(
+            mctx.gumbel_muzero_policy,
+            recurrent_fn=recurrent_fn,
+            invalid_actions=invalid,
+            max_num_considered_actions=4,
         )
+    reference_fn = jax.jit(
+        lambda key: policy(params=params, rng_key=key, root=root, num_simulations=12)
+    )
     for seed in range(3):
         key = jax.random.PRNGKey(seed)
         ours, reference = ours_fn(key), reference_fn(key)
