@@ -154,17 +154,16 @@ def _make_qtransform(config: SearchConfig):
 def _dirichlet_noisy_logits(rng_key, prior_logits, config: SearchConfig) -> chex.Array:
     """mctx.muzero_policy's root noise: mix softmax(prior) with Dirichlet(alpha) noise."""
     batch_size, num_actions = prior_logits.shape
-    if config.dirichlet_fraction == 0:
-        # mctx's mixture bit for bit ((1 - 0) p + 0 noise is p) without drawing the noise: its
-        # gamma draws are rejection loops, a fifth of a small acting program's compile and a
-        # wait on the host at each of their steps on a GPU (greedy evaluation, the arena).
-        probs = jax.nn.softmax(prior_logits)
-        return jnp.log(jnp.maximum(probs, jnp.finfo(probs.dtype).tiny))
-    noise = jax.random.dirichlet(
-        rng_key, alpha=jnp.full([num_actions], config.dirichlet_alpha), shape=(batch_size,)
-    )
+    probs = jax.nn.softmax(prior_logits)
     fraction = config.dirichlet_fraction
-    probs = (1 - fraction) * jax.nn.softmax(prior_logits) + fraction * noise
+    # At fraction 0, mctx's mixture is the prior bit for bit: the noise is not drawn (its gamma
+    # draws are rejection loops, a fifth of a small acting program's compile and a wait on the
+    # host at each of their steps on a GPU; greedy evaluation, the arena).
+    if fraction > 0:
+        noise = jax.random.dirichlet(
+            rng_key, alpha=jnp.full([num_actions], config.dirichlet_alpha), shape=(batch_size,)
+        )
+        probs = (1 - fraction) * probs + fraction * noise
     return jnp.log(jnp.maximum(probs, jnp.finfo(probs.dtype).tiny))
 
 

@@ -670,17 +670,18 @@ def _jitted(program: AnakinProgram, inside: bool) -> tuple[Callable, Callable]:
     # agents' empty V-trace tail, [devices, 0, B, ...]) replicated, so over several devices the
     # second call met a carry sharded otherwise than the first and compiled the iteration again.
     replicated = NamedSharding(program.mesh, P())
-    per_device = NamedSharding(program.mesh, P(muzero.AXIS))
+    # (train state, carry or priorities, metrics)
+    outputs = (replicated, NamedSharding(program.mesh, P(muzero.AXIS)), replicated)
     iterate = jax.jit(
         functools.partial(program.iterate, learn=inside),
         donate_argnums=(0, 2),
-        out_shardings=(replicated, per_device, replicated),
+        out_shardings=outputs,
         compiler_options=options,
     )
     learn = jax.jit(
         program.learn,
         donate_argnums=(0,),
-        out_shardings=(replicated, per_device, replicated),
+        out_shardings=outputs,
         compiler_options=options,
     )
     return iterate, learn

@@ -42,8 +42,8 @@ def losses(run_dir: pathlib.Path) -> list[float]:
 
 
 # A runtime's programs (the agent's, the environments', the learner's, Anakin's).
-PROGRAMS = {"act", "act_step", "rollout", "reset", "step", "make_batch", "update", "iterate"}
-PROGRAMS |= {"learn_per_device", "init_carry"}
+PROGRAMS = {"act", "act_step", "rollout", "reset", "step", "make_batch", "update"}
+PROGRAMS |= {"iterate", "learn_per_device", "init_carry"}
 
 
 def lowered_again(lowered: list[str]) -> list[str]:
