@@ -14,6 +14,8 @@ import pathlib
 import tempfile
 from importlib import metadata
 
+import pytest
+
 # XLA aborts the process on a flag it does not know: jaxlib 0.11 has no fusion-emitter switch
 # (its CPU backend has only the newer emitters).
 _JAXLIB = tuple(int(part) for part in metadata.version("jaxlib").split(".")[:2])
@@ -35,3 +37,15 @@ def pytest_collection_finish(session):
     from selfplay.train import quiet_garbage_collector
 
     quiet_garbage_collector()
+
+
+@pytest.fixture(autouse=True)
+def _learning_curves_where_a_test_reads_them(request, monkeypatch):
+    """A run draws its learning curves at its end (matplotlib: about 0.25 s of CPU a run, 1-2 s
+    for a process's first); in a test, only where it is marked `plots` (those that read the
+    picture). `tests/test_metrics.py` tests the drawing itself; `podracer train` in a subprocess
+    draws as always."""
+    if request.node.get_closest_marker("plots") is None:
+        from selfplay import run
+
+        monkeypatch.setattr(run, "plot_run", lambda run_dir: None)

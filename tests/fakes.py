@@ -469,23 +469,40 @@ def stop_once_logged(run_dir, text: str, stop) -> Iterator[None]:
         watcher.join()
 
 
-# --- compilation: which programs a stretch of a test traced or lowered -----------------------
+# --- compilation: which programs a stretch of a test traced, lowered or compiled -------------
 
 import jax.monitoring  # noqa: E402
 
 _TRACE = "/jax/core/compile/jaxpr_trace_duration"
 _LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"  # once for each new executable
+# Timed around XLA's compilation or the persistent cache's read that replaces it (JAX 0.10):
+# `_COMPILED` is recorded only where the cache's answer, in the same thread just before, was not
+# a hit.
+_BACKEND = "/jax/core/compile/backend_compile_duration"
+_COMPILED = "compiled"
+_CACHE_HIT = "/jax/compilation_cache/cache_hits"
 _RECORDING: list[tuple[str, list[str]]] = []  # (event, names) for each recorder open now
+_THREAD = threading.local()  # the compiling thread's last answer from the persistent cache
 
 
 def _record_compile_event(event: str, duration: float, **kwargs) -> None:
     del duration
+    served = False
+    if event == _BACKEND:
+        served, _THREAD.served = getattr(_THREAD, "served", False), False
     for wanted, names in _RECORDING:
-        if event == wanted:
+        if event == wanted or (wanted == _COMPILED and event == _BACKEND and not served):
             names.append(kwargs.get("fun_name", "?"))
 
 
+def _record_cache_event(event: str, **kwargs) -> None:
+    del kwargs
+    if event == _CACHE_HIT:
+        _THREAD.served = True
+
+
 jax.monitoring.register_event_duration_secs_listener(_record_compile_event)
+jax.monitoring.register_event_listener(_record_cache_event)
 
 
 @contextlib.contextmanager
@@ -509,3 +526,9 @@ def lowered_programs() -> contextlib.AbstractContextManager[list[str]]:
     for each executable a jitted function built, whether XLA then compiled it or read it from
     the persistent compilation cache; a call that reuses an executable lowers nothing."""
     return _recording(_LOWER)
+
+
+def compiled_programs() -> contextlib.AbstractContextManager[list[str]]:
+    """The names (`jit(f)`) of the programs XLA compiled while inside (in any thread): those
+    lowered but read back from the persistent compilation cache are not among them."""
+    return _recording(_COMPILED)

@@ -190,6 +190,7 @@ def test_plan_sizes_updates_and_refuses_what_cannot_work():
         anakin.plan_anakin(free, agent, devices=1)
 
 
+@pytest.mark.plots
 @pytest.mark.parametrize(
     "preset, extra, ctrl_c",
     [

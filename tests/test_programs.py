@@ -146,3 +146,33 @@ def test_no_module_that_builds_programs_reads_a_field_left_out_of_the_key():
         if pattern.search(line)
     ]
     assert not found, found
+
+
+def test_fresh_runs_of_one_network_take_its_parameters_program_from_the_cache(tmp_path):
+    """Two fresh runs whose configs differ in the optimizer alone: the second builds the
+    parameters with the first's program, read back from the persistent compilation cache (the
+    tests' own, tests/conftest.py), and compiles only the optimizer's state around them."""
+    import muzero
+    from selfplay import run as run_module
+    from tests import fakes
+    from tests.test_train import TINY
+
+    def fresh_start(overrides, run_dir):
+        config = configs.load_config("tic_tac_toe_muzero", [*TINY, *overrides])
+        agent = make_agent(config, env_spec(config.env.name))
+        optimizer = muzero.make_optimizer(config.optimizer)
+        started = run_module.start_run(config, agent, optimizer, run_dir)
+        started.checkpointer.close()
+        assert started.resumed_from is None  # fresh: nothing to resume
+        return started.state
+
+    first = fresh_start([], tmp_path / "first")
+    with fakes.lowered_programs() as lowered, fakes.compiled_programs() as compiled:
+        second = fresh_start(["optimizer.learning_rate=0.0123"], tmp_path / "second")
+    # At most the optimizer's state around the parameters is compiled (none where an earlier
+    # test left it in the cache).
+    assert "jit(init)" in lowered and set(compiled) <= {"jit(<lambda>)"}, (lowered, compiled)
+    # The same parameters (one seed, one program), each run its own learning rate.
+    leaves = zip(jax.tree.leaves(first.params), jax.tree.leaves(second.params), strict=True)
+    assert all(bool((a == b).all()) for a, b in leaves)
+    assert first.opt_state != second.opt_state

@@ -21,6 +21,7 @@ def _records(run):
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.plots
 def test_a_run_stopped_while_the_replay_fills_says_so(tmp_path, capsys):
     run = tmp_path / "run"
     code = cli.main(
@@ -99,6 +100,7 @@ def test_the_evaluator_refuses_what_it_cannot_play():
             progress.RunEvaluator(config, env_spec(config.env.name))
 
 
+@pytest.mark.plots
 def test_the_evaluators_figures_appear_in_a_short_runs_metrics(tmp_path):
     config = _tic_tac_toe(
         "learner.max_updates=0",

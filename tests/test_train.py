@@ -50,6 +50,7 @@ def _tiny(preset: str, *extra: str) -> configs.ExperimentConfig:
     return configs.load_config(preset, overrides)
 
 
+@pytest.mark.plots
 @pytest.mark.parametrize(
     "preset, extra",
     [
