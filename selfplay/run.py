@@ -302,32 +302,19 @@ def _optimizer(config: OptimizerConfig):
     return muzero.make_optimizer(config)
 
 
-class _FreshState(NamedTuple):
-    """A run's fresh train state, in two programs: the parameters alone (`jax.jit(agent.init)`,
-    the same program for every run of one network and game whatever its optimizer, search or
-    replay, so that the persistent compilation cache serves it to the next such run), then the
-    optimizer's state (and target network) around them (a small program, no random draws)."""
-
-    init: Callable[[jax.Array], Any]  # init_key -> params
-    around: Callable[[Any, jax.Array], muzero.TrainState]  # params, state_key -> state
-
-    def __call__(self, init_key: jax.Array, state_key: jax.Array) -> muzero.TrainState:
-        return self.around(self.init(init_key), state_key)
-
-    def eval_shape(self, init_key: jax.Array, state_key: jax.Array) -> muzero.TrainState:
-        return jax.eval_shape(lambda *keys: self(*keys), init_key, state_key)
-
-
 @built_once(maxsize=4)  # a run's fresh state, compiled once a process (selfplay.programs)
-def _fresh_state(agent: Agent, optimizer) -> _FreshState:
-    return _FreshState(
-        init=jax.jit(agent.init),
-        around=jax.jit(
-            lambda params, state_key: muzero.init_train_state(
-                params, optimizer, state_key, agent.target
-            )
-        ),
+def _fresh_state(agent: Agent, optimizer) -> Callable:
+    """`(init_key, state_key) -> TrainState` in two programs: the parameters alone
+    (`jax.jit(agent.init)`, the same program for every run of one network and game whatever its
+    optimizer, search or replay, so that the persistent compilation cache serves it to the next
+    such run), then the optimizer's state (and target network) around them (small, no draws)."""
+    init = jax.jit(agent.init)
+    around = jax.jit(
+        lambda params, state_key: muzero.init_train_state(
+            params, optimizer, state_key, agent.target
+        )
     )
+    return lambda init_key, state_key: around(init(init_key), state_key)
 
 
 def start_run(config: ExperimentConfig, agent: Agent, optimizer, run_dir: pathlib.Path) -> RunStart:
@@ -335,12 +322,12 @@ def start_run(config: ExperimentConfig, agent: Agent, optimizer, run_dir: pathli
     is one: each newer one found damaged is set aside, with a line saying which and why) and the
     checkpointer that keeps saving there."""
     init_key, state_key, key = jax.random.split(jax.random.PRNGKey(config.seed), 3)
-    # The optimizer's state in a program (`_FreshState`): called outside `jit`, its init compiles
-    # an operation for each shape of leaf, each its own program. A resume restores into the
-    # state's shapes alone (`eval_shape`: traced, never compiled nor run), so only a fresh run
-    # compiles the two.
+    # The optimizer's state in a program of its own (`_fresh_state`): called outside `jit`, its
+    # init compiles an operation for each shape of leaf, each its own program. A resume restores
+    # into the state's shapes alone (`eval_shape`: traced, never compiled nor run), so only a
+    # fresh run compiles the two.
     fresh_state = _fresh_state(agent, optimizer)
-    shapes = fresh_state.eval_shape(init_key, state_key)
+    shapes = jax.eval_shape(fresh_state, init_key, state_key)
     checkpointer = Checkpointer(
         run_dir / "checkpoints", config.learner.keep_checkpoints, must_match=MUST_MATCH
     )

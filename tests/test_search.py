@@ -61,15 +61,15 @@ def test_equal_to_mctx_without_tree(algorithm, batch_size, noise):
         drawn = "random_gamma" in str(jax.make_jaxpr(ours_fn)(jax.random.PRNGKey(0)))
         assert drawn == (noise > 0)
     # mctx's policy of the algorithm, with the same settings.
-    noisy = dict(invalid_actions=invalid, temperature=0.7, dirichlet_fraction=noise)
+    shared = dict(invalid_actions=invalid, temperature=0.7, dirichlet_fraction=noise)
     if algorithm == "muzero":
-        policy = functools.partial(mctx.muzero_policy, recurrent_fn=recurrent_fn, **noisy)
+        policy = functools.partial(mctx.muzero_policy, recurrent_fn=recurrent_fn, **shared)
     elif algorithm == "stochastic_muzero":
         policy = functools.partial(
             mctx.stochastic_muzero_policy,
             decision_recurrent_fn=recurrent_fn.decision_fn,
             chance_recurrent_fn=recurrent_fn.chance_fn,
-            **noisy,
+            **shared,
         )
     else:
         policy = functools.partial(
