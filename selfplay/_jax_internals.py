@@ -7,11 +7,18 @@ starts. JAX offers neither publicly, so both reach into `jax._src`, whose names 
 versions. At first use this module checks that the installed JAX has every name it uses, and says
 in one line what is needed where it has not (a `UsageError`: `podracer train` exits with it);
 a JAX version it has not run with gets a one-line warning.
+
+One more reach is optional: JAX writes its persistent compilation cache from a job's process 0
+only, so the programs of another process's own devices are compiled again at each start of the
+job (`cache_programs_of_this_process`). Where this JAX lacks what that needs, the job runs as
+JAX alone would, with a one-line warning.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
+import time
 import warnings
 from typing import Any, NamedTuple
 
@@ -21,6 +28,7 @@ from configs.errors import UsageError
 
 __all__ = [
     "KNOWN_GOOD",
+    "cache_programs_of_this_process",
     "coordination_client",
     "distributed_state",
     "make_gloo_collectives",
@@ -104,6 +112,78 @@ def use_cpu_collectives(collectives: Any) -> None:
         priority=default.priority,
         fail_quietly=default.fail_quietly,
     )
+
+
+# What `cache_programs_of_this_process` reads of the function it wraps: the arguments JAX's own
+# write (`compiler._cache_write`) takes from it.
+_COMPILE_AND_WRITE_PARAMETERS = (
+    "backend",
+    "executable_devices",
+    "host_callbacks",
+    "module_name",
+    "cache_key",
+)
+
+
+@functools.cache
+def cache_programs_of_this_process() -> bool:
+    """Lets this process of a job, not only process 0, write JAX's persistent compilation cache
+    for the programs that run on its own devices alone; whether it could (once a process).
+
+    JAX writes the cache from process 0 only (so that the processes of a job do not all write
+    one shared folder at once), and a CPU program's key holds its devices' ids: the programs of
+    process 1's devices (its actors, its own replay) were compiled again at every start of the
+    job, a resume included. A program over the devices of several processes has the same key in
+    each of them and stays process 0's to write. The write is JAX's own (`compilation_cache.
+    put_executable_and_time`), under JAX's conditions (no host callbacks, the minimum compile
+    time), and never fails a compile: an error is a warning, as JAX's is. Where this JAX lacks
+    the names it wraps, a one-line warning and JAX's behaviour."""
+    try:
+        from jax._src import compilation_cache, compiler
+        from jax._src import config as jax_config
+
+        original = compiler._compile_and_write_cache
+        signature = inspect.signature(original)
+        missing = set(_COMPILE_AND_WRITE_PARAMETERS) - set(signature.parameters)
+        if missing:
+            raise AttributeError(f"_compile_and_write_cache has no {sorted(missing)}")
+        compilation_cache.put_executable_and_time  # noqa: B018 (looked up now: AttributeError)
+        min_compile_s = jax_config.persistent_cache_min_compile_time_secs
+    except (ImportError, AttributeError) as error:
+        warnings.warn(
+            f"jax {jax.__version__}: processes other than 0 write no compilation cache ({error})",
+            stacklevel=2,
+        )
+        return False
+    state = _private().distributed.global_state
+
+    @functools.wraps(original)
+    def compile_and_write_cache(*args, **kwargs):
+        started = time.monotonic()
+        executable = original(*args, **kwargs)  # compiles; writes where this is process 0
+        compile_s = time.monotonic() - started
+        try:
+            call = signature.bind(*args, **kwargs).arguments
+            process = call["backend"].process_index()
+            if (
+                state.process_id != 0
+                and not call["host_callbacks"]
+                and compile_s >= min_compile_s.value
+                and all(device.process_index == process for device in call["executable_devices"])
+            ):
+                compilation_cache.put_executable_and_time(
+                    call["cache_key"],
+                    call["module_name"],
+                    executable,
+                    call["backend"],
+                    int(compile_s),
+                )
+        except Exception as error:  # noqa: BLE001 (the cache is an optimisation: JAX warns too)
+            warnings.warn(f"compilation cache not written: {error}", stacklevel=2)
+        return executable
+
+    compiler._compile_and_write_cache = compile_and_write_cache
+    return True
 
 
 def _major_minor(version: str) -> tuple[int, int]:

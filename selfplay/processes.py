@@ -409,6 +409,7 @@ def initialize(
             f"could not join the job at {where} within {timeout_s} s "
             f"(is process 0 running and reachable?): {first}"
         ) from None
+    _jax_internals.cache_programs_of_this_process()
     place_collectives(collectives_interface, timeout_s)
 
 

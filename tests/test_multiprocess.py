@@ -663,3 +663,37 @@ def test_an_untried_jax_version_with_the_names_warns_once(monkeypatch):
     finally:
         _jax_internals._private.cache_clear()
     assert len(caught) == 1
+
+
+# One process as JAX sees a job's process 1, compiling one program into a cache of its own:
+# prints how many programs the cache served and how many it holds.
+_PROCESS_ONE_COMPILES = """
+import os, sys
+import jax, jax.numpy as jnp
+from selfplay import _jax_internals
+served = []
+jax.monitoring.register_event_listener(
+    lambda event, **_: served.append(event) if event.endswith("/cache_hits") else None)
+if sys.argv[1] == "wrapped":
+    assert _jax_internals.cache_programs_of_this_process()
+_jax_internals.distributed_state().process_id = 1
+jax.jit(lambda x: jnp.sin(x) * 2.0 + 1.0)(jnp.ones(3)).block_until_ready()
+folder = os.environ["JAX_COMPILATION_CACHE_DIR"]
+print(len(served), sum(name.endswith("-cache") for name in os.listdir(folder)))
+"""
+
+
+def test_a_process_other_than_0_caches_the_programs_of_its_own_devices(tmp_path):
+    def compile_once(how: str) -> tuple[int, int]:
+        env = dict(_env(), JAX_COMPILATION_CACHE_DIR=str(tmp_path / how.split()[0]))
+        out = subprocess.run(
+            [sys.executable, "-c", _PROCESS_ONE_COMPILES, how],
+            env=env, capture_output=True, text=True, timeout=120, check=True,
+        ).stdout  # fmt: skip
+        served, held = out.split()
+        return int(served), int(held)
+
+    assert compile_once("plain") == (0, 0)  # JAX alone: process 1 writes nothing
+    served, held = compile_once("wrapped")
+    assert served == 0 and held >= 1
+    assert compile_once("wrapped again") == (held, held)  # each program served, none compiled
