@@ -57,6 +57,11 @@ def make_parser() -> argparse.ArgumentParser:
         "--run-dir", metavar="DIR", help="where the run goes (default runs/<preset>-<time>)"
     )
     parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.add_argument(
+        "--no-plot",
+        action="store_true",
+        help="no learning_curves.png at the end (metrics.jsonl and TensorBoard hold the curves)",
+    )
     job = parser.add_argument_group(
         "several processes (jax.distributed; every process gets the same config and --run-dir)"
     )
@@ -173,7 +178,13 @@ def run(args) -> int:
         flush=True,
     )
     try:
-        result = train(config, run_dir, progress=not args.quiet, make_evaluator=make_evaluator)
+        result = train(
+            config,
+            run_dir,
+            progress=not args.quiet,
+            make_evaluator=make_evaluator,
+            plot=not args.no_plot,
+        )
     except UsageError:
         raise
     except WriteFailed as error:  # a full disk, a file-size limit: the file and the error
@@ -246,6 +257,7 @@ def _passed_on(args, run_dir: str) -> list[str]:
     passed = ["--run-dir", run_dir, "--connect-timeout", str(args.connect_timeout)]
     passed += ["--config", args.config] if args.config else []
     passed += ["--quiet"] if args.quiet else []
+    passed += ["--no-plot"] if args.no_plot else []
     return passed + list(args.overrides)
 
 

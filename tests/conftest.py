@@ -44,7 +44,8 @@ def _learning_curves_where_a_test_reads_them(request, monkeypatch):
     """A run draws its learning curves at its end (matplotlib: about 0.25 s of CPU a run, 1-2 s
     for a process's first); in a test, only where it is marked `plots` (those that read the
     picture). `tests/test_metrics.py` tests the drawing itself; `podracer train` in a subprocess
-    draws as always."""
+    draws unless given `--no-plot` (the jobs of several processes pass it where no test reads
+    the picture)."""
     if request.node.get_closest_marker("plots") is None:
         from selfplay import run
 

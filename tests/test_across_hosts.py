@@ -48,7 +48,7 @@ class _Job:
         for i, extra in enumerate(per_process):
             argv = [sys.executable, "-m", "podracer", "train", "--distributed",
                     "--coordinator", COORDINATOR, "--num-processes", "2", "--process-id", str(i),
-                    "--run-dir", str(run), "--quiet", *QUICK, *extra]  # fmt: skip
+                    "--run-dir", str(run), "--quiet", "--no-plot", *QUICK, *extra]  # fmt: skip
             with self.logs[i].open("w") as log:
                 self.processes.append(
                     hosts.start(i, argv, env=_env(), stdout=log, stderr=subprocess.STDOUT)

@@ -51,9 +51,10 @@ def _env() -> dict[str, str]:
     )
 
 
-def _start(*args: str) -> subprocess.Popen:
+def _start(*args: str, plot: bool = False) -> subprocess.Popen:
+    # No learning curves unless the test reads them (tests/conftest.py: as in-process runs).
     return subprocess.Popen(
-        [sys.executable, "-m", "podracer", "train", *args],
+        [sys.executable, "-m", "podracer", "train", *args, *([] if plot else ["--no-plot"])],
         env=_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -61,8 +62,8 @@ def _start(*args: str) -> subprocess.Popen:
     )
 
 
-def _train(*args: str, timeout: float = 240.0) -> tuple[int, str]:
-    process = _start(*args)
+def _train(*args: str, timeout: float = 240.0, plot: bool = False) -> tuple[int, str]:
+    process = _start(*args, plot=plot)
     try:
         out, _ = process.communicate(timeout=timeout)
     finally:
@@ -139,7 +140,7 @@ def test_two_processes_train_muzero_with_reanalyse_resume_under_one_and_two_and_
     # Each process's replay is saved with its checkpoints.
     quick = ["--config", "tic_tac_toe_muzero", *QUICK, *REANALYSE, "replay.checkpoint=true"]
     code, out = _train("--local-processes", "2", "--run-dir", str(run), "--quiet", *quick,
-                       "learner.max_updates=6")  # fmt: skip
+                       "learner.max_updates=6", plot=True)  # fmt: skip
     assert code == 0, out[-3000:]
     # Exit 0 means the replicas were compared at the end and found identical.
     _assert_one_job_trained(run, out, 6)
@@ -260,7 +261,7 @@ def test_mpirun_trains_one_vtrace_job_and_stops_on_sigusr1_with_a_final_checkpoi
     run = tmp_path / "run"
     mpirun = [str(Path(sys.executable).with_name("mpirun")), "-np", "2"]
     train = [sys.executable, "-m", "podracer", "train", "--distributed", "--run-dir", str(run),
-             "--quiet", "--config", "cartpole_vtrace", *VTRACE,
+             "--quiet", "--no-plot", "--config", "cartpole_vtrace", *VTRACE,
              "learner.checkpoint_every=100000"]  # fmt: skip
     process = subprocess.Popen(
         [*mpirun, *train],
@@ -297,7 +298,7 @@ def _srun_processes(args: list[str], tasks: int = 2) -> list[subprocess.Popen]:
             "SLURM_NTASKS_PER_NODE": str(tasks)}  # fmt: skip
     return [
         subprocess.Popen(
-            [sys.executable, "-m", "podracer", "train", "--distributed", *args],
+            [sys.executable, "-m", "podracer", "train", "--distributed", "--no-plot", *args],
             env=dict(_env(), **srun, SLURM_PROCID=str(i), SLURM_LOCALID=str(i)),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -155,7 +155,8 @@ def _wait_for_checkpoint(run: pathlib.Path, process, timeout=240.0, after: int =
 
 def test_killed_run_resumes_and_sigint_stops_with_a_final_checkpoint(tmp_path):
     run = tmp_path / "run"
-    args = ["train", "--run-dir", str(run), "--quiet", *TINY, "learner.max_updates=100000"]
+    args = ["train", "--run-dir", str(run), "--quiet", "--no-plot", *TINY]
+    args += ["learner.max_updates=100000"]
     process = _podracer(*args)
     _wait_for_checkpoint(run, process)
     process.kill()  # no chance to clean up: as a crash
@@ -187,6 +188,7 @@ def test_killed_run_resumes_and_sigint_stops_with_a_final_checkpoint(tmp_path):
     again = [r for r in records if r.get("status") == "compiling"][-1]
     assert again["frames"] == saved["frames"] > 0 and again["time"] >= saved["seconds"] > 0
     assert int(final.group(1).replace(",", "")) > saved["frames"]
+    assert not (run / "learning_curves.png").exists()  # --no-plot
 
 
 @pytest.mark.parametrize(
