@@ -162,12 +162,13 @@ def cache_programs_of_this_process() -> bool:
         started = time.monotonic()
         executable = original(*args, **kwargs)  # compiles; writes where this is process 0
         compile_s = time.monotonic() - started
+        if state.process_id == 0:
+            return executable
         try:
             call = signature.bind(*args, **kwargs).arguments
             process = call["backend"].process_index()
             if (
-                state.process_id != 0
-                and not call["host_callbacks"]
+                not call["host_callbacks"]
                 and compile_s >= min_compile_s.value
                 and all(device.process_index == process for device in call["executable_devices"])
             ):
