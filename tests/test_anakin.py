@@ -3,7 +3,6 @@
 import dataclasses
 import json
 import os
-import signal
 import subprocess
 import sys
 import warnings
@@ -17,12 +16,13 @@ import pytest
 import configs
 import muzero
 from configs import UsageError
+from podracer import cli
 from selfplay import anakin
 from selfplay import train as train_module
 from selfplay.agent import make_agent
 from selfplay.envs import env_spec
 from tests import fakes
-from tests.test_train import _podracer, _wait_for_checkpoint, checkpoint_steps
+from tests.test_train import checkpoint_steps, interrupt_this_process_once
 
 TINY = [
     "runtime=anakin",
@@ -203,7 +203,7 @@ def test_plan_sizes_updates_and_refuses_what_cannot_work():
     ],
     ids=["alphazero", "muzero"],
 )
-def test_smoke_run_learns_logs_saves_and_resumes(preset, extra, ctrl_c, tmp_path):
+def test_smoke_run_learns_logs_saves_and_resumes(preset, extra, ctrl_c, tmp_path, capsys):
     config = _tiny(preset, "learner.max_updates=8", *extra)
     run = tmp_path / "run"
     result = train_module.train(config, run, progress=False)
@@ -244,15 +244,17 @@ def test_smoke_run_learns_logs_saves_and_resumes(preset, extra, ctrl_c, tmp_path
     # The README's resume: `podracer train --run-dir R`, no --config, no overrides but the new
     # limit, goes on with R's own config.json (a preset that is not the default, with overrides
     # of its own). A Ctrl-C stops it once it has saved past update 8: a final checkpoint there.
-    process = _podracer("train", "--run-dir", str(run), "--quiet", "learner.max_updates=100000")
-    _wait_for_checkpoint(run, process, after=8)
-    before = checkpoint_steps(run)
-    process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr
+    # (The command in this process, running the programs the run above built; a fresh
+    # interpreter's Ctrl-C: tests/test_train.py.)
+    capsys.readouterr()
+    interrupt = interrupt_this_process_once(saved_past=(run, 8))
+    code = cli.main(["train", "--run-dir", str(run), "--quiet", "learner.max_updates=100000"])
+    interrupt.join()
+    stdout = capsys.readouterr().out
+    assert code == 130, stdout
     assert "resumed from update 8" in stdout and "stopped (received SIGINT)" in stdout, stdout
-    after = checkpoint_steps(run)
-    assert max(after) >= max(before) > 8  # the final checkpoint at the stopped step
+    stopped_at = int(stdout.split("stopped (received SIGINT) at update ")[1].split(",")[0])
+    assert checkpoint_steps(run)[-1] == stopped_at > 8  # the final checkpoint at the stopped step
     saved = json.loads((run / "config.json").read_text())
     assert saved["env"]["name"] == "pgx:tic_tac_toe" and saved["learner"]["max_updates"] == 100000
     _assert_counts_go_on(run)

@@ -2,7 +2,6 @@
 replay on the learner's device (`selfplay.device_replay`)."""
 
 import collections
-import signal
 
 import jax
 import numpy as np
@@ -10,6 +9,7 @@ import pytest
 
 import configs
 import muzero
+from podracer import cli
 from selfplay import actors
 from selfplay import train as train_module
 from selfplay.agent import make_agent
@@ -20,7 +20,7 @@ from selfplay.lifetime import StopSignal
 from selfplay.params import ParameterServer
 from selfplay.replay import make_sequence_replay
 from selfplay.sebulba import SebulbaRuntime
-from tests.test_train import TINY, _podracer, _wait_for_checkpoint, checkpoint_steps
+from tests.test_train import TINY, checkpoint_steps, interrupt_this_process_once
 
 # Both of Sebulba's paths for JAX environments forced on: "auto" takes them on accelerators only.
 DEVICE_PATHS = ["actors.scan_moves=on", "replay.on_device=on"]
@@ -219,24 +219,20 @@ def test_the_runtime_takes_the_device_replay_or_says_why_not(capsys):
         _tiny_run("replay.on_device=always")
 
 
-def test_a_run_on_the_device_paths_learns_saves_resumes_and_stops_on_ctrl_c(tmp_path):
+def test_a_run_on_the_device_paths_learns_saves_resumes_and_stops_on_ctrl_c(tmp_path, capsys):
     run = tmp_path / "run"
     result = train_module.train(_tiny_run("learner.max_updates=4"), run, progress=False)
     assert result.stopped_by == "max_updates" and result.updates == 4 and result.frames > 0
     assert checkpoint_steps(run)[-1] == 4
-    process = _podracer(
-        "train",
-        "--run-dir",
-        str(run),
-        "--quiet",
-        *TINY,
-        *DEVICE_PATHS,
-        "learner.max_updates=100000",
-    )
-    _wait_for_checkpoint(run, process, after=4)
-    before = checkpoint_steps(run)
-    process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr
+    # `podracer train` resumes it, stopped by a Ctrl-C once it has saved past update 4 (the
+    # command in this process: the run above built its programs).
+    capsys.readouterr()
+    interrupt = interrupt_this_process_once(saved_past=(run, 4))
+    args = ["--run-dir", str(run), "--quiet", *TINY, *DEVICE_PATHS, "learner.max_updates=100000"]
+    code = cli.main(["train", *args])
+    interrupt.join()
+    stdout = capsys.readouterr().out
+    assert code == 130, stdout
     assert "resumed from update 4" in stdout and "stopped (received SIGINT)" in stdout, stdout
-    assert max(checkpoint_steps(run)) >= max(before) > 4  # the final checkpoint
+    stopped_at = int(stdout.split("stopped (received SIGINT) at update ")[1].split(",")[0])
+    assert checkpoint_steps(run)[-1] == stopped_at > 4  # the final checkpoint

@@ -141,6 +141,26 @@ def checkpoint_steps(run: pathlib.Path) -> list[int]:
     return sorted(int(p.name) for p in (run / "checkpoints").glob("*") if p.name.isdigit())
 
 
+def interrupt_this_process_once(saved_past: tuple[pathlib.Path, int], timeout=240.0):
+    """A thread that sends SIGINT to this process (Ctrl-C) once the run in `saved_past[0]`
+    holds a checkpoint later than update `saved_past[1]` (at `timeout` seconds regardless, so a
+    run that never gets there still ends): for `cli.main(["train", ...])` called in the test's
+    process, which then runs the programs the test's own run built (`selfplay.programs`) instead
+    of a fresh interpreter's tracing them all again. The command's handler takes the signal:
+    the run has saved, so it is inside it. Returns the thread (joined by the caller)."""
+    run, after = saved_past
+
+    def wait_then_interrupt():
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and checkpoint_steps(run)[-1:] <= [after]:
+            time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    thread = threading.Thread(target=wait_then_interrupt, daemon=True)
+    thread.start()
+    return thread
+
+
 def _wait_for_checkpoint(run: pathlib.Path, process, timeout=240.0, after: int = -1):
     """Waits for a checkpoint of an update later than `after`."""
     deadline = time.monotonic() + timeout
