@@ -46,6 +46,12 @@ class TrainState(NamedTuple):
     # A slower copy of `params` that value targets bootstrap from (`TargetSchedule`); None
     # where the run keeps none (a None field adds nothing to a checkpoint).
     target_params: Params | None = None
+    # [] float32: the peak learning rate (`OptimizerConfig.learning_rate`) as an input of the
+    # update rather than a constant of its program, so that a run whose rate changes (a resume
+    # with another, a PBT member's next interval) runs the same compiled programs; a
+    # `make_optimizer` optimizer schedules around it. None: the optimizer's own rate. Never
+    # checkpointed: a run writes its config's rate in at every start.
+    learning_rate: jax.Array | None = None
 
 
 class TargetSchedule(NamedTuple):
@@ -73,20 +79,47 @@ NO_TARGET = TargetSchedule()  # no target network
 UpdateFn = Callable[[TrainState, Batch], tuple[TrainState, Metrics]]
 
 
+def _scheduled_rate(config: OptimizerConfig, count: jax.Array, peak: Any) -> jax.Array:
+    """The rate of update `count` (0-based) for the peak rate `peak` (a number or an array):
+    linear warm-up from 0, then constant, linear or cosine decay to the final rate. Written as
+    peak * a(count) + final * b(count), optax's schedules' values, so `peak` may be traced."""
+    count = jnp.asarray(count, jnp.float32)
+    after = jnp.maximum(count - config.warmup_steps, 0.0)  # updates since the warm-up ended
+    if config.schedule == "constant":
+        to_peak, to_final = jnp.ones_like(count), jnp.zeros_like(count)
+    elif config.schedule == "cosine":
+        # optax.cosine_decay_schedule(peak, decay_steps, alpha=final / peak)
+        progress = jnp.minimum(after, config.decay_steps) / config.decay_steps
+        to_peak = 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
+        to_final = 1.0 - to_peak
+    else:  # optax.linear_schedule(peak, final, decay_steps)
+        to_final = jnp.clip(after / config.decay_steps, 0.0, 1.0)
+        to_peak = 1.0 - to_final
+    if config.warmup_steps > 0:
+        warming = count < config.warmup_steps
+        to_peak = jnp.where(warming, count / config.warmup_steps, to_peak)
+        to_final = jnp.where(warming, 0.0, to_final)
+    return peak * to_peak + config.final_learning_rate * to_final
+
+
 def make_schedule(config: OptimizerConfig) -> optax.Schedule:
     """Learning rate as a function of the update count: linear warm-up, then the decay."""
-    peak, warmup = config.learning_rate, config.warmup_steps
-    if config.schedule == "constant":
-        after = optax.constant_schedule(peak)
-    elif config.schedule == "cosine":
-        after = optax.cosine_decay_schedule(
-            peak, config.decay_steps, alpha=config.final_learning_rate / peak
-        )
-    else:
-        after = optax.linear_schedule(peak, config.final_learning_rate, config.decay_steps)
-    if warmup == 0:
-        return after
-    return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), after], [warmup])
+    return lambda count: _scheduled_rate(config, count, config.learning_rate)
+
+
+class _ScheduleAroundPeak(optax.WrappedSchedule):
+    """`make_schedule`'s rate for the peak `peak_learning_rate` passed to the optimizer's update
+    (`TrainState.learning_rate`), the config's without it. Its state is optax's for a plain
+    schedule, so the optimizer's state (and a checkpoint's) is the same either way."""
+
+    def __init__(self, config: OptimizerConfig):
+        super().__init__(make_schedule(config))
+        self.config = config
+
+    def __call__(self, state, peak_learning_rate=None, **extra_args) -> jax.Array:
+        if peak_learning_rate is None:
+            return self.schedule_fn(state.count)
+        return _scheduled_rate(self.config, state.count, peak_learning_rate)
 
 
 def _weight_matrices(params: Params) -> Params:
@@ -95,7 +128,9 @@ def _weight_matrices(params: Params) -> Params:
 
 
 def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
-    """The optax optimizer for `config`; its current learning rate is in its state.
+    """The optax optimizer for `config`; its current learning rate is in its state. Its
+    `update` takes the peak rate as `peak_learning_rate=` (an array: any value, one program),
+    `config.learning_rate` without it.
 
     Order: clip the raw gradient's global norm, Adam or momentum, decoupled weight decay (AdamW /
     SGDW: proportional to the learning rate, outside Adam's normalisation), learning rate.
@@ -115,7 +150,7 @@ def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
         return optax.chain(*parts)
 
     # inject_hyperparams keeps the scheduled rate in the state, where `update` reads it for metrics.
-    return optax.inject_hyperparams(chain)(learning_rate=make_schedule(config))
+    return optax.inject_hyperparams(chain)(learning_rate=_ScheduleAroundPeak(config))
 
 
 def init_train_state(
@@ -203,7 +238,12 @@ def make_update(
         metrics = {**loss_metrics, "loss": loss}
         if axis_name is not None:
             grads, metrics = pmean_as_one((grads, metrics), axis_name)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        if state.learning_rate is None:
+            updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        else:  # `make_optimizer`'s schedule around the state's peak rate
+            updates, opt_state = optimizer.update(
+                grads, state.opt_state, state.params, peak_learning_rate=state.learning_rate
+            )
         params = optax.apply_updates(state.params, updates)
         metrics["grad_norm"] = optax.global_norm(grads)
         learning_rate = optax.tree_utils.tree_get(
@@ -217,7 +257,7 @@ def make_update(
             if target_params is None:
                 raise ValueError("a target schedule needs a state made with it (init_train_state)")
             target_params = target.follow(target_params, params, step)
-        new_state = TrainState(params, opt_state, step, key, target_params)
+        new_state = TrainState(params, opt_state, step, key, target_params, state.learning_rate)
         return new_state, metrics
 
     return update

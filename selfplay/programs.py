@@ -9,8 +9,11 @@ here and starts at once.
 
 Two configs share their programs when they differ only in fields no program reads
 (`RUN_LOOP_FIELDS`): the run's limits, how often it logs and saves, its in-run evaluation, its
-logging and its name, which the run loop, its logs and its checkpoints alone read. Everything
-else is in the key, so a changed learning rate or search setting builds anew. What is built from
+logging and its name, which the run loop, its logs and its checkpoints alone read; or in fields
+the programs take from the train state (`STATE_FIELDS`: the peak learning rate, which a run
+writes into its state at every start), so a resume or a PBT member's next interval with another
+learning rate compiles nothing. Everything else is in the key, so a changed search setting or
+loss weight builds anew. What is built from
 hashable parts (an agent and an optimizer, a program and its devices, a game and its batch size)
 is cached where it is built with `built_once`: `functools.lru_cache` made thread-safe, since
 actor threads build their environments and programs at the same moment, and two threads that
@@ -28,7 +31,14 @@ from typing import Any
 
 from configs import ExperimentConfig, to_dict
 
-__all__ = ["LIMITS", "RUN_LOOP_FIELDS", "ProgramCache", "built_once", "program_key"]
+__all__ = [
+    "LIMITS",
+    "RUN_LOOP_FIELDS",
+    "STATE_FIELDS",
+    "ProgramCache",
+    "built_once",
+    "program_key",
+]
 
 # The reasons a run ends by reaching what it was asked to do (any other ends it early): the
 # learner's fields the run loop compares with its counts.
@@ -50,12 +60,16 @@ RUN_LOOP_FIELDS = (
     "logging",
 )
 
+# The config's fields the programs read from the train state, not as constants: `selfplay.run`
+# writes them into the state at every start (`muzero.TrainState.learning_rate`).
+STATE_FIELDS = ("optimizer.learning_rate",)
+
 
 def program_key(config: ExperimentConfig) -> str:
     """The part of `config` a run's programs are built from, as a hashable string: all of it but
-    `RUN_LOOP_FIELDS`."""
+    `RUN_LOOP_FIELDS` and `STATE_FIELDS`."""
     fields = to_dict(config)
-    for path in RUN_LOOP_FIELDS:
+    for path in (*RUN_LOOP_FIELDS, *STATE_FIELDS):
         *sections, name = path.split(".")
         section = fields
         for part in sections:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import os
@@ -59,7 +60,7 @@ from selfplay.processes import (
     is_distributed,
     share_usage_error,
 )
-from selfplay.programs import LIMITS, built_once
+from selfplay.programs import LIMITS, ProgramCache, built_once
 from selfplay.replay import SequenceReplay
 
 __all__ = [
@@ -297,9 +298,16 @@ def prepare_run_dir(
     return run_dir
 
 
-@built_once(maxsize=4)  # one optimizer for each config: the update built with it is too
+_OPTIMIZERS = ProgramCache()
+
+
 def _optimizer(config: OptimizerConfig):
-    return muzero.make_optimizer(config)
+    """One optimizer (and so one update built with it) for each config but its peak learning
+    rate, which the update takes from the train state (`STATE_FIELDS`): the first such config's
+    optimizer, whose own rate no run uses."""
+    fields = dataclasses.fields(config)
+    key = tuple((f.name, getattr(config, f.name)) for f in fields if f.name != "learning_rate")
+    return _OPTIMIZERS.get(key, lambda: muzero.make_optimizer(config))
 
 
 @built_once(maxsize=4)  # a run's fresh state, compiled once a process (selfplay.programs)
@@ -317,6 +325,23 @@ def _fresh_state(agent: Agent, optimizer) -> Callable:
     return lambda init_key, state_key: around(init(init_key), state_key)
 
 
+class SavedState(NamedTuple):
+    """A `muzero.TrainState` as a checkpoint holds it: all but the peak learning rate, which is
+    the config's, written in at every start (a checkpoint's structure is the same as before the
+    rate was a field of the state, so those checkpoints resume)."""
+
+    params: Any
+    opt_state: Any
+    step: Any
+    key: Any
+    target_params: Any = None
+
+
+def saved_state(state: muzero.TrainState) -> SavedState:
+    """The part of `state` a checkpoint holds."""
+    return SavedState(state.params, state.opt_state, state.step, state.key, state.target_params)
+
+
 def start_run(config: ExperimentConfig, agent: Agent, optimizer, run_dir: pathlib.Path) -> RunStart:
     """The train state for `optimizer` (from the newest whole checkpoint in `run_dir` if there
     is one: each newer one found damaged is set aside, with a line saying which and why) and the
@@ -327,7 +352,7 @@ def start_run(config: ExperimentConfig, agent: Agent, optimizer, run_dir: pathli
     # into the state's shapes alone (`eval_shape`: traced, never compiled nor run), so only a
     # fresh run compiles the two.
     fresh_state = _fresh_state(agent, optimizer)
-    shapes = jax.eval_shape(fresh_state, init_key, state_key)
+    shapes = saved_state(jax.eval_shape(fresh_state, init_key, state_key))
     checkpointer = Checkpointer(
         run_dir / "checkpoints", config.learner.keep_checkpoints, must_match=MUST_MATCH
     )
@@ -344,8 +369,11 @@ def start_run(config: ExperimentConfig, agent: Agent, optimizer, run_dir: pathli
     if found.step is None:
         state = fresh_state(init_key, state_key)
     else:
-        state = found.state
+        state = muzero.TrainState(*found.state)
         before = RunTotals.from_metadata(found.metadata)
+    # The config's peak rate, an input of the update (`TrainState.learning_rate`): a resume
+    # with another rate, or a PBT member's next interval, runs the programs it has.
+    state = state._replace(learning_rate=np.float32(config.optimizer.learning_rate))
     return RunStart(state, checkpointer, config_dict, found.step, key, before)
 
 
@@ -614,7 +642,7 @@ class _RunLoop:
             "episodes": self.counts.episodes,
             "seconds": self.seconds(),
         }
-        state = runtime.train_state()
+        state = saved_state(runtime.train_state())
         # Never a checkpoint of a diverged run: the ones before stay the newest.
         check_finite(f"the parameters at update {runtime.step}", jax.tree.leaves(state.params))
         saved = checkpointer.save(

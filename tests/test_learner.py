@@ -76,6 +76,30 @@ def test_metrics_hold_loss_terms_grad_norm_and_learning_rate():
     np.testing.assert_allclose(history[0]["grad_norm"], optax.global_norm(grads), rtol=1e-5)
 
 
+def test_the_peak_rate_in_the_state_is_the_optimizers_own_at_that_rate_in_one_program():
+    """`TrainState.learning_rate` (the peak rate as an input): the update is the one an
+    optimizer built with that rate makes, warm-up and decay included, and one compiled update
+    serves every rate."""
+    config = OptimizerConfig(
+        learning_rate=1e-2, schedule="cosine", warmup_steps=2, decay_steps=4, weight_decay=1e-3
+    )
+    optimizer = make_optimizer(config)
+    update = jax.jit(make_update(loss_fn, optimizer))
+    batch = make_batch(jax.random.key(2), 64)
+    for peak in (3e-3, 4e-2):
+        own = make_optimizer(dataclasses.replace(config, learning_rate=peak))
+        expected = init_train_state(init_params(jax.random.key(0)), own, jax.random.key(1))
+        state = init_train_state(init_params(jax.random.key(0)), optimizer, jax.random.key(1))
+        state = state._replace(learning_rate=jnp.float32(peak))
+        for _ in range(5):  # through the warm-up into the decay
+            state, metrics = update(state, batch)
+            expected, expected_metrics = make_update(loss_fn, own)(expected, batch)
+            np.testing.assert_allclose(metrics["learning_rate"], expected_metrics["learning_rate"])
+            chex.assert_trees_all_close(state.params, expected.params, rtol=1e-5, atol=1e-7)
+        assert state.learning_rate == np.float32(peak)  # carried from update to update
+    assert update._cache_size() == 1
+
+
 def test_the_key_is_split_every_step():
     def keyed_loss(params, batch, key):
         loss, metrics = loss_fn(params, batch, key)

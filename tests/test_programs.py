@@ -8,11 +8,19 @@ import threading
 import time
 
 import jax
+import numpy as np
 
 import configs
 from selfplay.agent import make_agent
 from selfplay.envs import env_spec
-from selfplay.programs import LIMITS, RUN_LOOP_FIELDS, ProgramCache, built_once, program_key
+from selfplay.programs import (
+    LIMITS,
+    RUN_LOOP_FIELDS,
+    STATE_FIELDS,
+    ProgramCache,
+    built_once,
+    program_key,
+)
 
 
 def _with(config, **learner):
@@ -38,9 +46,15 @@ def test_configs_that_differ_in_what_the_run_loop_alone_reads_share_their_progra
     assert program_key(run_loop) == program_key(config)
     spec = env_spec(config.env.name)
     assert make_agent(run_loop, spec) is make_agent(config, spec)
-    # Any other field builds anew: the learning rate (the update's), the search, the seed.
+    # So do those that differ in the peak learning rate, which the update takes from the train
+    # state (STATE_FIELDS; a run with another rate: tests/test_train.py).
+    other_rate = configs.load_config("tic_tac_toe_alphazero", ["optimizer.learning_rate=0.5"])
+    assert STATE_FIELDS == ("optimizer.learning_rate",)
+    assert program_key(other_rate) == program_key(config)
+    # Any other field builds anew: the final learning rate (a constant of the update's
+    # schedule), the search, the seed, the batch.
     for other in (
-        configs.load_config("tic_tac_toe_alphazero", ["optimizer.learning_rate=0.5"]),
+        configs.load_config("tic_tac_toe_alphazero", ["optimizer.final_learning_rate=1e-5"]),
         configs.load_config("tic_tac_toe_alphazero", ["search.num_simulations=3"]),
         configs.load_config("tic_tac_toe_alphazero", ["seed=5"]),
         _with(config, batch_size=config.learner.batch_size * 2),
@@ -130,9 +144,12 @@ def test_no_module_that_builds_programs_reads_a_field_left_out_of_the_key():
     root = pathlib.Path(__file__).parents[1]
     sections = [path for path in RUN_LOOP_FIELDS if "." not in path]  # name, evaluation, ...
     fields = [path.rpartition(".")[2] for path in RUN_LOOP_FIELDS if "." in path]
-    pattern = re.compile(
-        rf"\bconfig\.({'|'.join(sections)})\b|\.({'|'.join(fields)})\b|[\"']({'|'.join(fields)})[\"']"
-    )
+    names = "|".join(fields)
+    run_loop = rf"\bconfig\.({'|'.join(sections)})\b|\.({names})\b|[\"']({names})[\"']"
+    # The state's fields (the peak learning rate) reach the programs through the train state
+    # alone (`TrainState.learning_rate`), never as `config.optimizer.learning_rate`.
+    state = "|".join(rf"\b{re.escape(path)}\b" for path in STATE_FIELDS)
+    pattern = re.compile(f"{run_loop}|{state}")
     files = [
         file
         for source in _PROGRAM_SOURCES
@@ -168,11 +185,14 @@ def test_fresh_runs_of_one_network_take_its_parameters_program_from_the_cache(tm
 
     first = fresh_start([], tmp_path / "first")
     with fakes.lowered_programs() as lowered, fakes.compiled_programs() as compiled:
-        second = fresh_start(["optimizer.learning_rate=0.0123"], tmp_path / "second")
+        second = fresh_start(
+            ["optimizer.optimizer=sgd", "optimizer.learning_rate=0.0123"], tmp_path / "second"
+        )
     # At most the optimizer's state around the parameters is compiled (none where an earlier
     # test left it in the cache).
     assert "jit(init)" in lowered and set(compiled) <= {"jit(<lambda>)"}, (lowered, compiled)
-    # The same parameters (one seed, one program), each run its own learning rate.
+    # The same parameters (one seed, one program), each run its own optimizer and peak rate.
     leaves = zip(jax.tree.leaves(first.params), jax.tree.leaves(second.params), strict=True)
     assert all(bool((a == b).all()) for a, b in leaves)
-    assert first.opt_state != second.opt_state
+    assert jax.tree.structure(first.opt_state) != jax.tree.structure(second.opt_state)
+    assert second.learning_rate == np.float32(0.0123) != first.learning_rate

@@ -94,7 +94,7 @@ def test_a_read_only_run_directory_is_refused_in_one_line(tmp_path):
 def test_a_resume_skips_a_damaged_checkpoint_with_one_line(tmp_path, capsys):
     from selfplay.agent import make_agent
     from selfplay.envs import env_spec
-    from selfplay.run import prepare_run_dir, start_run
+    from selfplay.run import prepare_run_dir, saved_state, start_run
     from tests.test_checkpoints import garble_file
 
     config = configs.load_config(
@@ -107,7 +107,8 @@ def test_a_resume_skips_a_damaged_checkpoint_with_one_line(tmp_path, capsys):
     assert begun.resumed_from is None
     for step in (1, 2):
         state = begun.state._replace(step=begun.state.step + step)
-        begun.checkpointer.save(step, state, begun.config_dict, metadata={"frames": 10 * step})
+        saved = saved_state(state)  # as the run saves it
+        begun.checkpointer.save(step, saved, begun.config_dict, metadata={"frames": 10 * step})
     begun.checkpointer.close()
     # Every data file garbled: a small state's arrays spread over several files, and the middle
     # of the largest alone fell on bytes a restore never reads in 1 save of 12 (the checkpoint

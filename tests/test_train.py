@@ -1,5 +1,6 @@
 """The Sebulba runtime and `podracer train`: smoke runs of each mode, resume, stop, bad input."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -10,6 +11,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import configs
@@ -78,6 +80,37 @@ def test_smoke_run_of_each_mode(preset, extra, tmp_path):
     assert records and all(r["step"] <= 4 for r in records)
     assert any("loss" in r for r in records)
     assert (run / "learning_curves.png").is_file()
+
+
+def test_a_resume_with_another_learning_rate_runs_the_programs_it_has_at_that_rate(tmp_path):
+    # The smoke run's config (above): the same programs where this process ran it.
+    config = _tiny("cartpole_vtrace", "learner.max_updates=4")
+    run = tmp_path / "run"
+    train_module.train(config, run, progress=False)
+    halved = dataclasses.replace(config.optimizer, learning_rate=config.optimizer.learning_rate / 2)
+    more = config.replace(
+        optimizer=halved, learner=dataclasses.replace(config.learner, max_updates=8)
+    )
+    with fakes.traced_programs() as traced:
+        again = train_module.train(more, run, progress=False)
+    assert again.resumed_from == 4 and again.updates == 8
+    # The peak rate is an input of the update (muzero.TrainState.learning_rate), not a constant
+    # of its program: the resume traced none of the run's programs again ...
+    assert not {"act", "make_batch", "update"} & set(traced), traced
+    # ... and each update ran at its invocation's rate (a linear decay over 6,000 updates from
+    # that peak: within 0.2% of it over these 8).
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    started = max(i for i, r in enumerate(records) if r.get("status") == "compiling")
+    for peak, lines in ((config, records[:started]), (more, records[started:])):
+        rates = [r["learning_rate"] for r in lines if "learning_rate" in r]
+        assert rates, lines
+        np.testing.assert_allclose(rates, peak.optimizer.learning_rate, rtol=2e-3)
+    # A checkpoint holds the state but its rate, as before the rate was a field of the state:
+    # those checkpoints resume, and these resume with an older podracer.
+    checkpoints = Checkpointer(run / "checkpoints", None)
+    saved = checkpoints.restore()
+    checkpoints.close()
+    assert set(saved) == {"params", "opt_state", "step", "key", "target_params"}
 
 
 def test_a_failing_actor_thread_stops_the_run_with_its_message(tmp_path, monkeypatch):
