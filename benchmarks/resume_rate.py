@@ -30,20 +30,11 @@ import time
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
-SMALL = [
-    "learner.batch_size=16",
-    "replay.min_size=64",
-    "replay.capacity=4000",
-    "actors.threads_per_device=2",
-    "actors.envs_per_thread=4",
-    "actors.unroll_length=8",
-    "search.num_simulations=4",
-    "network.channels=8",
-    "network.head_hidden=8",
-    "loss.unroll_steps=2",
-    "evaluation.every_s=0",
-    "learner.checkpoint_every=1000000",
-]
+ROOT = os.path.dirname(_HERE)
+sys.path.insert(0, ROOT)
+from tests.test_train import TINY  # noqa: E402  (the tests' small networks and actors)
+
+SMALL = [*TINY, "evaluation.every_s=0", "learner.checkpoint_every=1000000"]
 
 
 def main() -> None:
@@ -55,9 +46,13 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as folder:
-        os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(folder, "jax-cache"))
+        import jax
+
         import configs
         from selfplay import train as train_module
+
+        if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # a cache of its own, empty at first
+            jax.config.update("jax_compilation_cache_dir", os.path.join(folder, "jax-cache"))
 
         config = configs.load_config(
             args.preset, [*args.overrides, f"learner.max_updates={args.updates}"]
