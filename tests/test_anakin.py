@@ -247,9 +247,8 @@ def test_smoke_run_learns_logs_saves_and_resumes(preset, extra, ctrl_c, tmp_path
     # (The command in this process, running the programs the run above built; a fresh
     # interpreter's Ctrl-C: tests/test_train.py.)
     capsys.readouterr()
-    interrupt = interrupt_this_process_once(saved_past=(run, 8))
-    code = cli.main(["train", "--run-dir", str(run), "--quiet", "learner.max_updates=100000"])
-    interrupt.join()
+    with interrupt_this_process_once(saved_past=(run, 8)):
+        code = cli.main(["train", "--run-dir", str(run), "--quiet", "learner.max_updates=100000"])
     stdout = capsys.readouterr().out
     assert code == 130, stdout
     assert "resumed from update 8" in stdout and "stopped (received SIGINT)" in stdout, stdout

@@ -227,10 +227,9 @@ def test_a_run_on_the_device_paths_learns_saves_resumes_and_stops_on_ctrl_c(tmp_
     # `podracer train` resumes it, stopped by a Ctrl-C once it has saved past update 4 (the
     # command in this process: the run above built its programs).
     capsys.readouterr()
-    interrupt = interrupt_this_process_once(saved_past=(run, 4))
     args = ["--run-dir", str(run), "--quiet", *TINY, *DEVICE_PATHS, "learner.max_updates=100000"]
-    code = cli.main(["train", *args])
-    interrupt.join()
+    with interrupt_this_process_once(saved_past=(run, 4)):
+        code = cli.main(["train", *args])
     stdout = capsys.readouterr().out
     assert code == 130, stdout
     assert "resumed from update 4" in stdout and "stopped (received SIGINT)" in stdout, stdout

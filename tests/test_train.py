@@ -1,5 +1,6 @@
 """The Sebulba runtime and `podracer train`: smoke runs of each mode, resume, stop, bad input."""
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -174,24 +175,33 @@ def checkpoint_steps(run: pathlib.Path) -> list[int]:
     return sorted(int(p.name) for p in (run / "checkpoints").glob("*") if p.name.isdigit())
 
 
+@contextlib.contextmanager
 def interrupt_this_process_once(saved_past: tuple[pathlib.Path, int], timeout=240.0):
-    """A thread that sends SIGINT to this process (Ctrl-C) once the run in `saved_past[0]`
-    holds a checkpoint later than update `saved_past[1]` (at `timeout` seconds regardless, so a
-    run that never gets there still ends): for `cli.main(["train", ...])` called in the test's
-    process, which then runs the programs the test's own run built (`selfplay.programs`) instead
-    of a fresh interpreter's tracing them all again. The command's handler takes the signal:
-    the run has saved, so it is inside it. Returns the thread (joined by the caller)."""
+    """While inside, a thread sends SIGINT to this process (Ctrl-C) once the run in
+    `saved_past[0]` holds a checkpoint later than update `saved_past[1]` (at `timeout` seconds
+    regardless, so a run that never gets there still ends): for `cli.main(["train", ...])`
+    called in the test's process, which then runs the programs the test's own run built
+    (`selfplay.programs`) instead of a fresh interpreter's tracing them all again. The
+    command's handler takes the signal: the run has saved, so it is inside it. A command that
+    returns first (a failure) gets no signal."""
     run, after = saved_past
+    returned = threading.Event()
 
     def wait_then_interrupt():
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and checkpoint_steps(run)[-1:] <= [after]:
-            time.sleep(0.2)
-        os.kill(os.getpid(), signal.SIGINT)
+            if returned.wait(0.2):
+                return
+        if not returned.is_set():
+            os.kill(os.getpid(), signal.SIGINT)
 
     thread = threading.Thread(target=wait_then_interrupt, daemon=True)
     thread.start()
-    return thread
+    try:
+        yield
+    finally:
+        returned.set()
+        thread.join()
 
 
 def _wait_for_checkpoint(run: pathlib.Path, process, timeout=240.0, after: int = -1):
