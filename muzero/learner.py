@@ -117,9 +117,8 @@ class _ScheduleAroundPeak(optax.WrappedSchedule):
         self.config = config
 
     def __call__(self, state, peak_learning_rate=None, **extra_args) -> jax.Array:
-        if peak_learning_rate is None:
-            return self.schedule_fn(state.count)
-        return _scheduled_rate(self.config, state.count, peak_learning_rate)
+        peak = self.config.learning_rate if peak_learning_rate is None else peak_learning_rate
+        return _scheduled_rate(self.config, state.count, peak)
 
 
 def _weight_matrices(params: Params) -> Params:
@@ -238,12 +237,9 @@ def make_update(
         metrics = {**loss_metrics, "loss": loss}
         if axis_name is not None:
             grads, metrics = pmean_as_one((grads, metrics), axis_name)
-        if state.learning_rate is None:
-            updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        else:  # `make_optimizer`'s schedule around the state's peak rate
-            updates, opt_state = optimizer.update(
-                grads, state.opt_state, state.params, peak_learning_rate=state.learning_rate
-            )
+        # `make_optimizer`'s schedule around the state's peak rate, where the state has one.
+        peak = {} if state.learning_rate is None else {"peak_learning_rate": state.learning_rate}
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params, **peak)
         params = optax.apply_updates(state.params, updates)
         metrics["grad_norm"] = optax.global_norm(grads)
         learning_rate = optax.tree_utils.tree_get(
