@@ -28,6 +28,7 @@ replay's copy, not for the file.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -225,17 +226,42 @@ def _flatten_paths(tree: Any) -> dict[str, Any]:
     }
 
 
+def _is_empty(node: Any) -> bool:
+    """None or a container with nothing in it: a node that holds no array, which orbax keeps in
+    its saved tree (an optax `EmptyState` as None) and a tree's leaves do not show."""
+    return node is None or (isinstance(node, (dict, list, tuple)) and not node)
+
+
 def _tree_differences(saved: Any, target: Any) -> list[str]:
-    """'path: saved dtype[shape] != expected dtype[shape]' for each leaf that differs."""
-    saved_named, target_named = _flatten_paths(saved), _flatten_paths(target)
+    """'path: saved dtype[shape] != expected dtype[shape]' for each leaf that differs, and for
+    each node that holds no array on one side only ("empty" against "missing" or an array): a
+    whole checkpoint of another state's structure is refused here in one line, where orbax's
+    own refusal could not be told from a damaged file."""
+    missing = object()
+    empty_as_leaf = functools.partial(jax.tree_util.tree_flatten_with_path, is_leaf=_is_empty)
+    saved_named, target_named = (
+        {".".join(_key_name(k) for k in path): x for path, x in empty_as_leaf(tree)[0]}
+        for tree in (saved, target)
+    )
 
     def describe(x: Any) -> str:
-        return "missing" if x is None else f"{x.dtype}{list(x.shape)}"
+        return (
+            "missing" if x is missing else "empty" if _is_empty(x) else f"{x.dtype}{list(x.shape)}"
+        )
 
     diffs = []
     for key in sorted(saved_named.keys() | target_named.keys()):
-        s, t = saved_named.get(key), target_named.get(key)
-        if s is None or t is None or tuple(s.shape) != tuple(t.shape) or s.dtype != t.dtype:
+        s, t = saved_named.get(key, missing), target_named.get(key, missing)
+        if _is_empty(s) and _is_empty(t):
+            continue  # None against an EmptyState: orbax restores one as the other
+        if (
+            s is missing
+            or t is missing
+            or _is_empty(s)
+            or _is_empty(t)
+            or tuple(s.shape) != tuple(t.shape)
+            or s.dtype != t.dtype
+        ):
             diffs.append(f"{key}: saved {describe(s)} != expected {describe(t)}")
     return diffs
 

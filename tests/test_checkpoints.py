@@ -17,6 +17,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from configs import UsageError
@@ -111,6 +112,52 @@ def test_a_different_config_or_state_shape_is_refused_naming_the_keys(tmp_path):
         ckpt.restore(target=_state(width=16))
     ckpt.close()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.isdigit()) == ["1"]  # kept
+
+
+class GrownState(NamedTuple):  # TrainState with a field the code that saved it did not have
+    params: dict
+    opt_state: tuple
+    step: jax.Array
+    key: jax.Array
+    extra: object = None
+
+
+def _save_closed(directory, state):
+    ckpt = Checkpointer(directory)
+    ckpt.save(1, state, CONFIG)
+    ckpt.close()
+
+
+def test_a_whole_checkpoint_of_another_structure_is_refused_in_one_line_and_kept(tmp_path):
+    # A field only the code that restores has, None or empty (no array in it), or only the
+    # code that saved had: orbax refuses each as another tree, which is no damage: the resume
+    # says what differs and sets nothing aside (a code change would otherwise set every
+    # checkpoint of the run aside, and the next start would train from nothing).
+    _save_closed(tmp_path / "checkpoints", _state())
+    grown = GrownState(*_state())
+    cases = [
+        (grown, "extra: saved missing != expected empty"),
+        (grown._replace(extra={}), "extra: saved missing != expected empty"),
+        (grown._replace(extra=jnp.ones(2)), "extra: saved missing != expected float32[2]"),
+        (_state()._replace(opt_state=(jnp.int32(0),)), "opt_state.1.mu: saved float32[8] != "),
+    ]
+    for target, difference in cases:
+        ckpt = Checkpointer(tmp_path / "checkpoints")
+        with pytest.raises(UsageError) as refused:
+            ckpt.newest_whole(target=target, config=CONFIG, set_aside_in=tmp_path)
+        line = str(refused.value)
+        assert "\n" not in line and "does not match the expected state" in line, line
+        assert difference in line and "damaged" not in line, line
+        assert ckpt.all_steps() == [1]
+        ckpt.close()
+    assert not (tmp_path / "checkpoints-damaged").exists()
+    # The state it holds, and None against the EmptyState orbax saved as None, restore.
+    saved = GrownState(*_state(), extra=optax.EmptyState())
+    _save_closed(tmp_path / "other", saved)
+    restored = Checkpointer(tmp_path / "other").restore(target=grown)
+    assert restored.extra is None
+    _assert_trees_equal(TrainState(*restored[:4]), _state())
+    _assert_trees_equal(Checkpointer(tmp_path / "checkpoints").restore(target=_state()), _state())
 
 
 def test_config_differences_reports_missing_keys():
