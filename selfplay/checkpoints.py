@@ -28,7 +28,6 @@ replay's copy, not for the file.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import logging
@@ -38,7 +37,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -217,12 +216,13 @@ def _key_name(k: Any) -> str:
     return str(k)
 
 
-def _flatten_paths(tree: Any) -> dict[str, Any]:
+def _flatten_paths(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> dict[str, Any]:
     """Leaves by dotted path ("params.w", "opt_state.0.mu.b"): a NamedTuple's field, a dict's key
-    and a sequence's index name a level alike, as in orbax's saved tree of dicts and lists."""
+    and a sequence's index name a level alike, as in orbax's saved tree of dicts and lists
+    (`is_leaf`: as `jax.tree_util`'s)."""
     return {
         ".".join(_key_name(k) for k in path): x
-        for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+        for path, x in jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)[0]
     }
 
 
@@ -238,11 +238,7 @@ def _tree_differences(saved: Any, target: Any) -> list[str]:
     whole checkpoint of another state's structure is refused here in one line, where orbax's
     own refusal could not be told from a damaged file."""
     missing = object()
-    empty_as_leaf = functools.partial(jax.tree_util.tree_flatten_with_path, is_leaf=_is_empty)
-    saved_named, target_named = (
-        {".".join(_key_name(k) for k in path): x for path, x in empty_as_leaf(tree)[0]}
-        for tree in (saved, target)
-    )
+    saved_named, target_named = (_flatten_paths(tree, _is_empty) for tree in (saved, target))
 
     def describe(x: Any) -> str:
         return (
