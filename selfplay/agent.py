@@ -26,7 +26,7 @@ import muzero
 import search
 from configs import ExperimentConfig, UsageError
 from selfplay.envs import EnvSpec
-from selfplay.programs import ProgramCache, program_key
+from selfplay.programs import AGENT_FREE_FIELDS, ProgramCache, program_key
 from selfplay.replay import FifoQueue, Store, make_sequence_replay
 
 __all__ = ["ActOutput", "Agent", "accelerator_paths", "compiler_options", "make_agent"]
@@ -65,8 +65,10 @@ class Agent(NamedTuple):
     # True: the learner samples windows from a replay (MuZero, AlphaZero); False: it learns from
     # each trajectory once, in order (V-trace)
     uses_replay: bool
-    # make_store(num_streams) -> the store between `num_streams` actor threads and the learner
-    make_store: Callable[[int], Store]
+    # make_store(config, num_streams) -> the store between `num_streams` actor threads and the
+    # learner, of the run's `config` (one agent serves configs that differ in their replay:
+    # `selfplay.programs.AGENT_FREE_FIELDS`)
+    make_store: Callable[[ExperimentConfig, int], Store]
     # XLA compile options of `act` and of the learner's update, as (name, value) pairs (hashable:
     # jitted functions are cached per agent); empty: XLA's defaults
     compiler_options: tuple[tuple[str, str], ...] = ()
@@ -83,9 +85,10 @@ _AGENTS = ProgramCache()
 
 def make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
     """The agent of `config.mode` for an environment described by `spec`: built once a process
-    for each config (`selfplay.programs.program_key`) and spec, so that a second run of the same
-    config reuses the programs the first compiled."""
-    return _AGENTS.get((program_key(config), spec), lambda: _make_agent(config, spec))
+    for each config but its replay (`selfplay.programs.program_key`, `AGENT_FREE_FIELDS`) and
+    spec, so that a second run of the same config reuses the programs the first compiled."""
+    key = program_key(config, without=AGENT_FREE_FIELDS)
+    return _AGENTS.get((key, spec), lambda: _make_agent(config, spec))
 
 
 def _make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
@@ -513,7 +516,7 @@ def _search_agent(
         segment_length=config.actors.unroll_length,
         segment_overlap=0,
         uses_replay=True,
-        make_store=functools.partial(make_sequence_replay, config, window_length),
+        make_store=lambda run, num_streams: make_sequence_replay(run, window_length, num_streams),
         target=muzero.TargetSchedule(learner.target_update_every, learner.target_ema),
         reads_context=_reads_context(config),
     )
@@ -551,5 +554,5 @@ def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
         segment_length=length,
         segment_overlap=1,
         uses_replay=False,
-        make_store=lambda num_streams: FifoQueue(config.replay.queue_size),
+        make_store=lambda run, num_streams: FifoQueue(run.replay.queue_size),
     )

@@ -12,8 +12,12 @@ Two configs share their programs when they differ only in fields no program read
 logging and its name, which the run loop, its logs and its checkpoints alone read; or in fields
 the programs take from the train state (`STATE_FIELDS`: the peak learning rate, which a run
 writes into its state at every start), so a resume or a PBT member's next interval with another
-learning rate compiles nothing. Everything else is in the key, so a changed search setting or
-loss weight builds anew. What is built from
+learning rate compiles nothing. The agent's key also leaves out the replay's settings
+(`AGENT_FREE_FIELDS`), which only its store reads, built from the run's own config: a run of
+other replay priorities, capacity or sampling ratio takes the agent's `act`, `make_batch` and
+update as they are (with Sebulba's replay on the host, a PBT member whose explore changed only
+those traces nothing). Everything else is in the key, so a changed search setting or loss
+weight builds anew. What is built from
 hashable parts (an agent and an optimizer, a program and its devices, a game and its batch size)
 is cached where it is built with `built_once`: `functools.lru_cache` made thread-safe, since
 actor threads build their environments and programs at the same moment, and two threads that
@@ -32,6 +36,7 @@ from typing import Any
 from configs import ExperimentConfig, to_dict
 
 __all__ = [
+    "AGENT_FREE_FIELDS",
     "LIMITS",
     "RUN_LOOP_FIELDS",
     "STATE_FIELDS",
@@ -64,12 +69,18 @@ RUN_LOOP_FIELDS = (
 # writes them into the state at every start (`muzero.TrainState.learning_rate`).
 STATE_FIELDS = ("optimizer.learning_rate",)
 
+# The config's fields the agent's programs (`act`, `make_batch`, the loss and the update built
+# from them) never read: its store (Sebulba's replay on the host, V-trace's queue) is built from
+# the run's own config at every start (`Agent.make_store(config, num_streams)`). The replay's
+# own programs (Anakin's iteration, the replay on the device) keep them in their keys.
+AGENT_FREE_FIELDS = ("replay",)
 
-def program_key(config: ExperimentConfig) -> str:
+
+def program_key(config: ExperimentConfig, without: tuple[str, ...] = ()) -> str:
     """The part of `config` a run's programs are built from, as a hashable string: all of it but
-    `RUN_LOOP_FIELDS` and `STATE_FIELDS`."""
+    `RUN_LOOP_FIELDS`, `STATE_FIELDS` and the paths `without` (a section: all its fields)."""
     fields = to_dict(config)
-    for path in (*RUN_LOOP_FIELDS, *STATE_FIELDS):
+    for path in (*RUN_LOOP_FIELDS, *STATE_FIELDS, *without):
         *sections, name = path.split(".")
         section = fields
         for part in sections:

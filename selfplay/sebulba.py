@@ -118,7 +118,7 @@ class SebulbaRuntime(ReplicatedState):
                 self.num_actor_threads,
                 donate_state=self.donates_state,
             )
-        self.store = self.device_replay or self.agent.make_store(self.num_actor_threads)
+        self.store = self.device_replay or self.agent.make_store(config, self.num_actor_threads)
         self.update = _replicated_update(
             self.agent, optimizer, tuple(self.learner_devices), self.donates_state
         )

@@ -45,7 +45,8 @@ TIC_TAC_TOE = [  # AlphaZero: its first interval compiles in half MuZero's time 
     "evaluation.games=2",
 ]
 LEARNING_RATE = "optimizer.learning_rate=1e-5:1e-2:log"
-# Sebulba's replay samples on the host: values explored there change no compiled program.
+# Sebulba's replay samples on the host: values explored there change no program (nothing is
+# traced again: selfplay.programs.AGENT_FREE_FIELDS).
 PRIORITIES = ("replay.priority_alpha=0.2:1", "replay.priority_beta=0.2:1")
 
 

@@ -14,6 +14,7 @@ import configs
 from selfplay.agent import make_agent
 from selfplay.envs import env_spec
 from selfplay.programs import (
+    AGENT_FREE_FIELDS,
     LIMITS,
     RUN_LOOP_FIELDS,
     STATE_FIELDS,
@@ -62,6 +63,31 @@ def test_configs_that_differ_in_what_the_run_loop_alone_reads_share_their_progra
         assert program_key(other) != program_key(config)
     changed = configs.load_config("tic_tac_toe_alphazero", ["search.num_simulations=3"])
     assert make_agent(changed, spec) is not make_agent(config, spec)
+
+
+def test_configs_that_differ_in_their_replay_share_the_agent_and_each_gets_its_own_store():
+    config = configs.load_config("tic_tac_toe_alphazero")
+    replay = configs.load_config(
+        "tic_tac_toe_alphazero",
+        [
+            "replay.priority_alpha=0.2",
+            "replay.priority_beta=0.9",
+            "replay.samples_per_insert=2",
+            "replay.capacity=9000",
+        ],
+    )
+    spec = env_spec(config.env.name)
+    assert AGENT_FREE_FIELDS == ("replay",)
+    agent = make_agent(config, spec)
+    assert make_agent(replay, spec) is agent  # its act, make_batch and update
+    # The replay's own programs (Anakin's iteration, the replay on the device) build anew.
+    assert program_key(replay) != program_key(config)
+    # The store is the run's: built from the config it is given, not the agent's.
+    for run in (config, replay):
+        store = agent.make_store(run, 2)
+        assert store.capacity == run.replay.capacity
+        assert (store.alpha, store.beta) == (run.replay.priority_alpha, run.replay.priority_beta)
+        assert store.rate_limiter.samples_per_insert == run.replay.samples_per_insert
 
 
 def test_the_cache_keeps_the_newest_and_builds_a_value_once_for_threads_at_once():
@@ -153,6 +179,30 @@ def test_no_module_that_builds_programs_reads_a_field_left_out_of_the_key():
     files = [
         file
         for source in _PROGRAM_SOURCES
+        for file in ([root / source] if source.endswith(".py") else (root / source).rglob("*.py"))
+    ]
+    assert len(files) > 20
+    found = [
+        f"{file.relative_to(root)}:{number}: {line.strip()}"
+        for file in files
+        for number, line in enumerate(file.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not found, found
+
+
+# The modules the agent's programs are built from (`selfplay.agent.make_agent`).
+_AGENT_SOURCES = ["muzero", "search", "selfplay/agent.py", "selfplay/envs"]
+
+
+def test_no_module_the_agents_programs_are_built_from_reads_the_replays_settings():
+    # The agent is shared by configs that differ in AGENT_FREE_FIELDS: a program of it that
+    # read one would be stale. Its store reads the run's config (`make_store(run, ...)`).
+    root = pathlib.Path(__file__).parents[1]
+    pattern = re.compile("|".join(rf"\bconfig\.{re.escape(path)}\b" for path in AGENT_FREE_FIELDS))
+    files = [
+        file
+        for source in _AGENT_SOURCES
         for file in ([root / source] if source.endswith(".py") else (root / source).rglob("*.py"))
     ]
     assert len(files) > 20

@@ -90,13 +90,17 @@ def test_a_resume_with_another_learning_rate_runs_the_programs_it_has_at_that_ra
     train_module.train(config, run, progress=False)
     halved = dataclasses.replace(config.optimizer, learning_rate=config.optimizer.learning_rate / 2)
     more = config.replace(
-        optimizer=halved, learner=dataclasses.replace(config.learner, max_updates=8)
+        optimizer=halved,
+        learner=dataclasses.replace(config.learner, max_updates=8),
+        # The store's settings are the run's, outside the agent's programs (AGENT_FREE_FIELDS).
+        replay=dataclasses.replace(config.replay, queue_size=config.replay.queue_size + 1),
     )
     with fakes.traced_programs() as traced:
         again = train_module.train(more, run, progress=False)
     assert again.resumed_from == 4 and again.updates == 8
     # The peak rate is an input of the update (muzero.TrainState.learning_rate), not a constant
-    # of its program: the resume traced none of the run's programs again ...
+    # of its program, and the queue is built from the run's config: the resume traced none of
+    # the run's programs again ...
     assert not {"act", "make_batch", "update"} & set(traced), traced
     # ... and each update ran at its invocation's rate (a linear decay over 6,000 updates from
     # that peak: within 0.2% of it over these 8).
