@@ -67,15 +67,8 @@ def test_configs_that_differ_in_what_the_run_loop_alone_reads_share_their_progra
 
 def test_configs_that_differ_in_their_replay_share_the_agent_and_each_gets_its_own_store():
     config = configs.load_config("tic_tac_toe_alphazero")
-    replay = configs.load_config(
-        "tic_tac_toe_alphazero",
-        [
-            "replay.priority_alpha=0.2",
-            "replay.priority_beta=0.9",
-            "replay.samples_per_insert=2",
-            "replay.capacity=9000",
-        ],
-    )
+    other = "priority_alpha=0.2 priority_beta=0.9 samples_per_insert=2 capacity=9000"
+    replay = configs.load_config("tic_tac_toe_alphazero", [f"replay.{o}" for o in other.split()])
     spec = env_spec(config.env.name)
     assert AGENT_FREE_FIELDS == ("replay",)
     agent = make_agent(config, spec)
@@ -165,9 +158,26 @@ _PROGRAM_SOURCES = [
 ]
 
 
+def _lines_matching(sources: list[str], pattern: re.Pattern) -> list[str]:
+    """'file:line: text' for each line of the Python files of `sources` (files and folders of
+    the repository) that `pattern` finds something in."""
+    root = pathlib.Path(__file__).parents[1]
+    files = [
+        file
+        for source in sources
+        for file in ([root / source] if source.endswith(".py") else (root / source).rglob("*.py"))
+    ]
+    assert len(files) > 20
+    return [
+        f"{file.relative_to(root)}:{number}: {line.strip()}"
+        for file in files
+        for number, line in enumerate(file.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+
+
 def test_no_module_that_builds_programs_reads_a_field_left_out_of_the_key():
     # A program that read one of them would be shared by configs that differ there: stale.
-    root = pathlib.Path(__file__).parents[1]
     sections = [path for path in RUN_LOOP_FIELDS if "." not in path]  # name, evaluation, ...
     fields = [path.rpartition(".")[2] for path in RUN_LOOP_FIELDS if "." in path]
     names = "|".join(fields)
@@ -175,19 +185,7 @@ def test_no_module_that_builds_programs_reads_a_field_left_out_of_the_key():
     # The state's fields (the peak learning rate) reach the programs through the train state
     # alone (`TrainState.learning_rate`), never as `config.optimizer.learning_rate`.
     state = "|".join(rf"\b{re.escape(path)}\b" for path in STATE_FIELDS)
-    pattern = re.compile(f"{run_loop}|{state}")
-    files = [
-        file
-        for source in _PROGRAM_SOURCES
-        for file in ([root / source] if source.endswith(".py") else (root / source).rglob("*.py"))
-    ]
-    assert len(files) > 20
-    found = [
-        f"{file.relative_to(root)}:{number}: {line.strip()}"
-        for file in files
-        for number, line in enumerate(file.read_text().splitlines(), 1)
-        if pattern.search(line)
-    ]
+    found = _lines_matching(_PROGRAM_SOURCES, re.compile(f"{run_loop}|{state}"))
     assert not found, found
 
 
@@ -198,20 +196,8 @@ _AGENT_SOURCES = ["muzero", "search", "selfplay/agent.py", "selfplay/envs"]
 def test_no_module_the_agents_programs_are_built_from_reads_the_replays_settings():
     # The agent is shared by configs that differ in AGENT_FREE_FIELDS: a program of it that
     # read one would be stale. Its store reads the run's config (`make_store(run, ...)`).
-    root = pathlib.Path(__file__).parents[1]
     pattern = re.compile("|".join(rf"\bconfig\.{re.escape(path)}\b" for path in AGENT_FREE_FIELDS))
-    files = [
-        file
-        for source in _AGENT_SOURCES
-        for file in ([root / source] if source.endswith(".py") else (root / source).rglob("*.py"))
-    ]
-    assert len(files) > 20
-    found = [
-        f"{file.relative_to(root)}:{number}: {line.strip()}"
-        for file in files
-        for number, line in enumerate(file.read_text().splitlines(), 1)
-        if pattern.search(line)
-    ]
+    found = _lines_matching(_AGENT_SOURCES, pattern)
     assert not found, found
 
 
