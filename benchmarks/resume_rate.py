@@ -59,12 +59,9 @@ def main() -> None:
         if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # a cache of its own, empty at first
             jax.config.update("jax_compilation_cache_dir", os.path.join(folder, "jax-cache"))
 
-        def load(value: float | None, max_updates: int):
-            changed = [] if value is None else [f"{args.field}={value!r}"]
-            overrides = [*args.overrides, *changed, f"learner.max_updates={max_updates}"]
-            return configs.load_config(args.preset, overrides)
-
-        config = load(None, args.updates)
+        config = configs.load_config(
+            args.preset, [*args.overrides, f"learner.max_updates={args.updates}"]
+        )
         run_dir = os.path.join(folder, "run")
         train_module.train(config, run_dir, progress=False, plot=False)
         section, name = args.field.split(".")
@@ -77,8 +74,11 @@ def main() -> None:
                 updates += args.updates
                 # A value no earlier stretch had: 0.5x, 0.25x, ... of the run's.
                 new = value if kind == "same_value" else value * 0.5 ** (len(times[kind]) + 1)
+                resumed = configs.apply_overrides(
+                    config, [f"{args.field}={new!r}", f"learner.max_updates={updates}"]
+                )
                 cpu, wall = time.process_time(), time.perf_counter()
-                result = train_module.train(load(new, updates), run_dir, progress=False, plot=False)
+                result = train_module.train(resumed, run_dir, progress=False, plot=False)
                 times[kind].append((time.process_time() - cpu, time.perf_counter() - wall))
                 assert result.updates == updates, result
     same_cpu = statistics.median(c for c, _ in times["same_value"])
