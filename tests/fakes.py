@@ -10,6 +10,25 @@ import mctx  # noqa: E402
 # they compile: the suite compiles at XLA's -O0 (tests/conftest.py), which halves their speed.
 OPTIMIZED = {"xla_backend_optimization_level": "2"}
 
+# The suite's one small run: the overrides that shrink a board-game preset (tic-tac-toe's) for a
+# test. Tests take it whole and add only what they test: configs that differ build programs of
+# their own (`selfplay.programs.program_key`), while a config another test in the process already
+# ran takes its programs as compiled, and one another process ran has its XLA from the cache.
+TINY = [
+    "learner.batch_size=16",
+    "replay.min_size=64",
+    "replay.capacity=4000",
+    "actors.threads_per_device=2",
+    "actors.envs_per_thread=4",
+    "actors.unroll_length=8",
+    "search.num_simulations=4",
+    "network.channels=8",
+    "network.head_hidden=8",
+    "learner.log_every_s=0.5",
+    "learner.checkpoint_every=2",
+    "loss.unroll_steps=2",  # a shorter unrolled update: less to trace and compile
+]
+
 
 def random_model(key, batch_size: int, num_actions: int, latent_size: int = 8):
     """A random deterministic learned model: (params, root, recurrent_fn).

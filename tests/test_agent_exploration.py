@@ -8,14 +8,8 @@ import configs
 from selfplay.agent import make_agent
 from selfplay.envs import make_env
 from selfplay.evaluation import greedy_config
+from tests.fakes import TINY
 
-TINY = [
-    "search.num_simulations=4",
-    "network.channels=8",
-    "network.head_hidden=8",
-    "network.representation_blocks=1",
-    "network.dynamics_blocks=1",
-]
 BATCH = 512
 
 
@@ -25,7 +19,7 @@ def _act(overrides, greedy: bool, seed: int = 1):
     timestep = env.reset(0)
     timestep = env.step(np.full(BATCH, 4))  # X in the centre: 8 legal moves for O
     agent = make_agent(config, env.spec)
-    params = agent.init(jax.random.PRNGKey(0))
+    params = jax.jit(agent.init)(jax.random.PRNGKey(0))
     out = jax.device_get(
         agent.act(
             params,

@@ -20,21 +20,10 @@ from selfplay.envs import make_env
 from selfplay.envs.pgx_env import pgx_replay
 from selfplay.run import MUST_MATCH, prepare_run_dir
 from selfplay.train import train
+from tests import fakes
 
-# The same tiny run as tests/test_evaluation.py, so the suite's compilation cache serves both.
-TINY = [
-    "learner.batch_size=16",
-    "replay.min_size=64",
-    "replay.capacity=4000",
-    "actors.threads_per_device=1",
-    "actors.envs_per_thread=8",
-    "actors.unroll_length=8",
-    "search.num_simulations=4",
-    "network.channels=8",
-    "network.head_hidden=8",
-    "learner.max_updates=3",
-    "learner.checkpoint_every=3",
-]
+# The suite's small run (tests/fakes.py), three updates long.
+TINY = [*fakes.TINY, "learner.max_updates=3", "learner.checkpoint_every=3"]
 
 
 @pytest.fixture(scope="module")

@@ -102,9 +102,7 @@ def _untrained_run(preset, run_dir):
     Training a few updates would cost the learner's compilation, which the smoke runs in
     test_train.py already pay; the report reads only config.json and the params.
     """
-    config = configs.load_config(
-        preset, ["search.num_simulations=4", "network.channels=8", "network.head_hidden=8"]
-    )
+    config = configs.load_config(preset, fakes.TINY)
     run_dir = prepare_run_dir(run_dir, config)
     env = make_env(config.env.name, 1)
     agent = make_agent(config, env.spec)
@@ -153,11 +151,7 @@ def test_the_search_policy_depends_on_the_position_only(tmp_path):
 
 def _agent_and_params(preset):
     """A greedy agent of `preset` with the tiny network of `_untrained_run`, and its init params."""
-    config = evaluation.greedy_config(
-        configs.load_config(
-            preset, ["search.num_simulations=4", "network.channels=8", "network.head_hidden=8"]
-        )
-    )
+    config = evaluation.greedy_config(configs.load_config(preset, fakes.TINY))
     env = make_env(config.env.name, 1)
     agent = make_agent(config, env.spec)
     env.close()

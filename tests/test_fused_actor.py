@@ -8,13 +8,7 @@ import configs
 from selfplay.actors import fused_pgx_act_step
 from selfplay.agent import make_agent
 from selfplay.envs import make_env
-
-TINY = [
-    "search.num_simulations=4",
-    "network.channels=8",
-    "network.head_hidden=8",
-    "network.representation_blocks=1",
-]
+from tests.fakes import TINY
 
 
 def test_fused_pgx_step_equals_act_then_env_step():

@@ -25,7 +25,7 @@ from selfplay.agent import make_agent
 from selfplay.checkpoints import restore_params
 from selfplay.envs import env_spec
 from selfplay.metrics import read_metrics
-from tests.test_train import TINY
+from tests.fakes import TINY
 from tests.test_train import checkpoint_steps as _steps
 
 REPO = Path(__file__).resolve().parents[1]

@@ -208,7 +208,7 @@ def test_fresh_runs_of_one_network_take_its_parameters_program_from_the_cache(tm
     import muzero
     from selfplay import run as run_module
     from tests import fakes
-    from tests.test_train import TINY
+    from tests.fakes import TINY
 
     def fresh_start(overrides, run_dir):
         config = configs.load_config("tic_tac_toe_muzero", [*TINY, *overrides])

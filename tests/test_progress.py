@@ -14,7 +14,7 @@ from selfplay.envs import env_spec
 from selfplay.lifetime import StopSignal
 from selfplay.train import train
 from tests import fakes
-from tests.test_train import TINY
+from tests.fakes import TINY
 
 
 def _records(run):

@@ -16,6 +16,7 @@ import configs
 import muzero
 from podracer import cli
 from selfplay.files import LOCK_FILE, RunLock, WriteFailed
+from tests.fakes import TINY
 
 ENV = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parents[1])}
 # Takes the lock of the run directory argv[1] and holds it until killed (no JAX: starts at once).
@@ -97,9 +98,7 @@ def test_a_resume_skips_a_damaged_checkpoint_with_one_line(tmp_path, capsys):
     from selfplay.run import prepare_run_dir, saved_state, start_run
     from tests.test_checkpoints import garble_file
 
-    config = configs.load_config(
-        "tic_tac_toe_alphazero", ["network.channels=8", "network.head_hidden=8"]
-    )
+    config = configs.load_config("tic_tac_toe_alphazero", TINY)
     agent = make_agent(config, env_spec(config.env.name))
     optimizer = muzero.make_optimizer(config.optimizer)
     run = prepare_run_dir(tmp_path / "run", config)

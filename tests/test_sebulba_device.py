@@ -20,7 +20,8 @@ from selfplay.lifetime import StopSignal
 from selfplay.params import ParameterServer
 from selfplay.replay import make_sequence_replay
 from selfplay.sebulba import SebulbaRuntime
-from tests.test_train import TINY, checkpoint_steps, interrupt_this_process_once
+from tests.fakes import TINY
+from tests.test_train import checkpoint_steps, interrupt_this_process_once
 
 # Both of Sebulba's paths for JAX environments forced on: "auto" takes them on accelerators only.
 DEVICE_PATHS = ["actors.scan_moves=on", "replay.on_device=on"]

@@ -11,6 +11,7 @@ from configs import UsageError
 from selfplay.agent import make_agent
 from selfplay.envs import make_env
 from selfplay.envs.symmetries import board_symmetries
+from tests.fakes import TINY
 
 
 def _compose(first: np.ndarray, then: np.ndarray) -> np.ndarray:
@@ -230,14 +231,8 @@ def test_games_without_known_symmetries_and_vtrace_are_refused():
 def test_augmented_loss_trains(preset):
     """The agent's augmented loss is finite and differentiable, and it sees turned boards: on
     random boards its value differs from the plain loss's."""
-    tiny = [
-        "network.channels=8",
-        "network.head_hidden=8",
-        "network.representation_blocks=1",
-        "network.dynamics_blocks=1",
-    ]
-    plain_config = configs.load_config(preset, [*tiny, "learner.augment_symmetries=false"])
-    config = configs.load_config(preset, [*tiny, "learner.augment_symmetries=true"])
+    plain_config = configs.load_config(preset, [*TINY, "learner.augment_symmetries=false"])
+    config = configs.load_config(preset, [*TINY, "learner.augment_symmetries=true"])
     spec = make_env(config.env.name, 1).spec
     agent, plain = make_agent(config, spec), make_agent(plain_config, spec)
     params = jax.jit(agent.init)(jax.random.PRNGKey(0))

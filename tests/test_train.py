@@ -21,21 +21,7 @@ from selfplay import actors
 from selfplay import train as train_module
 from selfplay.checkpoints import Checkpointer
 from tests import fakes
-
-TINY = [
-    "learner.batch_size=16",
-    "replay.min_size=64",
-    "replay.capacity=4000",
-    "actors.threads_per_device=2",
-    "actors.envs_per_thread=4",
-    "actors.unroll_length=8",
-    "search.num_simulations=4",
-    "network.channels=8",
-    "network.head_hidden=8",
-    "learner.log_every_s=0.5",
-    "learner.checkpoint_every=2",
-    "loss.unroll_steps=2",  # a shorter unrolled update: less to trace and compile
-]
+from tests.fakes import TINY
 
 
 def _tiny(preset: str, *extra: str) -> configs.ExperimentConfig:
