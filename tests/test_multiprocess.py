@@ -138,7 +138,8 @@ def test_two_processes_train_muzero_with_reanalyse_resume_under_one_and_two_and_
 ):
     run = tmp_path / "run"
     # Each process's replay is saved with its checkpoints.
-    quick = ["--config", "tic_tac_toe_muzero", *QUICK, *REANALYSE, "replay.checkpoint=true"]
+    quick = ["--config", "tic_tac_toe_muzero", *QUICK, *REANALYSE, "replay.checkpoint=true",
+             "learner.augment_symmetries=false"]  # fmt: skip
     code, out = _train("--local-processes", "2", "--run-dir", str(run), "--quiet", *quick,
                        "learner.max_updates=6", plot=True)  # fmt: skip
     assert code == 0, out[-3000:]
