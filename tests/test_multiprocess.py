@@ -137,7 +137,8 @@ def test_two_processes_train_muzero_with_reanalyse_resume_under_one_and_two_and_
     tmp_path,
 ):
     run = tmp_path / "run"
-    # Each process's replay is saved with its checkpoints.
+    # Each process's replay is saved with its checkpoints. (The preset's board symmetries are off:
+    # tests/test_symmetries.py tests them, and they add to every process's programs.)
     quick = ["--config", "tic_tac_toe_muzero", *QUICK, *REANALYSE, "replay.checkpoint=true",
              "learner.augment_symmetries=false"]  # fmt: skip
     code, out = _train("--local-processes", "2", "--run-dir", str(run), "--quiet", *quick,

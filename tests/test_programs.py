@@ -208,10 +208,9 @@ def test_fresh_runs_of_one_network_take_its_parameters_program_from_the_cache(tm
     import muzero
     from selfplay import run as run_module
     from tests import fakes
-    from tests.fakes import TINY
 
     def fresh_start(overrides, run_dir):
-        config = configs.load_config("tic_tac_toe_muzero", [*TINY, *overrides])
+        config = configs.load_config("tic_tac_toe_muzero", [*fakes.TINY, *overrides])
         agent = make_agent(config, env_spec(config.env.name))
         optimizer = muzero.make_optimizer(config.optimizer)
         started = run_module.start_run(config, agent, optimizer, run_dir)
