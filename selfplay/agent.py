@@ -26,7 +26,7 @@ import muzero
 import search
 from configs import ExperimentConfig, UsageError
 from selfplay.envs import EnvSpec
-from selfplay.programs import AGENT_FREE_FIELDS, ProgramCache, program_key
+from selfplay.programs import AGENT_FREE_FIELDS, ProgramCache, built_once, program_key
 from selfplay.replay import FifoQueue, Store, make_sequence_replay
 
 __all__ = ["ActOutput", "Agent", "accelerator_paths", "compiler_options", "make_agent"]
@@ -83,9 +83,20 @@ class Agent(NamedTuple):
 _AGENTS = ProgramCache()
 
 
+@built_once(maxsize=8)
+def _networks(make: Callable, *args: Any, **kwargs: Any) -> Any:
+    """The networks `make(*args, **kwargs)` builds (`muzero.make_*_networks` of a network config,
+    an observation shape and the actions), once a process for each: agents of one network whose
+    configs differ elsewhere (their search, loss, replay or runtime) share its functions, so that
+    its parameters' program (`jax.jit(networks.init)`, a run's fresh state) is traced and compiled
+    once, not once an agent."""
+    return make(*args, **kwargs)
+
+
 def make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
     """The agent of `config.mode` for an environment described by `spec`: built once a process
-    for each config but its replay (`selfplay.programs.program_key`, `AGENT_FREE_FIELDS`) and
+    for each config but its replay, its optimizer and the learner's pace
+    (`selfplay.programs.program_key`, `AGENT_FREE_FIELDS`) and
     spec, so that a second run of the same config reuses the programs the first compiled."""
     key = program_key(config, without=AGENT_FREE_FIELDS)
     return _AGENTS.get((key, spec), lambda: _make_agent(config, spec))
@@ -232,9 +243,10 @@ def _select(key, out: search.SearchOutput, config: ExperimentConfig, legal_mask,
 
 def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> Agent:
     loss, horizon = config.loss, config.loss.value_prefix_horizon
-    networks = muzero.make_muzero_networks(
+    networks = _networks(
+        muzero.make_muzero_networks,
         config.network,
-        spec.observation_shape,
+        tuple(spec.observation_shape),
         spec.num_actions,
         value_prefix=horizon > 0,
         projection=loss.consistency_weight > 0,
@@ -342,9 +354,10 @@ def _stochastic_muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player
     """Stochastic MuZero: MuZero's agent with a model of afterstates and chance codes
     (`muzero.stochastic`); its chance encoder reads the observations of the K + 1 unrolled steps,
     which every window keeps."""
-    networks = muzero.make_stochastic_networks(
+    networks = _networks(
+        muzero.make_stochastic_networks,
         config.network,
-        spec.observation_shape,
+        tuple(spec.observation_shape),
         spec.num_actions,
         config.stochastic.num_chance_codes,
     )
@@ -420,8 +433,11 @@ def _exact_model(config: ExperimentConfig, spec: EnvSpec, prediction_fn, two_pla
 
 
 def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> Agent:
-    networks = muzero.make_alphazero_networks(
-        config.network, spec.observation_shape, spec.num_actions
+    networks = _networks(
+        muzero.make_alphazero_networks,
+        config.network,
+        tuple(spec.observation_shape),
+        spec.num_actions,
     )
     loss_fn = _augmented(
         muzero.make_alphazero_loss(networks, config.loss),
@@ -523,8 +539,11 @@ def _search_agent(
 
 
 def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
-    networks = muzero.make_actor_critic_networks(
-        config.network, spec.observation_shape, spec.num_actions
+    networks = _networks(
+        muzero.make_actor_critic_networks,
+        config.network,
+        tuple(spec.observation_shape),
+        spec.num_actions,
     )
     loss_fn = muzero.make_vtrace_loss(networks, config.loss)
 

@@ -12,12 +12,14 @@ Two configs share their programs when they differ only in fields no program read
 logging and its name, which the run loop, its logs and its checkpoints alone read; or in fields
 the programs take from the train state (`STATE_FIELDS`: the peak learning rate, which a run
 writes into its state at every start), so a resume or a PBT member's next interval with another
-learning rate compiles nothing. The agent's key also leaves out the replay's settings
-(`AGENT_FREE_FIELDS`), which only its store reads, built from the run's own config: a run of
-other replay priorities, capacity or sampling ratio takes the agent's `act`, `make_batch` and
-update as they are (with Sebulba's replay on the host, a PBT member whose explore changed only
-those traces nothing). Everything else is in the key, so a changed search setting or loss
-weight builds anew. What is built from
+learning rate compiles nothing. The agent's key also leaves out what its own functions never
+read (`AGENT_FREE_FIELDS`): the replay's settings, which only its store reads, built from the
+run's own config (a run of other replay priorities, capacity or sampling ratio takes the agent's
+`act`, `make_batch` and update as they are: with Sebulba's replay on the host, a PBT member whose
+explore changed only those traces nothing), and the optimizer and the learner's pace, which the
+update is built from beside the agent (a run of another optimizer, gradient clip or schedule
+takes the agent's `act` and `make_batch` and builds only its update). Everything else is in the
+key, so a changed search setting or loss weight builds anew. What is built from
 hashable parts (an agent and an optimizer, a program and its devices, a game and its batch size)
 is cached where it is built with `built_once`: `functools.lru_cache` made thread-safe, since
 actor threads build their environments and programs at the same moment, and two threads that
@@ -69,11 +71,13 @@ RUN_LOOP_FIELDS = (
 # writes them into the state at every start (`muzero.TrainState.learning_rate`).
 STATE_FIELDS = ("optimizer.learning_rate",)
 
-# The config's fields the agent's programs (`act`, `make_batch`, the loss and the update built
-# from them) never read: its store (Sebulba's replay on the host, V-trace's queue) is built from
-# the run's own config at every start (`Agent.make_store(config, num_streams)`). The replay's
-# own programs (Anakin's iteration, the replay on the device) keep them in their keys.
-AGENT_FREE_FIELDS = ("replay",)
+# The config's fields the agent's own functions (`act`, `make_batch`, the loss) never read: its
+# store (Sebulba's replay on the host, V-trace's queue) is built from the run's own config at
+# every start (`Agent.make_store(config, num_streams)`), and the update from the agent and the
+# run's optimizer (`selfplay.sebulba._replicated_update`: keyed by both); how often the learner
+# publishes and how many updates it keeps in flight are its thread's. The programs that read
+# them (Anakin's iteration, the replay on the device, the update) keep them in their keys.
+AGENT_FREE_FIELDS = ("replay", "optimizer", "learner.publish_every", "learner.prefetch")
 
 
 def program_key(config: ExperimentConfig, without: tuple[str, ...] = ()) -> str:

@@ -70,7 +70,7 @@ def test_configs_that_differ_in_their_replay_share_the_agent_and_each_gets_its_o
     other = "priority_alpha=0.2 priority_beta=0.9 samples_per_insert=2 capacity=9000"
     replay = configs.load_config("tic_tac_toe_alphazero", [f"replay.{o}" for o in other.split()])
     spec = env_spec(config.env.name)
-    assert AGENT_FREE_FIELDS == ("replay",)
+    assert "replay" in AGENT_FREE_FIELDS
     agent = make_agent(config, spec)
     assert make_agent(replay, spec) is agent  # its act, make_batch and update
     # The replay's own programs (Anakin's iteration, the replay on the device) build anew.
@@ -81,6 +81,27 @@ def test_configs_that_differ_in_their_replay_share_the_agent_and_each_gets_its_o
         assert store.capacity == run.replay.capacity
         assert (store.alpha, store.beta) == (run.replay.priority_alpha, run.replay.priority_beta)
         assert store.rate_limiter.samples_per_insert == run.replay.samples_per_insert
+
+
+def test_configs_that_differ_in_their_optimizer_share_the_agent_and_each_gets_its_own_update():
+    from selfplay import run, sebulba
+
+    config = configs.load_config("tic_tac_toe_alphazero")
+    others = "optimizer.max_grad_norm=1e-9 optimizer.schedule=cosine optimizer.decay_steps=3"
+    other = configs.load_config(
+        "tic_tac_toe_alphazero", [*others.split(), "learner.publish_every=9", "learner.prefetch=0"]
+    )
+    assert {"optimizer", "learner.publish_every", "learner.prefetch"} <= set(AGENT_FREE_FIELDS)
+    spec = env_spec(config.env.name)
+    agent = make_agent(config, spec)
+    assert make_agent(other, spec) is agent  # its act and make_batch
+    # The update is built from the agent and each run's optimizer.
+    devices = tuple(jax.devices()[:1])
+    optimizers = [run._optimizer(c.optimizer) for c in (config, other)]
+    assert optimizers[0] is not optimizers[1]
+    updates = [sebulba._replicated_update(agent, o, devices, False) for o in optimizers]
+    assert updates[0] is not updates[1]
+    assert sebulba._replicated_update(agent, optimizers[1], devices, False) is updates[1]
 
 
 def test_the_cache_keeps_the_newest_and_builds_a_value_once_for_threads_at_once():
@@ -193,18 +214,24 @@ def test_no_module_that_builds_programs_reads_a_field_left_out_of_the_key():
 _AGENT_SOURCES = ["muzero", "search", "selfplay/agent.py", "selfplay/envs"]
 
 
-def test_no_module_the_agents_programs_are_built_from_reads_the_replays_settings():
+def test_no_module_the_agents_programs_are_built_from_reads_a_field_left_out_of_its_key():
     # The agent is shared by configs that differ in AGENT_FREE_FIELDS: a program of it that
-    # read one would be stale. Its store reads the run's config (`make_store(run, ...)`).
-    pattern = re.compile("|".join(rf"\bconfig\.{re.escape(path)}\b" for path in AGENT_FREE_FIELDS))
+    # read one would be stale. Its store reads the run's config (`make_store(run, ...)`), the
+    # update is built from the agent and the run's optimizer.
+    sections = [path for path in AGENT_FREE_FIELDS if "." not in path]
+    fields = [path.rpartition(".")[2] for path in AGENT_FREE_FIELDS if "." in path]
+    # `config.optimizer == "adam"` in muzero's optimizer is its own config's field (its name).
+    section = "|".join(rf"\bconfig\.{name}\b(?!\s*[!=]=)" for name in sections)
+    pattern = re.compile(f"{section}|\\b({'|'.join(fields)})\\b")
     found = _lines_matching(_AGENT_SOURCES, pattern)
     assert not found, found
 
 
-def test_fresh_runs_of_one_network_take_its_parameters_program_from_the_cache(tmp_path):
-    """Two fresh runs whose configs differ in the optimizer alone: the second builds the
-    parameters with the first's program, read back from the persistent compilation cache (the
-    tests' own, tests/conftest.py), and compiles only the optimizer's state around them."""
+def test_fresh_runs_of_one_network_build_its_parameters_program_once(tmp_path):
+    """Two fresh runs whose configs differ in the optimizer and the search: two agents of one
+    network, which share its functions (`selfplay.agent._networks`), so the second builds its
+    parameters with the program the first traced and compiled, and compiles only the optimizer's
+    state around them."""
     import muzero
     from selfplay import run as run_module
     from tests import fakes
@@ -216,16 +243,21 @@ def test_fresh_runs_of_one_network_take_its_parameters_program_from_the_cache(tm
         started = run_module.start_run(config, agent, optimizer, run_dir)
         started.checkpointer.close()
         assert started.resumed_from is None  # fresh: nothing to resume
-        return started.state
+        return agent, started.state
 
-    first = fresh_start([], tmp_path / "first")
+    first_agent, first = fresh_start([], tmp_path / "first")
     with fakes.lowered_programs() as lowered, fakes.compiled_programs() as compiled:
-        second = fresh_start(
-            ["optimizer.optimizer=sgd", "optimizer.learning_rate=0.0123"], tmp_path / "second"
+        overrides = ["optimizer.optimizer=sgd", "optimizer.learning_rate=0.0123"]
+        second_agent, second = fresh_start(
+            [*overrides, "search.num_simulations=3"], tmp_path / "second"
         )
-    # At most the optimizer's state around the parameters is compiled (none where an earlier
-    # test left it in the cache).
-    assert "jit(init)" in lowered and set(compiled) <= {"jit(<lambda>)"}, (lowered, compiled)
+    assert second_agent is not first_agent and second_agent.init is first_agent.init
+    # At most the optimizer's state around the parameters is lowered and compiled (none where an
+    # earlier test left it in the process).
+    assert set(lowered) <= {"jit(<lambda>)"} and set(compiled) <= {"jit(<lambda>)"}, (
+        lowered,
+        compiled,
+    )
     # The same parameters (one seed, one program), each run its own optimizer and peak rate.
     leaves = zip(jax.tree.leaves(first.params), jax.tree.leaves(second.params), strict=True)
     assert all(bool((a == b).all()) for a, b in leaves)
