@@ -75,18 +75,19 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from arena.matches import load_game, run_tournament
-    from arena.players import split_specs
-    from arena.ratings import (
-        default_anchor,
-        fit_ratings,
-        format_scores,
-        format_table,
-        results_dict,
-        write_results,
-    )
-    from selfplay.train import quiet_garbage_collector
+    from selfplay.collector import collector_paused, quiet_garbage_collector
 
+    with collector_paused():
+        from arena.matches import load_game, run_tournament
+        from arena.players import split_specs
+        from arena.ratings import (
+            default_anchor,
+            fit_ratings,
+            format_scores,
+            format_table,
+            results_dict,
+            write_results,
+        )
     quiet_garbage_collector()  # the players' searches compile next
     game = load_game(args.game)
     specs = split_specs(args.players)

@@ -139,21 +139,24 @@ def run(args) -> int:
             job += [flag, str(value)] if value is not None else []
         command = [sys.executable, "-m", "podracer", "train", *job, *_passed_on(args, run_dir)]
         return supervise(command, _who_before_joining(args))
-    make_evaluator = None
-    if config.evaluation.every_s > 0:  # the arena's players and match code
-        extras.require("openspiel", "evaluation during training (or set evaluation.every_s=0)")
-        from arena import RunEvaluator as make_evaluator
     # Heavy imports only once the input is known to be good.
-    from selfplay.files import WriteFailed
-    from selfplay.processes import (
-        CollectivesUnreachable,
-        PeerLost,
-        initialize,
-        peer_lost,
-        watch_peers,
-    )
-    from selfplay.run import LIMITS, split_cpu
-    from selfplay.train import enable_compilation_cache, quiet_garbage_collector, train
+    from selfplay.collector import collector_paused, quiet_garbage_collector
+
+    make_evaluator = None
+    with collector_paused():
+        if config.evaluation.every_s > 0:  # the arena's players and match code
+            extras.require("openspiel", "evaluation during training (or set evaluation.every_s=0)")
+            from arena import RunEvaluator as make_evaluator
+        from selfplay.files import WriteFailed
+        from selfplay.processes import (
+            CollectivesUnreachable,
+            PeerLost,
+            initialize,
+            peer_lost,
+            watch_peers,
+        )
+        from selfplay.run import LIMITS, split_cpu
+        from selfplay.train import enable_compilation_cache, train
 
     split_cpu(config.devices.cpu_devices)  # before anything starts JAX's backend
     if joins:

@@ -15,6 +15,7 @@
                  PBT member's next interval in the same process compiles nothing again)
     replay       the stores between actors and learner (prioritized windows; a FIFO queue)
     envs, params, checkpoints, metrics, lifetime, evaluation: the parts they are built from
+    collector    Python's garbage collector paused over a command's imports, quieter after
 
 The pieces are public for other runtimes: environment adapters (`make_env`), the stores, the
 parameter server, checkpoints, metrics and the thread lifetime.

@@ -251,11 +251,14 @@ def _member(
     assert settings is not None
     if 0 < gpu_share < 1:  # members sharing a GPU: each its share of its memory, not JAX's 75%
         os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{0.9 * gpu_share:.2f}")
-    from selfplay.checkpoints import Checkpointer
-    from selfplay.lifetime import Diverged
-    from selfplay.metrics import read_metrics
-    from selfplay.run import LIMITS, RunTotals
-    from selfplay.train import enable_compilation_cache, quiet_garbage_collector, train
+    from selfplay.collector import collector_paused, quiet_garbage_collector
+
+    with collector_paused():
+        from selfplay.checkpoints import Checkpointer
+        from selfplay.lifetime import Diverged
+        from selfplay.metrics import read_metrics
+        from selfplay.run import LIMITS, RunTotals
+        from selfplay.train import enable_compilation_cache, train
 
     enable_compilation_cache()
     quiet_garbage_collector()

@@ -10,7 +10,6 @@ limits and signals, logging, checkpoints and the plot.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable
 
@@ -19,7 +18,7 @@ from selfplay.envs import EnvSpec
 from selfplay.lifetime import StopSignal
 from selfplay.run import Evaluator, RunResult, run, split_cpu
 
-__all__ = ["RunResult", "enable_compilation_cache", "quiet_garbage_collector", "train"]
+__all__ = ["RunResult", "enable_compilation_cache", "train"]
 
 
 def train(
@@ -67,19 +66,3 @@ def enable_compilation_cache() -> None:
     cache = pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache"))
     jax.config.update("jax_compilation_cache_dir", str(cache / "podracer" / "jax"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-
-
-@functools.cache  # once a process: a later call would freeze what the run made since
-def quiet_garbage_collector() -> None:
-    """Collect Python's garbage less often while programs compile: tracing and lowering a
-    search or an update allocate millions of short-lived objects, and the collector's defaults
-    (a pass every 700 allocations, full passes over every object the imports made) took 5-8% of
-    a compile-heavy run's CPU (`perf`, 2026-11-28). Call it once the heavy imports are done:
-    what exists then (modules, classes) is frozen out of every later pass, and the young
-    generation is collected every 50,000 allocations (within 2% of the memory of the defaults
-    in the tests measured)."""
-    import gc
-
-    gc.collect()  # nothing that is garbage now gets frozen
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 100)

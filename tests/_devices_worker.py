@@ -12,7 +12,7 @@ jax.config.update("jax_num_cpu_devices", 2)
 
 import configs  # noqa: E402
 from selfplay import anakin, run, sebulba  # noqa: E402
-from selfplay.train import quiet_garbage_collector  # noqa: E402
+from selfplay.collector import quiet_garbage_collector  # noqa: E402
 from tests import fakes  # noqa: E402
 
 TINY = [

@@ -31,12 +31,17 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_CACHE))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 
-def pytest_collection_finish(session):
-    # Every test module is imported: the product's collector settings from here on (each test
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+    # The test modules' imports (JAX and the rest) with the collector paused, as `podracer
+    # train`'s are; once they are done, the product's collector settings from here on (each test
     # process traces hundreds of programs; `podracer train` does the same in its subprocesses).
-    from selfplay.train import quiet_garbage_collector
+    from selfplay.collector import collector_paused, quiet_garbage_collector
 
+    with collector_paused():
+        result = yield
     quiet_garbage_collector()
+    return result
 
 
 @pytest.fixture(autouse=True)
