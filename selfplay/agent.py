@@ -246,7 +246,7 @@ def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> 
     networks = _networks(
         muzero.make_muzero_networks,
         config.network,
-        tuple(spec.observation_shape),
+        spec.observation_shape,
         spec.num_actions,
         value_prefix=horizon > 0,
         projection=loss.consistency_weight > 0,
@@ -357,7 +357,7 @@ def _stochastic_muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player
     networks = _networks(
         muzero.make_stochastic_networks,
         config.network,
-        tuple(spec.observation_shape),
+        spec.observation_shape,
         spec.num_actions,
         config.stochastic.num_chance_codes,
     )
@@ -436,7 +436,7 @@ def _alphazero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) 
     networks = _networks(
         muzero.make_alphazero_networks,
         config.network,
-        tuple(spec.observation_shape),
+        spec.observation_shape,
         spec.num_actions,
     )
     loss_fn = _augmented(
@@ -542,7 +542,7 @@ def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
     networks = _networks(
         muzero.make_actor_critic_networks,
         config.network,
-        tuple(spec.observation_shape),
+        spec.observation_shape,
         spec.num_actions,
     )
     loss_fn = muzero.make_vtrace_loss(networks, config.loss)
