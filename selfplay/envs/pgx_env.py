@@ -453,13 +453,15 @@ class PgxEnv(SyncSendRecv):
         self._seed = seed
         self.functions = pgx_functions(env_id, num_envs)
         self._reset, self._step = _jitted(env_id, num_envs)
-        state = jax.eval_shape(self.game.init, jax.random.PRNGKey(0))  # shapes only, no compute
+        # Shapes only, no compute. (pgx's own `num_actions` plays `init` op by op, each op a
+        # program XLA compiles: dozens for backgammon or go, in every process that makes one.)
+        state = jax.eval_shape(self.game.init, jax.random.PRNGKey(0))
         obs_shape = tuple(int(d) for d in state.observation.shape)
         num_players = int(self.game.num_players)
         self.spec = EnvSpec(
             name=f"pgx:{env_id}",
             family="pgx",
-            num_actions=int(self.game.num_actions),
+            num_actions=int(state.legal_action_mask.shape[-1]),
             observation_shape=obs_shape,
             observation_dtype="float32",
             num_players=num_players,
