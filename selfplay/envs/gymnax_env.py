@@ -280,7 +280,11 @@ class GymnaxEnv(SyncSendRecv):
         """Steps with `actions` [B] int (host or device, unchecked); returns device arrays."""
         if self._env_state is None:
             raise ValueError("step called before reset")
-        self._env_state, ts = self._step(self._env_state, jnp.asarray(actions, jnp.int32))
+        # Host actions go in as NumPy: `jnp.asarray` of host data runs a program of its own
+        # (compiled once for each shape); the jitted step takes NumPy as it is.
+        if not isinstance(actions, jax.Array):
+            actions = np.asarray(actions, np.int32)
+        self._env_state, ts = self._step(self._env_state, actions)
         return ts
 
     def step(self, actions: np.ndarray) -> TimeStep:

@@ -102,12 +102,13 @@ def pgx_states_from_openspiel(env_id: str, states: Sequence[pyspiel.State]) -> A
         for row, state in enumerate(states):
             moves = set(state.legal_actions())
             legal[row] = [PGX_TO_OPENSPIEL_2048[a] in moves for a in range(4)]
-        return _jitted()["2048"](jnp.asarray(boards), jnp.asarray(legal))
+        # NumPy in, as it is: `jnp.asarray` of host data runs a program of its own.
+        return _jitted()["2048"](boards, legal)
     if env_id == "backgammon":
         rows = [_backgammon_row(state) for state in states]
         boards, playable, played = (np.stack(x) for x in zip(*rows, strict=True))
         jitted = _jitted()["backgammon"]
-        return jitted(jnp.asarray(boards), jnp.asarray(playable), jnp.asarray(played))
+        return jitted(boards, playable, played)
     raise ValueError(
         f"no OpenSpiel translation for pgx:{env_id}; known: {', '.join(OPENSPIEL_GAMES)}"
     )
