@@ -888,11 +888,7 @@ class _EvaluationThread:
         if a periodic evaluation is due and none is running."""
         if self.evaluator is None:
             return
-        frames = self.frames()
-        if self._marks and frames >= self._marks[0]:
-            while self._marks and frames >= self._marks[0]:
-                self._marks.pop(0)
-            self._due.append((self.runtime.step, self.runtime.params(), frames))
+        frames = self._queue_marks_reached()
         if self._busy or not self.evaluator.every_s:
             return
         if time.monotonic() - self._last < self.evaluator.every_s:
@@ -900,10 +896,25 @@ class _EvaluationThread:
         self._last, self._busy = time.monotonic(), True
         self._slot.put((self.runtime.step, self.runtime.params(), frames))
 
+    def _queue_marks_reached(self) -> int:
+        """Queues the current parameters for the frame marks the run has reached since the last
+        call (one evaluation for all of them); returns the frames."""
+        frames = self.frames()
+        if self._marks and frames >= self._marks[0]:
+            while self._marks and frames >= self._marks[0]:
+                self._marks.pop(0)
+            self._due.append((self.runtime.step, self.runtime.params(), frames))
+        return frames
+
     def finish(self) -> None:
-        """Evaluates the frame marks still queued (in the calling thread, once the run's threads
-        have stopped)."""
-        while self.evaluator is not None and self._due:
+        """Evaluates the frame marks still queued, and those the last round reached (in the
+        calling thread, once the run's threads have stopped). The actors count frames while the
+        loop runs: a mark they pass after the loop's last offer, in the round that stops the run
+        (`learner.max_frames` on a mark, as a PBT member's interval ends), is evaluated here."""
+        if self.evaluator is None:
+            return
+        self._queue_marks_reached()
+        while self._due:
             self._evaluate(*self._due.popleft(), StopSignal())
 
     def _evaluate(self, step: int, params: Any, frames: int, stop: StopSignal) -> bool:

@@ -171,6 +171,35 @@ def test_each_frame_mark_is_evaluated_once_even_the_one_the_run_stops_at(tmp_pat
     assert marks[1]["eval/frames"] - marks[0]["eval/frames"] >= 6144 - 2048 - 1
 
 
+def test_a_mark_the_actors_pass_in_the_round_that_stops_the_run_is_evaluated():
+    """Sebulba's actors count frames while the loop runs: the round that stops the run (its
+    frame budget on the last mark, as a PBT member's interval ends) is offered nothing, and its
+    mark is evaluated as the run finishes, once, with the final parameters."""
+    from selfplay.run import _EvaluationThread
+
+    class Runtime:
+        step, params = 7, staticmethod(lambda: "final params")
+
+    class Evaluator:
+        every_s = 0.0
+
+        def evaluate(self, params, step, stop):
+            return {"eval/params": params}
+
+    logged = []
+    logger = type("Logger", (), {"log": lambda self, step, values: logged.append((step, values))})
+    frames = [300]
+    evaluation = _EvaluationThread(
+        Evaluator(), Runtime(), logger(), StopSignal(), lambda: frames[0], (400, 800)
+    )
+    evaluation.offer()  # below the first mark: nothing queued
+    frames[0] = 816  # the actors passed both marks; the loop stops before offering again
+    evaluation.finish()
+    assert logged == [(7, {"eval/params": "final params", "eval/frames": 816})]
+    evaluation.finish()  # each mark once
+    assert len(logged) == 1
+
+
 def test_an_accelerator_preset_on_a_cpu_says_so_and_how_to_scale_it(capsys):
     train_command.warn_if_sized_for_an_accelerator(configs.load_config("atari_muzero"))
     err = capsys.readouterr().err.strip().splitlines()
