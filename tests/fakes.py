@@ -2,6 +2,8 @@
 
 # --- search: random models over a latent vector ------------------------------------------------
 
+import functools  # noqa: E402
+
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import mctx  # noqa: E402
@@ -30,12 +32,13 @@ TINY = [
 ]
 
 
-def random_model(key, batch_size: int, num_actions: int, latent_size: int = 8):
-    """A random deterministic learned model: (params, root, recurrent_fn).
+def _predict(params, latent):
+    return latent @ params["policy"], jnp.tanh(latent @ params["value"])
 
-    The latent moves by an action-dependent linear map; prior logits, value, reward and discount
-    are linear read-outs. Rows of the batch never interact.
-    """
+
+# The random models' arrays in one program each (eager jnp ops compile one program apiece).
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _random_model_arrays(key, batch_size: int, num_actions: int, latent_size: int):
     keys = jax.random.split(key, 7)
     params = {
         "transition": jax.random.normal(keys[0], (num_actions, latent_size, latent_size)) * 0.5,
@@ -44,14 +47,21 @@ def random_model(key, batch_size: int, num_actions: int, latent_size: int = 8):
         "reward": jax.random.normal(keys[3], (latent_size,)),
     }
     latent = jax.random.normal(keys[4], (batch_size, latent_size))
+    prior_logits, value = _predict(params, latent)
+    return params, mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=latent)
 
-    def predict(params, latent):
-        return latent @ params["policy"], jnp.tanh(latent @ params["value"])
+
+def random_model(key, batch_size: int, num_actions: int, latent_size: int = 8):
+    """A random deterministic learned model: (params, root, recurrent_fn).
+
+    The latent moves by an action-dependent linear map; prior logits, value, reward and discount
+    are linear read-outs. Rows of the batch never interact.
+    """
 
     def recurrent_fn(params, rng_key, action, latent):
         del rng_key
         next_latent = jnp.tanh(jnp.einsum("bi,bij->bj", latent, params["transition"][action]))
-        prior_logits, value = predict(params, next_latent)
+        prior_logits, value = _predict(params, next_latent)
         output = mctx.RecurrentFnOutput(
             reward=jnp.tanh(next_latent @ params["reward"]),
             discount=jnp.full((latent.shape[0],), 0.95),
@@ -60,21 +70,14 @@ def random_model(key, batch_size: int, num_actions: int, latent_size: int = 8):
         )
         return output, next_latent
 
-    prior_logits, value = predict(params, latent)
-    root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=latent)
+    params, root = _random_model_arrays(key, batch_size, num_actions, latent_size)
     return params, root, recurrent_fn
 
 
-def random_stochastic_model(
-    key, batch_size: int, num_actions: int, num_chance: int, latent_size: int = 8
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _random_stochastic_model_arrays(
+    key, batch_size: int, num_actions: int, num_chance: int, latent_size: int
 ):
-    """A random learned model with chance: (params, root, search.StochasticModel).
-
-    States and afterstates are latent vectors moved by action- and outcome-dependent linear
-    maps; chance logits, values, rewards and priors are linear read-outs. Rows never interact.
-    """
-    import search  # the fakes module serves tests of every package; search only here
-
     keys = jax.random.split(key, 9)
     params = {
         "afterstate": jax.random.normal(keys[0], (num_actions, latent_size, latent_size)) * 0.5,
@@ -86,9 +89,19 @@ def random_stochastic_model(
         "afterstate_value": jax.random.normal(keys[6], (latent_size,)),
     }
     latent = jax.random.normal(keys[7], (batch_size, latent_size))
+    prior_logits, value = _predict(params, latent)
+    return params, mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=latent)
 
-    def predict(params, latent):
-        return latent @ params["policy"], jnp.tanh(latent @ params["value"])
+
+def random_stochastic_model(
+    key, batch_size: int, num_actions: int, num_chance: int, latent_size: int = 8
+):
+    """A random learned model with chance: (params, root, search.StochasticModel).
+
+    States and afterstates are latent vectors moved by action- and outcome-dependent linear
+    maps; chance logits, values, rewards and priors are linear read-outs. Rows never interact.
+    """
+    import search  # the fakes module serves tests of every package; search only here
 
     def decision_fn(params, rng_key, action, latent):
         del rng_key
@@ -102,23 +115,22 @@ def random_stochastic_model(
     def chance_fn(params, rng_key, outcome, afterstate):
         del rng_key
         next_latent = jnp.tanh(jnp.einsum("bi,bij->bj", afterstate, params["chance"][outcome]))
-        prior_logits, value = predict(params, next_latent)
+        prior_logits, value = _predict(params, next_latent)
         output = mctx.ChanceRecurrentFnOutput(
             action_logits=prior_logits,
             value=value,
             reward=jnp.tanh(next_latent @ params["reward"]),
-            discount=jnp.full((latent.shape[0],), -1.0),
+            discount=jnp.full((afterstate.shape[0],), -1.0),
         )
         return output, next_latent
 
-    prior_logits, value = predict(params, latent)
-    root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=latent)
+    params, root = _random_stochastic_model_arrays(
+        key, batch_size, num_actions, num_chance, latent_size
+    )
     return params, root, search.StochasticModel(decision_fn, chance_fn)
 
 
 # --- tic-tac-toe: the real rules (pgx) as an exact model, and an exact minimax solver ----------
-
-import functools  # noqa: E402
 
 import numpy as np  # noqa: E402
 

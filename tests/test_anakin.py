@@ -62,17 +62,21 @@ def test_sampled_windows_are_whole_consecutive_steps_of_one_game_in_the_ring():
         fill_iterations=0,
         min_iterations=0,
     )
+
+    @jax.jit  # one program: eager jnp ops compile one program apiece
+    def draw(index):
+        # Prioritised, all priorities equal (the unwritten rows' too): the same windows.
+        priorities = jnp.ones((plan.ring, plan.games))
+        prioritised = plan.sample_prioritised(jax.random.key(index), index, priorities, 0.6, 0.4)
+        return plan.written(index), plan.sample_windows(jax.random.key(index), index), prioritised
+
     for index in range(4):
         written = (index + 1) * plan.moves  # steps recorded per game
         oldest = max(0, written - plan.ring)  # the run's oldest step still in the ring
-        assert int(plan.written(index)) == (written - oldest - plan.window + 1) * plan.games
-        rows, games = plan.sample_windows(jax.random.key(index), jnp.int32(index))
+        count, (rows, games), prioritised = jax.device_get(draw(np.int32(index)))
+        assert int(count) == (written - oldest - plan.window + 1) * plan.games
         _assert_every_whole_window_and_only_those(plan, index, rows, games)
-        # Prioritised, all priorities equal (the unwritten rows' too): the same windows.
-        priorities = jnp.ones((plan.ring, plan.games))
-        rows, games, weights = plan.sample_prioritised(
-            jax.random.key(index), jnp.int32(index), priorities, 0.6, 0.4
-        )
+        rows, games, weights = prioritised
         _assert_every_whole_window_and_only_those(plan, index, rows, games)
         np.testing.assert_allclose(weights, 1.0, rtol=1e-5)
 
@@ -99,18 +103,23 @@ def test_prioritised_windows_are_drawn_in_proportion_and_weighted_back():
     plan = anakin.AnakinPlan(1, 2, 4, 3, 0, 8, 8, 4, 1, 0, 0)
     priorities = np.zeros((8, 2), np.float32)
     priorities[1, 0], priorities[4, 1], priorities[6, :] = 1.0, 3.0, 1000.0
-    rows, games, weights = plan.sample_prioritised(
-        jax.random.key(0), jnp.int32(3), jnp.asarray(priorities), 1.0, 1.0
-    )
+
+    @jax.jit
+    def draw(priorities):
+        return [
+            plan.sample_prioritised(jax.random.key(0), jnp.int32(3), priorities, alpha, beta)
+            for alpha, beta in ((1.0, 1.0), (0.5, 0.5))
+        ]
+
+    first, second = jax.device_get(draw(priorities))
+    rows, games, weights = first
     np.testing.assert_array_equal(rows[0], [1, 4, 4, 4])
     np.testing.assert_array_equal(rows[:, 0], [1, 2, 3])
     np.testing.assert_array_equal(games, [0, 1, 1, 1])
     # (12 * P) ** -1 over the largest: P = 1/4 and 3/4
     np.testing.assert_allclose(weights, [1.0, 1 / 3, 1 / 3, 1 / 3], rtol=1e-4)
     # alpha = 0.5: masses 1 and sqrt(3); the weights (12 * P) ** -beta, beta = 0.5
-    rows, games, weights = plan.sample_prioritised(
-        jax.random.key(0), jnp.int32(3), jnp.asarray(priorities), 0.5, 0.5
-    )
+    rows, games, weights = second
     share = 1 / (1 + 3**0.5)
     assert set(np.asarray(rows[0]).tolist()) <= {1, 4}
     expected = {1: (12 * share) ** -0.5, 4: (12 * (1 - share)) ** -0.5}
@@ -150,11 +159,11 @@ def test_updates_weight_their_windows_with_the_annealed_beta():
         env=None,
         timestep=None,
         tail=None,
-        ring={"x": jnp.zeros((8, 2))},
+        ring={"x": np.zeros((8, 2), np.float32)},
         batch=None,
         key=key,
         sample_key=key,
-        priorities=anakin.RingPriorities(jnp.asarray(priorities), jnp.ones(())),
+        priorities=anakin.RingPriorities(priorities, np.ones((), np.float32)),
     )
     learn = jax.jit(learn_step)
     weights = {
@@ -344,7 +353,8 @@ def test_updates_inside_the_jit_equal_updates_called_one_by_one():
     program = anakin.make_anakin_program(config, optimizer, anakin.anakin_devices(config))
     plan, mesh, iterate, learn = program.plan, program.mesh, program.iterate, program.learn
     params = jax.jit(program.agent.init)(jax.random.key(0))
-    state = muzero.replicate(muzero.init_train_state(params, optimizer, jax.random.key(1)), mesh)
+    init_state = jax.jit(lambda params, key: muzero.init_train_state(params, optimizer, key))
+    state = muzero.replicate(init_state(params, jax.random.key(1)), mesh)
     carry = anakin.initial_carries(program.init_carry, params, mesh, jax.random.key(2))
     for index in range(plan.min_iterations):  # fill the ring, no updates yet
         state, carry, metrics = jax.jit(iterate, static_argnums=3)(
@@ -357,21 +367,21 @@ def test_updates_inside_the_jit_equal_updates_called_one_by_one():
     outside, after, _ = jax.jit(iterate, static_argnums=3)(state, index, carry, False)
     # The preset's replay is prioritised: new windows start at the largest priority yet (1).
     assert config.replay.priority_alpha > 0
-    window_priorities = np.asarray(after.priorities.window[0])  # [S, B]
+    window_priorities = np.asarray(after.priorities.window)[0]  # [S, B]
     np.testing.assert_array_equal(window_priorities[: (int(index) + 1) * plan.moves], 1.0)
     # The ring holds the recorded steps, each a real position: a search policy summing to 1.
     recorded = (int(index) + 1) * plan.moves
-    policy_sums = np.asarray(after.ring.search_policy[0]).sum(axis=-1)  # [S, B]
+    policy_sums = np.asarray(after.ring.search_policy)[0].sum(axis=-1)  # [S, B]
     np.testing.assert_allclose(policy_sums[:recorded], 1.0, rtol=1e-5)
     assert not policy_sums[recorded:].any()
     for u in range(plan.updates):
         outside, priorities, outside_metrics = jax.jit(learn)(outside, index, np.int32(u), after)
         after = after._replace(priorities=priorities)
     # Each update wrote its windows' |search value - value target| back, the same either way.
-    written_back = np.asarray(after.priorities.window[0])
+    written_back = np.asarray(after.priorities.window)[0]
     assert (written_back != window_priorities).any()
     np.testing.assert_allclose(
-        written_back, np.asarray(inside_carry.priorities.window[0]), rtol=1e-4, atol=1e-6
+        written_back, np.asarray(inside_carry.priorities.window)[0], rtol=1e-4, atol=1e-6
     )
     assert int(inside.step) == int(outside.step) == int(state.step) + plan.updates
     jax.tree.map(

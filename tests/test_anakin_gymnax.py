@@ -108,14 +108,17 @@ def test_vtrace_updates_on_the_iterations_trajectories_with_the_vtrace_loss():
     plan, mesh = program.plan, program.mesh
     assert (plan.tail, plan.updates, plan.min_iterations) == (1, 1, 1)
     params = jax.jit(program.agent.init)(jax.random.key(0))
-    state = muzero.init_train_state(params, optimizer, jax.random.key(1))
+    # The optimizer's state in one program (eager jnp ops compile one program apiece).
+    state = jax.jit(lambda p, k: muzero.init_train_state(p, optimizer, k))(
+        params, jax.random.key(1)
+    )
     replicated = muzero.replicate(state, mesh)
     carry = anakin.initial_carries(program.init_carry, params, mesh, jax.random.key(2))
     iterate = jax.jit(program.iterate, static_argnums=3)
     replicated, carry, _ = iterate(replicated, np.int32(0), carry, False)
-    tail = jax.tree.map(lambda x: x[0], carry.tail)  # [1, B] the last step of iteration 0
+    tail = jax.tree.map(lambda x: np.asarray(x)[0], carry.tail)  # [1, B] iteration 0's last step
     replicated, carry, _ = iterate(replicated, np.int32(1), carry, False)
-    batch = jax.tree.map(lambda x: x[0], carry.batch)  # [T + 1, B]
+    batch = jax.tree.map(lambda x: np.asarray(x)[0], carry.batch)  # [T + 1, B]
     assert batch.action.shape == (plan.moves + 1, plan.games)
     np.testing.assert_array_equal(batch.observation[0], tail.observation[0])
     np.testing.assert_array_equal(batch.action[0], tail.action[0])

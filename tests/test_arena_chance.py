@@ -54,7 +54,10 @@ def test_backgammon_moves_translate_to_pgx_moves_that_reach_the_same_board():
             rows.append(row)
             sequences.append(list(moves) + [0] * (4 - len(moves)))  # 0: pgx's no-op
             expected.append(backgammon_board(state.child(action), mover))
-    current = jax.tree.map(lambda x: x[np.asarray(rows)], translated)
+    # The rows' states in one program (eager jnp ops compile one program apiece).
+    current = jax.jit(lambda t, rows: jax.tree.map(lambda x: x[rows], t))(
+        translated, np.array(rows)
+    )
     sequences = np.asarray(sequences)  # [M, 4]
     for depth in range(4):
         moves = jnp.asarray(sequences[:, depth])

@@ -163,7 +163,6 @@ def test_backgammon_values_follow_the_dice_and_who_moves_next():
     game = pgx.make("backgammon")
     from pgx import backgammon
 
-
     @jax.jit
     def positions():  # one program (eager jnp ops compile one program apiece)
         state = jax.vmap(game.init)(jax.random.split(jax.random.PRNGKey(0), 2))

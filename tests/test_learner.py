@@ -27,12 +27,17 @@ from muzero.learner import (
 )
 from tests._regression import init_params, loss_fn, make_batch
 
+# One program each: eager jnp ops compile one program apiece.
+_init_params = jax.jit(init_params)
+_make_batch = jax.jit(make_batch, static_argnums=(1, 2))
+_init_train_state = jax.jit(init_train_state, static_argnums=1)  # the optimizer is static
+
 
 def _train(config: OptimizerConfig, steps: int):
     optimizer = make_optimizer(config)
     update = jax.jit(make_update(loss_fn, optimizer))
-    state = init_train_state(init_params(jax.random.key(0)), optimizer, jax.random.key(1))
-    batch = make_batch(jax.random.key(2), 64)
+    state = _init_train_state(_init_params(jax.random.key(0)), optimizer, jax.random.key(1))
+    batch = _make_batch(jax.random.key(2), 64)
     history = []
     for _ in range(steps):
         state, metrics = update(state, batch)
@@ -71,9 +76,14 @@ def test_metrics_hold_loss_terms_grad_norm_and_learning_rate():
         [float(schedule(i)) for i in range(6)],
         rtol=1e-6,
     )
-    params = init_params(jax.random.key(0))
-    grads = jax.grad(lambda p: loss_fn(p, make_batch(jax.random.key(2), 64), None)[0])(params)
-    np.testing.assert_allclose(history[0]["grad_norm"], optax.global_norm(grads), rtol=1e-5)
+    params = _init_params(jax.random.key(0))
+
+    @jax.jit
+    def grad_norm(params):
+        grads = jax.grad(lambda p: loss_fn(p, make_batch(jax.random.key(2), 64), None)[0])(params)
+        return optax.global_norm(grads)
+
+    np.testing.assert_allclose(history[0]["grad_norm"], grad_norm(params), rtol=1e-5)
 
 
 def test_the_peak_rate_in_the_state_is_the_optimizers_own_at_that_rate_in_one_program():
@@ -85,15 +95,16 @@ def test_the_peak_rate_in_the_state_is_the_optimizers_own_at_that_rate_in_one_pr
     )
     optimizer = make_optimizer(config)
     update = jax.jit(make_update(loss_fn, optimizer))
-    batch = make_batch(jax.random.key(2), 64)
+    batch = _make_batch(jax.random.key(2), 64)
     for peak in (3e-3, 4e-2):
         own = make_optimizer(dataclasses.replace(config, learning_rate=peak))
-        expected = init_train_state(init_params(jax.random.key(0)), own, jax.random.key(1))
-        state = init_train_state(init_params(jax.random.key(0)), optimizer, jax.random.key(1))
+        own_update = jax.jit(make_update(loss_fn, own))
+        expected = _init_train_state(_init_params(jax.random.key(0)), own, jax.random.key(1))
+        state = _init_train_state(_init_params(jax.random.key(0)), optimizer, jax.random.key(1))
         state = state._replace(learning_rate=jnp.float32(peak))
         for _ in range(5):  # through the warm-up into the decay
             state, metrics = update(state, batch)
-            expected, expected_metrics = make_update(loss_fn, own)(expected, batch)
+            expected, expected_metrics = own_update(expected, batch)
             np.testing.assert_allclose(metrics["learning_rate"], expected_metrics["learning_rate"])
             chex.assert_trees_all_close(state.params, expected.params, rtol=1e-5, atol=1e-7)
         assert state.learning_rate == np.float32(peak)  # carried from update to update
@@ -107,8 +118,8 @@ def test_the_key_is_split_every_step():
 
     optimizer = make_optimizer(OptimizerConfig())
     update = jax.jit(make_update(keyed_loss, optimizer))
-    state = init_train_state(init_params(jax.random.key(0)), optimizer, jax.random.key(1))
-    batch = make_batch(jax.random.key(2), 8)
+    state = _init_train_state(_init_params(jax.random.key(0)), optimizer, jax.random.key(1))
+    batch = _make_batch(jax.random.key(2), 8)
     keys, draws = [state.key], []
     for _ in range(3):
         state, metrics = update(state, batch)
@@ -143,8 +154,10 @@ def test_clipping_bounds_the_step():
     config = OptimizerConfig(optimizer="sgd", learning_rate=0.1, momentum=0.0, max_grad_norm=1e-3)
     state, history = _train(config, steps=1)
     assert float(history[0]["grad_norm"]) > 1e-3  # reported before clipping
-    params = init_params(jax.random.key(0))
-    delta = optax.global_norm(jax.tree.map(jnp.subtract, state.params, params))
+    params = _init_params(jax.random.key(0))
+    delta = jax.jit(lambda a, b: optax.global_norm(jax.tree.map(jnp.subtract, a, b)))(
+        state.params, params
+    )
     np.testing.assert_allclose(delta, 0.1 * 1e-3, rtol=1e-3)
 
 
@@ -155,10 +168,10 @@ def test_weight_decay_is_decoupled_and_spares_biases(optimizer):
 
     config = OptimizerConfig(optimizer=optimizer, learning_rate=0.5, weight_decay=0.1)
     opt = make_optimizer(config)
-    params = init_params(jax.random.key(0))
-    params = {**params, "b1": jnp.ones_like(params["b1"])}
-    state = init_train_state(params, opt, jax.random.key(1))
-    state, _ = make_update(zero_loss, opt)(state, make_batch(jax.random.key(2), 8))
+    params = _init_params(jax.random.key(0))
+    params = {**params, "b1": np.ones_like(params["b1"])}
+    state = _init_train_state(params, opt, jax.random.key(1))
+    state, _ = jax.jit(make_update(zero_loss, opt))(state, _make_batch(jax.random.key(2), 8))
     # Zero gradient: only the decay moves the kernels, by lr * wd, never the biases.
     np.testing.assert_allclose(state.params["w1"], params["w1"] * (1 - 0.5 * 0.1), rtol=1e-6)
     np.testing.assert_array_equal(state.params["b1"], params["b1"])
@@ -170,9 +183,9 @@ def test_a_loss_that_is_not_scalar_is_refused():
         return jnp.stack([loss, loss]), metrics
 
     optimizer = make_optimizer(OptimizerConfig())
-    state = init_train_state(init_params(jax.random.key(0)), optimizer, jax.random.key(1))
+    state = _init_train_state(_init_params(jax.random.key(0)), optimizer, jax.random.key(1))
     with pytest.raises((AssertionError, TypeError)):
-        make_update(bad_loss, optimizer)(state, make_batch(jax.random.key(2), 8))
+        make_update(bad_loss, optimizer)(state, _make_batch(jax.random.key(2), 8))
 
 
 @pytest.mark.parametrize(
@@ -210,8 +223,8 @@ def test_config_is_frozen():
 def test_replicated_update_on_one_device_matches_the_plain_update(batch_axis, time):
     devices = global_devices()[:1]
     optimizer = make_optimizer(OptimizerConfig(optimizer="sgd", learning_rate=0.1))
-    state = init_train_state(init_params(jax.random.key(0)), optimizer, jax.random.key(1))
-    batch = make_batch(jax.random.key(2), 8, time)
+    state = _init_train_state(_init_params(jax.random.key(0)), optimizer, jax.random.key(1))
+    batch = _make_batch(jax.random.key(2), 8, time)
     expected, expected_metrics = make_update(loss_fn, optimizer)(state, batch)  # without jit
     update = make_replicated_update(loss_fn, optimizer, devices, batch_axis=batch_axis)
     replicated = replicate(state, devices)
@@ -225,7 +238,7 @@ def test_replicated_update_on_one_device_matches_the_plain_update(batch_axis, ti
 
 
 def test_shard_batch_names_a_leaf_without_the_batch_axis():
-    batch = make_batch(jax.random.key(2), 8)
+    batch = _make_batch(jax.random.key(2), 8)
     with pytest.raises(ValueError, match=r"\.y with shape \(8,\) needs a batch axis 1"):
         shard_batch(batch, global_devices()[:1], batch_axis=1)
 
@@ -237,15 +250,17 @@ def test_global_devices_rejects_a_missing_local_device():
 
 def test_pmean_as_one_matches_a_pmean_per_leaf():
     # Three shards under vmap's named axis; leaves of three dtypes and several shapes.
-    tree = {
-        "w": jnp.arange(3 * 2 * 3, dtype=jnp.float32).reshape(3, 2, 3),
-        "b": jnp.array([1.0, 2.0, 4.0], jnp.bfloat16),
-        "count": jnp.array([3, 6, 9], jnp.int32),
-        "nested": (jnp.linspace(0.0, 1.0, 3 * 4).reshape(3, 4), jnp.array([0.5, 1.5, 2.5])),
-    }
-    ours = jax.vmap(lambda t: pmean_as_one(t, "shards"), axis_name="shards")(tree)
-    per_leaf = jax.vmap(lambda t: jax.lax.pmean(t, "shards"), axis_name="shards")(tree)
+    tree = jax.jit(  # one program
+        lambda: {
+            "w": jnp.arange(3 * 2 * 3, dtype=jnp.float32).reshape(3, 2, 3),
+            "b": jnp.array([1.0, 2.0, 4.0], jnp.bfloat16),
+            "count": jnp.array([3, 6, 9], jnp.int32),
+            "nested": (jnp.linspace(0.0, 1.0, 3 * 4).reshape(3, 4), jnp.array([0.5, 1.5, 2.5])),
+        }
+    )()
+    ours = jax.jit(jax.vmap(lambda t: pmean_as_one(t, "shards"), axis_name="shards"))(tree)
+    per_leaf = jax.jit(jax.vmap(lambda t: jax.lax.pmean(t, "shards"), axis_name="shards"))(tree)
     chex.assert_trees_all_equal_dtypes(ours, per_leaf)
     chex.assert_trees_all_close(ours, per_leaf)
     # Every shard holds the mean: the first row of `w` is the mean of its three rows.
-    np.testing.assert_allclose(ours["w"][0], np.mean(np.asarray(tree["w"]), axis=0))
+    np.testing.assert_allclose(np.asarray(ours["w"])[0], np.mean(np.asarray(tree["w"]), axis=0))

@@ -36,8 +36,7 @@ def random_window(config: LossConfig, seed=0, one_hot_policy=True):
         if one_hot_policy
         else np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
     )
-    return jax.tree.map(
-        jnp.asarray,
+    return jax.device_put(  # device_put: jnp.asarray compiles a program per shape
         Trajectory(
             observation=rng.normal(size=(length, N, D)).astype(np.float32),
             action=rng.integers(0, A, (length, N)).astype(np.int32),
@@ -51,6 +50,20 @@ def random_window(config: LossConfig, seed=0, one_hot_policy=True):
             policy_version=np.zeros((length, N), np.int32),
         ),
     )
+
+
+# One program: eager jnp ops compile one program apiece.
+batch_of = jax.jit(
+    muzero_batch,
+    static_argnames=(
+        "unroll_steps",
+        "td_steps",
+        "discount",
+        "two_player",
+        "unroll_observations",
+        "value_prefix_horizon",
+    ),
+)
 
 
 def fit(loss_fn, params, batch, steps, learning_rate=3e-3):
@@ -68,7 +81,7 @@ def fit(loss_fn, params, batch, steps, learning_rate=3e-3):
         _, losses = jax.lax.scan(step, (params, optimizer.init(params)), None, length=steps)
         return losses
 
-    losses = train(params)
+    losses = np.asarray(train(params))
     return float(losses[0]), float(losses[-1])
 
 
@@ -81,7 +94,7 @@ def test_muzero_loss_fits_a_fixed_batch_with_scalar_heads(compute_dtype):
     config = LossConfig(unroll_steps=3, td_steps=2, discount=0.9, value_loss_weight=1.0)
     network = NetworkConfig(value_support=0, reward_support=0, compute_dtype=compute_dtype, **MLP)
     nets = make_muzero_networks(network, (D,), A)
-    batch = muzero_batch(
+    batch = batch_of(
         random_window(config),
         jnp.ones((N,)),
         unroll_steps=3,
@@ -97,7 +110,7 @@ def test_muzero_loss_fits_a_fixed_batch_with_scalar_heads(compute_dtype):
 def test_muzero_loss_fits_a_fixed_batch_with_categorical_heads():
     config = LossConfig(unroll_steps=2, td_steps=3, discount=1.0, two_player=True)
     nets = make_muzero_networks(NetworkConfig(value_support=4, reward_support=3, **MLP), (D,), A)
-    batch = muzero_batch(
+    batch = batch_of(
         random_window(config, seed=1, one_hot_policy=False),
         jnp.ones((N,)),
         unroll_steps=2,
@@ -107,20 +120,26 @@ def test_muzero_loss_fits_a_fixed_batch_with_categorical_heads():
     )
     # Cross-entropies bottom out at the entropies of the targets, not at 0.
     k = config.unroll_steps
-    step_scale = jnp.array([1.0] + [1.0 / k] * k)
-    floor = jnp.mean(
-        jnp.sum(
-            step_scale
-            * (
-                config.value_loss_weight * entropy(nets.value_transform.encode(batch.value_target))
-                + config.reward_loss_weight
-                * entropy(nets.reward_transform.encode(batch.reward_target))
-                * (jnp.arange(k + 1) > 0)
-                + config.policy_loss_weight * entropy(batch.policy_target) * batch.policy_mask
-            ),
-            -1,
+
+    @jax.jit
+    def floor_of(batch):
+        step_scale = jnp.array([1.0] + [1.0 / k] * k)
+        return jnp.mean(
+            jnp.sum(
+                step_scale
+                * (
+                    config.value_loss_weight
+                    * entropy(nets.value_transform.encode(batch.value_target))
+                    + config.reward_loss_weight
+                    * entropy(nets.reward_transform.encode(batch.reward_target))
+                    * (jnp.arange(k + 1) > 0)
+                    + config.policy_loss_weight * entropy(batch.policy_target) * batch.policy_mask
+                ),
+                -1,
+            )
         )
-    )
+
+    floor = np.asarray(floor_of(batch))  # a float32 scalar, as before
     start, end = fit(make_muzero_loss(nets, config), jax.jit(nets.init)(KEY), batch, 250)
     assert end - floor < 0.05 * (start - floor), (start, end, float(floor))
 
@@ -140,11 +159,13 @@ def test_muzero_loss_on_a_conv_network_gives_finite_gradients():
         A,
     )
     window = random_window(config)._replace(
-        observation=jnp.asarray(
-            np.random.default_rng(3).uniform(size=(config.window_length, N, 3, 3, 2)), jnp.float32
+        observation=jax.device_put(
+            np.random.default_rng(3)
+            .uniform(size=(config.window_length, N, 3, 3, 2))
+            .astype(np.float32)
         )
     )
-    batch = muzero_batch(
+    batch = batch_of(
         window, jnp.ones((N,)), unroll_steps=2, td_steps=1, discount=0.997, two_player=False
     )
     loss_fn = make_muzero_loss(nets, config)
@@ -159,7 +180,7 @@ def test_importance_weights_and_policy_mask():
     nets = make_muzero_networks(NetworkConfig(**MLP), (D,), A)
     params = jax.jit(nets.init)(KEY)
     loss_fn = jax.jit(make_muzero_loss(nets, config))
-    batch = muzero_batch(
+    batch = batch_of(
         random_window(config),
         jnp.ones((N,)),
         unroll_steps=2,
@@ -171,31 +192,36 @@ def test_importance_weights_and_policy_mask():
     def loss(b):
         return float(loss_fn(params, b, KEY)[0])
 
-    # A zero weight removes an example: the loss is the weighted mean over the batch.
-    copies_of_first = jax.tree.map(lambda x: jnp.broadcast_to(x[:1], x.shape), batch)
-    only_first = batch._replace(importance_weight=jnp.zeros((N,)).at[0].set(1.0))
-    np.testing.assert_allclose(loss(only_first), loss(copies_of_first) / N, rtol=1e-5)
-    # Policy targets of masked (absorbing) steps do not count.
-    masked = batch._replace(policy_mask=batch.policy_mask.at[:, 1:].set(0.0))
-    scrambled = masked._replace(
-        policy_target=masked.policy_target.at[:, 1:].set(
-            jax.nn.one_hot(jnp.zeros((N, 2), jnp.int32), A)
+    @jax.jit
+    def variants(params, batch):  # the batches compared below, in one program
+        # A zero weight removes an example: the loss is the weighted mean over the batch.
+        copies_of_first = jax.tree.map(lambda x: jnp.broadcast_to(x[:1], x.shape), batch)
+        only_first = batch._replace(importance_weight=jnp.zeros((N,)).at[0].set(1.0))
+        # Policy targets of masked (absorbing) steps do not count.
+        masked = batch._replace(policy_mask=batch.policy_mask.at[:, 1:].set(0.0))
+        scrambled = masked._replace(
+            policy_target=masked.policy_target.at[:, 1:].set(
+                jax.nn.one_hot(jnp.zeros((N, 2), jnp.int32), A)
+            )
         )
-    )
+        # New priorities: the current value's distance to the first value target, per window.
+        root_value = nets.value_transform.decode_logits(
+            nets.predict(params, nets.represent(params, batch.observation))[1]
+        )
+        offset = jnp.linspace(-2.0, 2.0, N)
+        shifted = batch._replace(value_target=batch.value_target.at[:, 0].set(root_value + offset))
+        return copies_of_first, only_first, masked, scrambled, offset, shifted
+
+    copies_of_first, only_first, masked, scrambled, offset, shifted = variants(params, batch)
+    np.testing.assert_allclose(loss(only_first), loss(copies_of_first) / N, rtol=1e-5)
     np.testing.assert_allclose(loss(masked), loss(scrambled), rtol=1e-6)
-    # New priorities: the current value's distance to the first value target, per window.
-    root_value = nets.value_transform.decode_logits(
-        nets.predict(params, nets.represent(params, batch.observation))[1]
-    )
-    offset = jnp.linspace(-2.0, 2.0, N)
-    shifted = batch._replace(value_target=batch.value_target.at[:, 0].set(root_value + offset))
     priorities = jax.jit(make_muzero_priority_fn(nets))(params, shifted)
-    np.testing.assert_allclose(priorities, jnp.abs(offset), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(priorities, np.abs(np.asarray(offset)), rtol=1e-4, atol=1e-5)
 
 
 def test_wrong_unroll_length_is_rejected():
     nets = make_muzero_networks(NetworkConfig(**MLP), (D,), A)
-    batch = muzero_batch(
+    batch = batch_of(
         random_window(LossConfig(unroll_steps=2, td_steps=2)),
         jnp.ones((N,)),
         unroll_steps=2,
@@ -209,9 +235,11 @@ def test_wrong_unroll_length_is_rejected():
 
 
 def test_scale_gradient_scales_only_the_gradient():
-    x = jnp.array([2.0, -1.0])
-    np.testing.assert_allclose(scale_gradient(x, 0.5), x)
-    np.testing.assert_allclose(jax.grad(lambda x: scale_gradient(x, 0.5).sum())(x), [0.5, 0.5])
+    x = np.array([2.0, -1.0], np.float32)
+    np.testing.assert_allclose(jax.jit(scale_gradient, static_argnums=1)(x, 0.5), x)
+    np.testing.assert_allclose(
+        jax.jit(jax.grad(lambda x: scale_gradient(x, 0.5).sum()))(x), [0.5, 0.5]
+    )
 
 
 @pytest.mark.parametrize(
@@ -221,8 +249,7 @@ def test_alphazero_loss_fits_a_fixed_batch(value_support, compute_dtype):
     network = NetworkConfig(value_support=value_support, compute_dtype=compute_dtype, **MLP)
     nets = make_alphazero_networks(network, (D,), A)
     rng = np.random.default_rng(4)
-    batch = jax.tree.map(
-        jnp.asarray,
+    batch = jax.device_put(
         AlphaZeroBatch(
             observation=rng.normal(size=(N, D)).astype(np.float32),
             policy_target=np.eye(A, dtype=np.float32)[rng.integers(0, A, N)],
@@ -233,7 +260,12 @@ def test_alphazero_loss_fits_a_fixed_batch(value_support, compute_dtype):
     )
     config = LossConfig(value_loss_weight=1.0)
     # With the last state masked, the rest fits to the floor given by the value targets.
-    floor = float(jnp.mean(batch.mask * entropy(nets.value_transform.encode(batch.value_target))))
+
+    @jax.jit
+    def value_floor(batch):
+        return jnp.mean(batch.mask * entropy(nets.value_transform.encode(batch.value_target)))
+
+    floor = float(value_floor(batch))
     if value_support == 0:
         floor = 0.0
     start, end = fit(make_alphazero_loss(nets, config), jax.jit(nets.init)(KEY), batch, 300)
@@ -269,7 +301,7 @@ def test_consistency_loss_falls_on_a_fixed_batch():
     )
     network = NetworkConfig(projection_hidden=16, projection_size=8, predictor_hidden=8, **MLP)
     nets = make_muzero_networks(network, (D,), A, projection=True)
-    batch = muzero_batch(
+    batch = batch_of(
         random_window(config, seed=3),
         jnp.ones((N,)),
         unroll_steps=2,
@@ -289,8 +321,8 @@ def test_consistency_loss_falls_on_a_fixed_batch():
     with pytest.raises(ValueError, match="projection=True"):
         make_muzero_loss(make_muzero_networks(network, (D,), A), config)
     without = batch._replace(unroll_observation=None)
-    with pytest.raises(ValueError, match="unroll_observation"):
-        loss_fn(params, without, KEY)
+    with pytest.raises(ValueError, match="unroll_observation"):  # at trace time
+        jax.jit(loss_fn)(params, without, KEY)
 
 
 def test_value_prefix_loss_fits_the_summed_rewards_of_a_fixed_batch():
@@ -307,7 +339,7 @@ def test_value_prefix_loss_fits_the_summed_rewards_of_a_fixed_batch():
     network = NetworkConfig(value_support=0, reward_support=0, value_prefix_hidden=16, **MLP)
     nets = make_muzero_networks(network, (D,), A, value_prefix=True)
     window = random_window(config, seed=4)
-    batch = muzero_batch(
+    batch = batch_of(
         window,
         jnp.ones((N,)),
         unroll_steps=4,

@@ -206,20 +206,25 @@ def test_board_actions_mark_the_cell_or_column_played():
     """A conv dynamics must see *where* a move was played: constant planes cannot say it."""
     from muzero.networks import _action_planes
 
-    one_hot = jax.nn.one_hot(jnp.array([4, 9]), 10)  # tic-tac-toe-like with a pass: 3x3 + 1
-    planes = _action_planes(jnp.array([4, 9]), one_hot, (2, 3, 3), "auto")
+    # One program a call, read back in NumPy (eager jnp ops compile one program apiece).
+    @functools.partial(jax.jit, static_argnums=(1, 2, 3))
+    def action_planes(actions, num_actions, shape, mode):
+        return _action_planes(actions, jax.nn.one_hot(actions, num_actions), shape, mode)
+
+    planes = np.asarray(action_planes(np.array([4, 9]), 10, (2, 3, 3), "auto"))  # 3x3 + a pass
     assert planes.shape == (2, 3, 3, 2)
-    expected = jnp.zeros((3, 3)).at[1, 1].set(1.0)
-    assert jnp.array_equal(planes[0, :, :, 0], expected) and not planes[0, :, :, 1].any()
+    expected = np.zeros((3, 3))
+    expected[1, 1] = 1.0
+    assert np.array_equal(planes[0, :, :, 0], expected) and not planes[0, :, :, 1].any()
     assert not planes[1, :, :, 0].any() and planes[1, :, :, 1].all()  # the pass
-    columns = _action_planes(jnp.array([2]), jax.nn.one_hot(jnp.array([2]), 7), (1, 6, 7), "auto")
+    columns = np.asarray(action_planes(np.array([2]), 7, (1, 6, 7), "auto"))
     assert columns.shape == (1, 6, 7, 1)
     assert columns[0, :, 2, 0].all() and columns[0].sum() == 6  # connect four: the column
     # Pong: 6 actions over a 6x6 downsampled latent; the network asks for constant planes there.
-    atari = _action_planes(jnp.array([3]), jax.nn.one_hot(jnp.array([3]), 6), (1, 6, 6), "constant")
+    atari = np.asarray(action_planes(np.array([3]), 6, (1, 6, 6), "constant"))
     assert atari.shape == (1, 6, 6, 6) and atari[0, :, :, 3].all() and atari.sum() == 36
     with pytest.raises(ValueError, match="action_planes 'board'"):
-        _action_planes(jnp.array([3]), jax.nn.one_hot(jnp.array([3]), 5), (1, 6, 6), "board")
+        action_planes(np.array([3]), 5, (1, 6, 6), "board")
 
 
 def test_latent_scaling_and_block_norm_options():
@@ -234,9 +239,10 @@ def test_latent_scaling_and_block_norm_options():
         latent = jax.jit(nets.represent)(params, obs)
         _, next_latent = jax.jit(nets.dynamics)(params, latent, actions)
         for x in (latent, next_latent):
+            x = np.asarray(x)
             low, high = x.min(axis=(1, 2, 3)), x.max(axis=(1, 2, 3))
             if scaling == "min_max":
-                assert jnp.allclose(low, 0.0) and jnp.allclose(high, 1.0, atol=1e-5)
+                assert np.allclose(low, 0.0) and np.allclose(high, 1.0, atol=1e-5)
             else:
                 assert (low < 0).any() or (high > 1).any()
     with_norm = jax.jit(make_muzero_networks(TINY, (6, 7, 3), A).init)(KEY)

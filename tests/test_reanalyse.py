@@ -45,8 +45,7 @@ def _window(spec, length, seed=0):
     rng = np.random.default_rng(seed)
     a = spec.num_actions
     policy = rng.dirichlet(np.ones(a), size=(length, N)).astype(np.float32)
-    return jax.tree.map(
-        jnp.asarray,
+    return jax.device_put(
         muzero.Trajectory(
             observation=rng.uniform(size=(length, N, *spec.observation_shape)) < 0.2,
             action=rng.integers(0, a, (length, N)).astype(np.int32),
@@ -60,6 +59,11 @@ def _window(spec, length, seed=0):
             policy_version=np.zeros((length, N), np.int32),
         ),
     )
+
+
+@jax.jit
+def _split(key):  # one program: eager jnp ops compile one program apiece
+    return tuple(jax.random.split(key))
 
 
 def _context(params, target_params=None, step=0):
@@ -77,12 +81,12 @@ def test_reanalysed_targets_equal_a_search_run_by_hand():
     k, n = config.loss.unroll_steps, config.loss.td_steps
     window = _window(spec, config.loss.window_length)
     params = jax.jit(agent.init)(jax.random.key(0))
-    batch, _ = agent.make_batch(window, jnp.ones(N), _context(params))
+    batch = jax.device_get(agent.make_batch(window, jnp.ones(N), _context(params))[0])
 
     nets = _networks(config, spec)
     root_fn = muzero.make_root_fn(nets)
     recurrent_fn = muzero.make_recurrent_fn(nets, discount=config.loss.discount)
-    policy_key, value_key = jax.random.split(KEY)
+    policy_key, value_key = _split(KEY)
     m = N // 2
 
     @jax.jit
@@ -92,22 +96,29 @@ def test_reanalysed_targets_equal_a_search_run_by_hand():
         shape = observation.shape[:2]
         return out.action_weights.reshape(shape + (-1,)), out.root_value.reshape(shape)
 
-    policy, _ = by_hand(window.observation[: k + 1, :m], policy_key)
-    _, fresh_values = by_hand(window.observation[n : n + k + 1, :m], value_key)
-    np.testing.assert_allclose(batch.policy_target[:m], jnp.swapaxes(policy, 0, 1), atol=1e-6)
+    @jax.jit
+    def expected_batch(window, fresh_values):
+        bootstrap = window.search_value.at[n : n + k + 1, :m].set(fresh_values)
+        return muzero.muzero_batch(
+            window,
+            jnp.ones(N),
+            unroll_steps=k,
+            td_steps=n,
+            discount=config.loss.discount,
+            two_player=False,
+            bootstrap_value=bootstrap,
+        )
+
+    observation, search_policy = np.asarray(window.observation), np.asarray(window.search_policy)
+    policy, _ = by_hand(observation[: k + 1, :m], policy_key)
+    _, fresh_values = by_hand(observation[n : n + k + 1, :m], value_key)
+    np.testing.assert_allclose(
+        batch.policy_target[:m], np.swapaxes(np.asarray(policy), 0, 1), atol=1e-6
+    )
     np.testing.assert_array_equal(
-        batch.policy_target[m:], jnp.swapaxes(window.search_policy[: k + 1, m:], 0, 1)
+        batch.policy_target[m:], np.swapaxes(search_policy[: k + 1, m:], 0, 1)
     )
-    bootstrap = window.search_value.at[n : n + k + 1, :m].set(fresh_values)
-    expected = muzero.muzero_batch(
-        window,
-        jnp.ones(N),
-        unroll_steps=k,
-        td_steps=n,
-        discount=config.loss.discount,
-        two_player=False,
-        bootstrap_value=bootstrap,
-    )
+    expected = jax.device_get(expected_batch(window, fresh_values))
     np.testing.assert_allclose(batch.value_target, expected.value_target, rtol=1e-5)
     assert not np.allclose(batch.value_target[:m], expected.value_target[:m] * 0 + 1e9)
 
@@ -125,15 +136,20 @@ def test_reanalyse_can_search_with_the_target_network():
     nets = _networks(config, spec)
     root_fn = muzero.make_root_fn(nets)
     recurrent_fn = muzero.make_recurrent_fn(nets, discount=config.loss.discount)
-    flat = window.observation[: k + 1].reshape((-1,) + spec.observation_shape)
-    out = jax.jit(search.run, static_argnums=(3, 4))(
-        target,
-        jax.random.split(KEY)[0],
-        root_fn(target, flat.astype(jnp.float32)),
-        recurrent_fn,
-        config.search,
-    )
-    expected = jnp.swapaxes(out.action_weights.reshape(k + 1, N, -1), 0, 1)
+
+    @jax.jit
+    def by_hand(target, observation):
+        flat = observation[: k + 1].reshape((-1,) + spec.observation_shape)
+        out = search.run(
+            target,
+            jax.random.split(KEY)[0],
+            root_fn(target, flat.astype(jnp.float32)),
+            recurrent_fn,
+            config.search,
+        )
+        return jnp.swapaxes(out.action_weights.reshape(k + 1, N, -1), 0, 1)
+
+    expected = by_hand(target, window.observation)
     np.testing.assert_allclose(batch.policy_target, expected, atol=1e-5)
     with pytest.raises(ValueError, match="target network"):
         agent.make_batch(window, jnp.ones(N), _context(params, None))
@@ -149,19 +165,25 @@ def test_without_reanalyse_the_targets_are_todays_bit_for_bit():
     params = jax.jit(agent.init)(jax.random.key(0))
     with_context, priorities = agent.make_batch(window, weights, _context(params))
     without, _ = agent.make_batch(window, weights, None)
-    expected = muzero.muzero_batch(
-        window,
-        weights,
-        unroll_steps=config.loss.unroll_steps,
-        td_steps=config.loss.td_steps,
-        discount=config.loss.discount,
-        two_player=False,
-    )
+
+    @jax.jit
+    def by_hand(window, weights):
+        expected = muzero.muzero_batch(
+            window,
+            weights,
+            unroll_steps=config.loss.unroll_steps,
+            td_steps=config.loss.td_steps,
+            discount=config.loss.discount,
+            two_player=False,
+        )
+        return expected, muzero.value_priorities(
+            window.search_value[0], expected.value_target[:, 0]
+        )
+
+    expected, expected_priorities = by_hand(window, weights)
     for got in (with_context, without):
         jax.tree.map(np.testing.assert_array_equal, got, expected)
-    np.testing.assert_array_equal(
-        priorities, muzero.value_priorities(window.search_value[0], expected.value_target[:, 0])
-    )
+    np.testing.assert_array_equal(priorities, expected_priorities)
 
 
 def test_target_network_values_bootstrap_every_window():
@@ -172,19 +194,24 @@ def test_target_network_values_bootstrap_every_window():
     target = jax.jit(agent.init)(jax.random.key(1))
     batch, _ = agent.make_batch(window, jnp.ones(N), _context(params, target))
     nets = _networks(config, spec)
-    observation = window.observation.reshape((-1,) + spec.observation_shape).astype(jnp.float32)
-    values = nets.value_transform.decode_logits(
-        nets.predict(target, nets.represent(target, observation))[1]
-    ).reshape(window.search_value.shape)
-    expected = muzero.muzero_batch(
-        window,
-        jnp.ones(N),
-        unroll_steps=config.loss.unroll_steps,
-        td_steps=config.loss.td_steps,
-        discount=config.loss.discount,
-        two_player=False,
-        bootstrap_value=values,
-    )
+
+    @jax.jit
+    def by_hand(target, window):
+        observation = window.observation.reshape((-1,) + spec.observation_shape)
+        values = nets.value_transform.decode_logits(
+            nets.predict(target, nets.represent(target, observation.astype(jnp.float32)))[1]
+        ).reshape(window.search_value.shape)
+        return muzero.muzero_batch(
+            window,
+            jnp.ones(N),
+            unroll_steps=config.loss.unroll_steps,
+            td_steps=config.loss.td_steps,
+            discount=config.loss.discount,
+            two_player=False,
+            bootstrap_value=values,
+        )
+
+    expected = by_hand(target, window)
     np.testing.assert_allclose(batch.value_target, expected.value_target, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="target network"):
         agent.make_batch(window, jnp.ones(N), _context(params, None))
@@ -200,28 +227,34 @@ def test_alphazero_reanalyses_from_the_stored_game_states():
     agent = make_agent(config, spec)
     length = config.loss.td_steps + 1
     functions = jax_env_functions(config.env.name, N)
-    env_state, timestep = functions.reset(jax.random.key(0))
+    reset, step = jax.jit(functions.reset), jax.jit(functions.step)
+    env_state, timestep = reset(jax.random.key(0))
     steps, rng = [], np.random.default_rng(0)
     for _ in range(length):
         legal = np.asarray(timestep.legal_mask)
-        action = jnp.asarray([rng.choice(np.flatnonzero(row)) for row in legal], jnp.int32)
+        action = np.asarray([rng.choice(np.flatnonzero(row)) for row in legal], np.int32)
         steps.append((env_state.game, timestep, action))
-        env_state, timestep = functions.step(env_state, action)
-    stack = lambda xs: jax.tree.map(lambda *x: jnp.stack(x), *xs)  # noqa: E731
-    games, timesteps, actions = stack([s[0] for s in steps]), [s[1] for s in steps], steps
-    window = muzero.Trajectory(
-        observation=jnp.stack([t.observation for t in timesteps]),
-        action=jnp.stack([a[2] for a in actions]),
-        reward=jnp.zeros((length, N)),
-        discount=jnp.ones((length, N)),
-        search_policy=jnp.full((length, N, spec.num_actions), 1.0 / spec.num_actions),
-        search_value=jnp.zeros((length, N)),
-        legal_mask=jnp.stack([t.legal_mask for t in timesteps]),
-        to_play=jnp.zeros((length, N), jnp.int32),
-        behaviour_logits=jnp.zeros((length, N, spec.num_actions)),
-        policy_version=jnp.zeros((length, N), jnp.int32),
-        state=games,
-    )
+        env_state, timestep = step(env_state, action)
+
+    @jax.jit
+    def record(steps):
+        stack = lambda xs: jax.tree.map(lambda *x: jnp.stack(x), *xs)  # noqa: E731
+        games, timesteps, actions = stack([s[0] for s in steps]), [s[1] for s in steps], steps
+        return muzero.Trajectory(
+            observation=jnp.stack([t.observation for t in timesteps]),
+            action=jnp.stack([a[2] for a in actions]),
+            reward=jnp.zeros((length, N)),
+            discount=jnp.ones((length, N)),
+            search_policy=jnp.full((length, N, spec.num_actions), 1.0 / spec.num_actions),
+            search_value=jnp.zeros((length, N)),
+            legal_mask=jnp.stack([t.legal_mask for t in timesteps]),
+            to_play=jnp.zeros((length, N), jnp.int32),
+            behaviour_logits=jnp.zeros((length, N, spec.num_actions)),
+            policy_version=jnp.zeros((length, N), jnp.int32),
+            state=games,
+        )
+
+    window = record(steps)
     params = jax.jit(agent.init)(jax.random.key(0))
     batch, _ = agent.make_batch(window, jnp.ones(N), _context(params))
 
@@ -237,16 +270,21 @@ def test_alphazero_reanalyses_from_the_stored_game_states():
         return logits, nets.value_transform.decode_logits(value_logits)
 
     recurrent_fn = search.make_exact_recurrent_fn(step_fn, prediction_fn, two_player=True)
-    first = jax.tree.map(lambda x: x[0], games)
-    logits, value = prediction_fn(params, first)
-    out = jax.jit(search.run, static_argnums=(3, 4))(
-        params,
-        jax.random.split(KEY)[0],
-        mctx.RootFnOutput(prior_logits=logits, value=value, embedding=first),
-        recurrent_fn,
-        config.search,
-        invalid_actions=~window.legal_mask[0],
-    )
+
+    @jax.jit
+    def by_hand(params, window):
+        first = jax.tree.map(lambda x: x[0], window.state)
+        logits, value = prediction_fn(params, first)
+        return search.run(
+            params,
+            jax.random.split(KEY)[0],
+            mctx.RootFnOutput(prior_logits=logits, value=value, embedding=first),
+            recurrent_fn,
+            config.search,
+            invalid_actions=~window.legal_mask[0],
+        )
+
+    out = by_hand(params, window)
     np.testing.assert_allclose(batch.policy_target, out.action_weights, atol=1e-6)
     # Without the states there is nothing to search from: a clear error.
     with pytest.raises(ValueError, match="game states"):

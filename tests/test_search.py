@@ -18,6 +18,8 @@ from tests import fakes
 NUM_ACTIONS = 6
 
 
+# One program: eager jnp ops compile one program apiece.
+@functools.partial(jax.jit, static_argnums=(1, 2))
 def _random_invalid(key, batch_size, num_actions=NUM_ACTIONS):
     """A different mask per row, never all-invalid."""
     invalid = jax.random.bernoulli(key, 0.4, (batch_size, num_actions))
@@ -81,11 +83,9 @@ def test_equal_to_mctx_without_tree(algorithm, batch_size, noise):
     reference_fn = jax.jit(
         lambda key: policy(params=params, rng_key=key, root=root, num_simulations=12)
     )
-    for seed in range(3):
-        key = jax.random.PRNGKey(seed)
-        ours, reference = ours_fn(key), reference_fn(key)
-        np.testing.assert_array_equal(ours.action, reference.action)
-        reference_tree = reference.search_tree
+
+    @jax.jit
+    def reference_summary(reference_tree):
         if algorithm == "stochastic_muzero":  # the root's statistics: its decision children
             reference_tree = reference_tree.replace(
                 **{
@@ -100,7 +100,13 @@ def test_equal_to_mctx_without_tree(algorithm, batch_size, noise):
                     )
                 }
             )
-        summary = reference_tree.summary()
+        return reference_tree.summary()
+
+    for seed in range(3):
+        key = jax.random.PRNGKey(seed)
+        ours, reference = ours_fn(key), reference_fn(key)
+        np.testing.assert_array_equal(ours.action, reference.action)
+        summary = reference_summary(reference.search_tree)
         np.testing.assert_array_equal(ours.visit_counts, summary.visit_counts)
         # Separately compiled programs may differ in the last bit of float sums.
         np.testing.assert_allclose(
@@ -166,15 +172,20 @@ def test_batch_rows_do_not_interact(algorithm):
     params, root, recurrent_fn = _model(algorithm, jax.random.PRNGKey(0), batch_size)
     invalid = _random_invalid(jax.random.PRNGKey(1), batch_size)
     config = search.SearchConfig(algorithm=algorithm, num_simulations=10)
-    other_root = jax.tree.map(lambda x: x.at[1:].set(-x[1:] * 3.0), root)
-    other_invalid = invalid.at[1:].set(~invalid[1:]).at[1:, 0].set(False)
+
+    @jax.jit
+    def other_rows(root, invalid):
+        other_root = jax.tree.map(lambda x: x.at[1:].set(-x[1:] * 3.0), root)
+        return other_root, invalid.at[1:].set(~invalid[1:]).at[1:, 0].set(False)
+
+    other_root, other_invalid = other_rows(root, invalid)
     run = jax.jit(
         functools.partial(
             search.run, params, jax.random.PRNGKey(7), recurrent_fn=recurrent_fn, config=config
         )
     )
-    a = run(root, invalid_actions=invalid)
-    b = run(other_root, invalid_actions=other_invalid)
+    a = jax.tree.map(np.asarray, run(root, invalid_actions=invalid))  # read on the host
+    b = jax.tree.map(np.asarray, run(other_root, invalid_actions=other_invalid))
     np.testing.assert_array_equal(a.visit_counts[0], b.visit_counts[0])
     np.testing.assert_array_equal(a.action[0], b.action[0])
     np.testing.assert_allclose(a.root_value[0], b.root_value[0], rtol=1e-6)
@@ -189,7 +200,7 @@ def _tempting_masked_model(batch_size, num_actions):
 
     Row r forbids its own set of actions at every node (even actions for even rows, ...).
     """
-    action_ids = jnp.arange(num_actions)
+    action_ids = np.arange(num_actions)  # NumPy: the root and its mask need no XLA program
 
     def illegal_for_rows(rows):  # [B] -> [B, A]
         return (action_ids[None, :] % 3) == (rows[:, None] % 3)
@@ -207,10 +218,10 @@ def _tempting_masked_model(batch_size, num_actions):
         )
         return output, rows
 
-    rows = jnp.arange(batch_size)
+    rows = np.arange(batch_size, dtype=np.int32)
     root = mctx.RootFnOutput(
-        prior_logits=jnp.zeros((batch_size, num_actions)),
-        value=jnp.full((batch_size,), 5.0),
+        prior_logits=np.zeros((batch_size, num_actions), np.float32),
+        value=np.full((batch_size,), 5.0, np.float32),
         embedding=rows,
     )
     return root, recurrent_fn, illegal_for_rows(rows)
@@ -267,7 +278,7 @@ def test_illegal_actions_never_chosen_at_root_or_inside(algorithm, qtransform, d
     out = jax.jit(functools.partial(search.run, recurrent_fn=recurrent_fn, config=config))(
         (), jax.random.PRNGKey(0), root, invalid_actions=illegal
     )
-    tree = out.tree
+    tree = jax.tree.map(np.asarray, out.tree)  # read on the host
     exists = tree.node_visits > 0  # [B, N]
     if algorithm == "stochastic_muzero":  # decision nodes only, and their A action children
         exists = exists & tree.embeddings.is_decision_node
@@ -277,7 +288,7 @@ def test_illegal_actions_never_chosen_at_root_or_inside(algorithm, qtransform, d
     assert not np.any(np.asarray(out.visit_counts)[np.asarray(illegal)])
     assert not np.any(np.asarray(illegal)[np.arange(batch_size), np.asarray(out.action)])
     # The search went below the root, so the interior mask was exercised.
-    assert int(jnp.max(jnp.sum(exists, axis=1))) > num_actions
+    assert int(np.max(np.sum(exists, axis=1))) > num_actions
 
 
 def test_stochastic_search_needs_a_stochastic_model():
@@ -299,7 +310,7 @@ def test_mctx_alone_selects_illegal_interior_actions():
             (), key, root, recurrent_fn, 40, invalid_actions=illegal, qtransform=qtransform
         )
     )(jax.random.PRNGKey(0))
-    tree = out.search_tree
+    tree = jax.tree.map(np.asarray, out.search_tree)
     expanded = (tree.children_index != mctx.Tree.UNVISITED)[:, 1:]  # interior nodes only
     assert np.any(np.asarray(expanded & illegal[:, None, :]))
 
@@ -309,17 +320,29 @@ def test_mctx_alone_selects_illegal_interior_actions():
 TTT = pgx.make("tic_tac_toe")
 
 
+_step = jax.jit(jax.vmap(TTT.step))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _initial_states(batch_size):
+    return jax.vmap(TTT.init)(jax.random.split(jax.random.PRNGKey(0), batch_size))
+
+
+@jax.jit
+def _step_rows(state, actions, playing):
+    """The `playing` rows step, the others stay."""
+    stepped = jax.vmap(TTT.step)(state, actions)
+    return jax.tree.map(functools.partial(_where_rows, playing), stepped, state)
+
+
 def _states_after(move_lists):
     """Batched pgx states reached by playing each move list from the empty board."""
-    batch_size = len(move_lists)
-    state = jax.jit(jax.vmap(TTT.init))(jax.random.split(jax.random.PRNGKey(0), batch_size))
+    state = _initial_states(len(move_lists))
     longest = max(len(m) for m in move_lists)
-    step = jax.jit(jax.vmap(TTT.step))
     for ply in range(longest):
-        actions = jnp.array([m[ply] if ply < len(m) else 0 for m in move_lists])
-        stepped = step(state, actions)
-        playing = jnp.array([ply < len(m) for m in move_lists])
-        state = jax.tree.map(functools.partial(_where_rows, playing), stepped, state)
+        actions = np.array([m[ply] if ply < len(m) else 0 for m in move_lists], np.int32)
+        playing = np.array([ply < len(m) for m in move_lists])
+        state = _step_rows(state, actions, playing)
     return state
 
 
@@ -327,14 +350,18 @@ def _where_rows(rows, new, old):
     return jnp.where(rows.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
 
 
-def _search_tic_tac_toe(states, prediction_fn, config, seed=0, optimized=False):
+def _search_tic_tac_toe(states, prediction_fn, config, seed=0, optimized=False, tree=None):
     recurrent_fn = search.make_exact_recurrent_fn(fakes.pgx_step_fn(TTT), prediction_fn)
-    prior_logits, value = prediction_fn((), states)
-    root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=states)
-    run = functools.partial(search.run, recurrent_fn=recurrent_fn, config=config)
+
+    def run(key, states, tree):  # the root's prediction in the search's program
+        prior_logits, value = prediction_fn((), states)
+        root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=states)
+        invalid = ~states.legal_action_mask
+        return search.run((), key, root, recurrent_fn, config, invalid_actions=invalid, tree=tree)
+
     # `optimized` for thousands of positions: optimised code then pays for its compile.
     return jax.jit(run, compiler_options=fakes.OPTIMIZED if optimized else None)(
-        (), jax.random.PRNGKey(seed), root, invalid_actions=~states.legal_action_mask
+        jax.random.PRNGKey(seed), states, tree
     )
 
 
@@ -403,7 +430,7 @@ def test_exact_minimax_value_plays_optimally_everywhere():
         classes.setdefault(min(images), (board, moves))
     positions = list(classes.values())
     assert len(positions) == 627  # the non-terminal positions up to symmetry
-    table = jnp.asarray(fakes.minimax_value_table())
+    table = jax.device_put(fakes.minimax_value_table())
 
     def minimax_prediction(params, states):
         index = fakes.relative_board_index(states.observation)
@@ -448,11 +475,12 @@ def test_reuse_keeps_child_statistics_and_adds_exactly_num_simulations():
     config = search.SearchConfig(num_simulations=48, dirichlet_fraction=0.0, temperature=0.0)
     first = _search_tic_tac_toe(states, _uniform_zero, config)
     action = first.action
-    rows = jnp.arange(4)
-    child = first.tree.children_index[rows, 0, action]
+    kept_on_device = jax.jit(search.reuse_subtree)(first.tree, action)
+    first, kept = jax.tree.map(np.asarray, (first, kept_on_device))  # read on the host
+    rows = np.arange(4)
+    child = first.tree.children_index[rows, 0, first.action]
     assert np.all(np.asarray(child) > 0)
 
-    kept = jax.jit(search.reuse_subtree)(first.tree, action)
     np.testing.assert_array_equal(kept.node_visits[:, 0], first.tree.node_visits[rows, child])
     np.testing.assert_array_equal(
         kept.children_visits[:, 0], first.tree.children_visits[rows, child]
@@ -460,23 +488,16 @@ def test_reuse_keeps_child_statistics_and_adds_exactly_num_simulations():
     np.testing.assert_allclose(kept.node_values[:, 0], first.tree.node_values[rows, child])
     _assert_consistent(kept)
     # Exactly the child's subtree survives.
-    assert np.all(
-        np.asarray(jnp.sum(kept.node_visits > 0, axis=1))
-        < np.asarray(jnp.sum(first.tree.node_visits > 0, axis=1))
-    )
+    assert np.all(np.sum(kept.node_visits > 0, axis=1) < np.sum(first.tree.node_visits > 0, axis=1))
 
-    next_states = jax.jit(jax.vmap(TTT.step))(states, action)
-    recurrent_fn = search.make_exact_recurrent_fn(fakes.pgx_step_fn(TTT), _uniform_zero)
-    prior_logits, value = _uniform_zero((), next_states)
-    root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=next_states)
-    continued = jax.jit(
-        functools.partial(
-            search.run, recurrent_fn=recurrent_fn, config=config.replace(num_simulations=16)
-        )
-    )((), jax.random.PRNGKey(1), root, invalid_actions=~next_states.legal_action_mask, tree=kept)
+    next_states = _step(states, action)
+    continued = _search_tic_tac_toe(
+        next_states, _uniform_zero, config.replace(num_simulations=16), seed=1, tree=kept_on_device
+    )
+    continued = jax.tree.map(np.asarray, continued)
     np.testing.assert_array_equal(continued.tree.node_visits[:, 0], kept.node_visits[:, 0] + 16)
     np.testing.assert_array_equal(
-        jnp.sum(continued.visit_counts, axis=1), kept.node_visits[:, 0] + 16 - 1
+        np.sum(continued.visit_counts, axis=1), kept.node_visits[:, 0] + 16 - 1
     )
     assert continued.tree.node_visits.shape[1] == kept.node_visits.shape[1] + 16
     _assert_consistent(continued.tree)
@@ -506,16 +527,18 @@ def test_reuse_fixed_shape_loop_and_reset_rows():
 
     states = _states_after([(), ()])
     fresh = _search_tic_tac_toe(states, _uniform_zero, config)
+    center = np.array([4, 4], np.int32)
     tree = jax.jit(functools.partial(search.reuse_subtree, max_nodes=max_nodes))(
-        fresh.tree, jnp.array([4, 4]), keep=jnp.array([True, False])
+        fresh.tree, center, keep=np.array([True, False])
     )
-    assert int(tree.node_visits[1, 0]) == 0  # row 1 restarts
-    states = jax.jit(jax.vmap(TTT.step))(states, jnp.array([4, 4]))
+    assert int(np.asarray(tree.node_visits)[1, 0]) == 0  # row 1 restarts
+    states = _step(states, center)
     for step in range(3):
-        before = np.asarray(tree.node_visits[:, 0])
-        states, tree, out = move(states, tree, jax.random.PRNGKey(step), jnp.array([True, True]))
+        before = np.asarray(tree.node_visits)[:, 0]
+        states, tree, out = move(states, tree, jax.random.PRNGKey(step), np.array([True, True]))
         np.testing.assert_array_equal(
-            jnp.sum(out.visit_counts, axis=1), np.maximum(before, 1) + config.num_simulations - 1
+            np.sum(np.asarray(out.visit_counts), axis=1),
+            np.maximum(before, 1) + config.num_simulations - 1,
         )
         assert tree.node_visits.shape == (2, max_nodes)
 
@@ -542,19 +565,20 @@ def test_reuse_is_refused_for_gumbel():
 
 
 def test_select_action_greedy_and_temperature():
-    counts = jnp.array([[1.0, 5.0, 2.0, 0.0]] * 4000)
-    greedy = search.select_action(jax.random.PRNGKey(0), counts, 0.0)
+    counts = np.array([[1.0, 5.0, 2.0, 0.0]] * 4000, np.float32)
+    select_action = jax.jit(search.select_action)
+    greedy = select_action(jax.random.PRNGKey(0), counts, 0.0)
     assert np.all(np.asarray(greedy) == 1)
-    sampled = np.asarray(search.select_action(jax.random.PRNGKey(1), counts, 1.0))
+    sampled = np.asarray(select_action(jax.random.PRNGKey(1), counts, 1.0))
     frequencies = np.bincount(sampled, minlength=4) / len(sampled)
     np.testing.assert_allclose(frequencies, [1 / 8, 5 / 8, 2 / 8, 0.0], atol=0.03)
-    hot = np.asarray(search.select_action(jax.random.PRNGKey(2), counts, 2.0))
+    hot = np.asarray(select_action(jax.random.PRNGKey(2), counts, 2.0))
     assert np.mean(hot == 1) < np.mean(sampled == 1)  # flatter at a higher temperature
-    masked = search.select_action(
+    masked = select_action(
         jax.random.PRNGKey(3),
         counts,
         1.0,
-        invalid_actions=jnp.array([[False, True, False, False]] * 4000),
+        invalid_actions=np.array([[False, True, False, False]] * 4000),
     )
     assert not np.any(np.asarray(masked) == 1)
 

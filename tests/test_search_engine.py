@@ -50,6 +50,8 @@ def _both_engines(make_run, config):
     return {name: jax.jit(make_run(config.replace(engine=name))) for name in ("podracer", "mctx")}
 
 
+# One program: eager jnp ops compile one program apiece.
+@functools.partial(jax.jit, static_argnums=1)
 def _random_invalid(key, batch_size):
     invalid = jax.random.bernoulli(key, 0.4, (batch_size, NUM_ACTIONS))
     return invalid.at[jnp.arange(batch_size), jnp.arange(batch_size) % NUM_ACTIONS].set(False)
@@ -153,7 +155,7 @@ def test_engines_agree_on_nim_with_subtree_reuse():
 
         return move
 
-    piles, keep = jnp.array([9, 7, 12]), jnp.array([True, True, False])
+    piles, keep = np.array([9, 7, 12], np.int32), np.array([True, True, False])
     results = {}
     for name, move in _both_engines(make_move, config).items():
         first, kept, after = move(jax.random.PRNGKey(1), piles, None, keep)
@@ -161,7 +163,7 @@ def test_engines_agree_on_nim_with_subtree_reuse():
         results[name] = (first, second)
     for ours, reference in zip(results["podracer"], results["mctx"], strict=True):
         _assert_same_search(ours, reference)
-    root_visits = np.asarray(results["podracer"][1].tree.node_visits[:, 0])
+    root_visits = np.asarray(results["podracer"][1].tree.node_visits)[:, 0]
     assert (root_visits[:2] > config.num_simulations + 1).all()  # rows 0 and 1 reused
     assert root_visits[2] == config.num_simulations + 1  # row 2 started afresh
 
@@ -197,9 +199,14 @@ def _dice_race(num_actions=3, goal=6):
 
 def test_engines_agree_on_an_exact_model_with_chance():
     model, prediction_fn, legal = _dice_race()
-    squares = jnp.arange(5)
-    prior_logits, value = prediction_fn(None, squares)
-    root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=squares)
+
+    @jax.jit
+    def root_and_invalid(squares):
+        prior_logits, value = prediction_fn(None, squares)
+        root = mctx.RootFnOutput(prior_logits=prior_logits, value=value, embedding=squares)
+        return root, ~legal(squares)
+
+    root, invalid = root_and_invalid(np.arange(5, dtype=np.int32))
     config = search.SearchConfig(algorithm="stochastic_muzero", num_simulations=16)
     runs = _both_engines(
         lambda config: functools.partial(
@@ -207,7 +214,6 @@ def test_engines_agree_on_an_exact_model_with_chance():
         ),
         config,
     )
-    invalid = ~legal(squares)
     for name in runs:
         runs[name] = functools.partial(runs[name], invalid_actions=invalid)
     key = jax.random.PRNGKey(3)
@@ -218,15 +224,20 @@ def test_engines_agree_on_an_exact_model_with_chance():
 
 def test_the_engines_threefry_is_jax_randoms():
     key = jax.random.PRNGKey(7)
-    np.testing.assert_array_equal(engine.split_key(key, 5), jax.random.split(key, 5))
-    keys = jax.random.split(key, 9)
+
+    @jax.jit
+    def jax_randoms(key):  # one program: eager jnp ops compile one program apiece
+        keys = jax.random.split(key, 9)
+        uniform = jax.vmap(lambda k: jax.random.uniform(k, (7,)))(keys)
+        return jax.random.split(key, 5), keys, jax.vmap(jax.random.split)(keys), uniform
+
+    split, keys, both, uniform = jax.tree.map(np.asarray, jax_randoms(key))
+    np.testing.assert_array_equal(jax.jit(engine.split_key, static_argnums=1)(key, 5), split)
     first, second = jax.jit(lambda k: engine._split_rows(engine._row_keys(k)))(keys)
-    both = jax.vmap(jax.random.split)(keys)
-    np.testing.assert_array_equal(jnp.stack(first, axis=-1), both[:, 0])
-    np.testing.assert_array_equal(jnp.stack(second, axis=-1), both[:, 1])
+    np.testing.assert_array_equal(np.stack(first, axis=-1), both[:, 0])
+    np.testing.assert_array_equal(np.stack(second, axis=-1), both[:, 1])
     np.testing.assert_array_equal(
-        jax.jit(lambda k: engine._uniform_rows(engine._row_keys(k), 7))(keys),
-        jax.vmap(lambda k: jax.random.uniform(k, (7,)))(keys),
+        jax.jit(lambda k: engine._uniform_rows(engine._row_keys(k), 7))(keys), uniform
     )
 
 

@@ -1,6 +1,7 @@
 """muzero.stochastic: the chance code, the targets, the loss and the model the search sees."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -15,18 +16,26 @@ OBS, ACTIONS, CODES, K = 6, 2, 4, 2
 
 
 def test_chance_code_is_one_hot_with_the_softmax_gradient():
-    logits = jnp.array([[0.3, 2.0, -1.0, 0.5], [1.0, 1.0, 3.0, 0.0]])
-    code, one_hot, probs = muzero.chance_code(logits)
+    logits = np.array([[0.3, 2.0, -1.0, 0.5], [1.0, 1.0, 3.0, 0.0]], np.float32)
+    weights = np.array([[1.0, -2.0, 0.5, 3.0], [0.0, 1.0, -1.0, 2.0]], np.float32)
+
+    @jax.jit  # one program: eager jnp ops compile one program apiece
+    def codes_and_gradients(logits, weights):
+        straight = jax.grad(lambda x: jnp.sum(muzero.chance_code(x)[0] * weights))(logits)
+        through_softmax = jax.grad(lambda x: jnp.sum(jax.nn.softmax(x) * weights))(logits)
+        return muzero.chance_code(logits), jax.nn.softmax(logits), straight, through_softmax
+
+    (code, one_hot, probs), softmax, straight, through_softmax = codes_and_gradients(
+        logits, weights
+    )
     np.testing.assert_array_equal(code, [[0, 1, 0, 0], [0, 0, 1, 0]])  # the codebook's entry
     np.testing.assert_array_equal(one_hot, code)
-    np.testing.assert_allclose(probs, jax.nn.softmax(logits), rtol=1e-6)
-    weights = jnp.array([[1.0, -2.0, 0.5, 3.0], [0.0, 1.0, -1.0, 2.0]])
-    straight = jax.grad(lambda x: jnp.sum(muzero.chance_code(x)[0] * weights))(logits)
-    through_softmax = jax.grad(lambda x: jnp.sum(jax.nn.softmax(x) * weights))(logits)
+    np.testing.assert_allclose(probs, softmax, rtol=1e-6)
     np.testing.assert_allclose(straight, through_softmax, rtol=1e-6)
     assert np.all(np.abs(straight) > 0)
 
 
+@functools.partial(jax.jit, static_argnums=1)
 def _coin_windows(key, n):
     """Windows of a one-player world with chance: state s in {0, 1, 2} (a one-hot observation,
     plus noise-free padding); any action leads to state 1 or 2 with probability 1/2 each, and
@@ -52,6 +61,14 @@ def _coin_windows(key, n):
     )
 
 
+@jax.jit
+def _stochastic_batch(window):
+    n = window.reward.shape[1]
+    return muzero.stochastic_batch(
+        window, jnp.ones(n), unroll_steps=K, td_steps=1, discount=1.0, two_player=False
+    )
+
+
 @pytest.fixture(scope="module")
 def coin():
     network = NetworkConfig(mlp_sizes=(32,), latent_size=16, head_hidden=16, value_support=0)
@@ -60,10 +77,7 @@ def coin():
     loss_config = LossConfig(unroll_steps=K, td_steps=1, discount=1.0, value_loss_weight=1.0)
     stochastic = StochasticConfig(num_chance_codes=CODES)
     loss_fn = muzero.make_stochastic_loss(networks, loss_config, stochastic)
-    window = _coin_windows(jax.random.PRNGKey(0), 128)
-    batch = muzero.stochastic_batch(
-        window, jnp.ones(128), unroll_steps=K, td_steps=1, discount=1.0, two_player=False
-    )
+    batch = _stochastic_batch(_coin_windows(jax.random.PRNGKey(0), 128))
     optimizer = optax.adam(3e-3)
 
     @jax.jit
@@ -99,7 +113,7 @@ def test_the_encoders_gradient_comes_through_the_dynamics(coin):
     encoder = [
         g for path, g in jax.tree_util.tree_leaves_with_path(grads) if "encoder" in str(path)
     ]
-    assert encoder and max(float(jnp.max(jnp.abs(g))) for g in encoder) > 0
+    assert encoder and max(float(np.max(np.abs(g))) for g in jax.device_get(encoder)) > 0
 
 
 def test_the_loss_falls_and_the_model_learns_the_coin(coin):
@@ -117,20 +131,20 @@ def test_the_loss_falls_and_the_model_learns_the_coin(coin):
     np.testing.assert_allclose(float(end["chance_loss"]), np.log(2), atol=0.05)  # a fair coin
 
     @jax.jit  # one program, not hundreds of single operations
-    def afterstates_and_codes(params, observation, action, next_observation):
+    def afterstates_and_codes(params, batch):
+        observation, action = batch.observation[:, 0], batch.action[:, 0]
+        next_observation = batch.observation[:, 1]
         latent = networks.represent(params, observation)
         afterstate = networks.afterstate_dynamics(params, latent, action)
         chance_logits, _ = networks.afterstate_predict(params, afterstate)
         codes = jnp.argmax(networks.encode(params, observation, next_observation), axis=-1)
-        return afterstate, chance_logits, codes
+        return afterstate, jax.nn.softmax(chance_logits), codes
 
-    afterstate, chance_logits, codes = afterstates_and_codes(
-        trained, batch.observation[:, 0], batch.action[:, 0], batch.observation[:, 1]
-    )
-    heads = batch.reward_target[:, 1] > 0  # [N] the coin came up state 1
-    code_of = {int(jnp.bincount(codes[m], length=CODES).argmax()) for m in (heads, ~heads)}
+    afterstate, chance_probs, codes = jax.device_get(afterstates_and_codes(trained, batch))
+    heads = np.asarray(batch.reward_target)[:, 1] > 0  # [N] the coin came up state 1
+    code_of = {int(np.bincount(codes[m], minlength=CODES).argmax()) for m in (heads, ~heads)}
     assert len(code_of) == 2  # one code per outcome
-    probs = np.asarray(jax.nn.softmax(chance_logits)).mean(axis=0)
+    probs = chance_probs.mean(axis=0)
     np.testing.assert_allclose(probs[sorted(code_of)], [0.5, 0.5], atol=0.12)
 
     @jax.jit
@@ -139,21 +153,20 @@ def test_the_loss_falls_and_the_model_learns_the_coin(coin):
         return networks.reward_transform.decode_logits(reward_logits)
 
     for outcome, reward in ((heads, 1.0), (~heads, 0.0)):
-        code = jax.nn.one_hot(jnp.full(int(outcome.sum()), codes[outcome][0]), CODES)
+        code = np.eye(CODES, dtype=np.float32)[np.full(int(outcome.sum()), codes[outcome][0])]
         predicted = rewards_after(trained, afterstate[outcome], code)
         np.testing.assert_allclose(predicted, reward, atol=0.15)
 
 
 def test_stochastic_batch_keeps_the_observations_and_who_moves():
     window = _coin_windows(jax.random.PRNGKey(3), 5)
-    window = window._replace(to_play=jnp.array([0, 0, 1, 1])[:, None].repeat(5, axis=1))
-    batch = muzero.stochastic_batch(
-        window, jnp.ones(5), unroll_steps=K, td_steps=1, discount=1.0, two_player=False
-    )
+    to_play = np.array([0, 0, 1, 1], np.int32)[:, None].repeat(5, axis=1)
+    window = window._replace(to_play=jax.device_put(to_play))
+    batch, host = jax.device_get((_stochastic_batch(window), window))
     assert batch.observation.shape == (5, K + 1, OBS)
-    np.testing.assert_array_equal(batch.observation[:, 2], window.observation[2])
+    np.testing.assert_array_equal(batch.observation[:, 2], host.observation[2])
     np.testing.assert_array_equal(batch.same_player, [[1.0, 0.0]] * 5)
-    np.testing.assert_allclose(batch.reward_target[:, 1:], window.reward[:K].T)
+    np.testing.assert_allclose(batch.reward_target[:, 1:], host.reward[:K].T)
     with pytest.raises(ValueError, match="observations of steps 0..2"):
         muzero.stochastic_batch(
             window._replace(observation=window.observation[:1]),
@@ -167,14 +180,19 @@ def test_stochastic_batch_keeps_the_observations_and_who_moves():
 
 def test_turn_discount_signs_follow_who_moves():
     """Backgammon-like turns: players 0, 0, 1, 1, 1, 0; the game ends after step 4."""
-    to_play = jnp.array([[0], [0], [1], [1], [1], [0]])
-    env_discount = jnp.array([[1.0], [1.0], [1.0], [1.0], [0.0], [1.0]])
-    d = muzero.turn_discount(env_discount, to_play, 1.0)
-    np.testing.assert_array_equal(d[:5, 0], [1.0, -1.0, 1.0, 1.0, 0.0])
+    to_play = np.array([[0], [0], [1], [1], [1], [0]], np.int32)
+    env_discount = np.array([[1.0], [1.0], [1.0], [1.0], [0.0], [1.0]], np.float32)
     # A win (+1 for player 1's move at step 3... reward after step 4) seen from step 0: player 1
     # won, so player 0 (to move at 0) gets -1 as the n-step target.
-    reward = jnp.array([[0.0], [0.0], [0.0], [0.0], [1.0], [0.0]])
-    z = muzero.n_step_values(reward, d, jnp.zeros_like(reward), td_steps=6)
+    reward = np.array([[0.0], [0.0], [0.0], [0.0], [1.0], [0.0]], np.float32)
+
+    @jax.jit
+    def discount_and_values(env_discount, to_play, reward):
+        d = muzero.turn_discount(env_discount, to_play, 1.0)
+        return d, muzero.n_step_values(reward, d, jnp.zeros_like(reward), td_steps=6)
+
+    d, z = jax.device_get(discount_and_values(env_discount, to_play, reward))
+    np.testing.assert_array_equal(d[:5, 0], [1.0, -1.0, 1.0, 1.0, 0.0])
     np.testing.assert_allclose(z[:5, 0], [-1.0, -1.0, 1.0, 1.0, 1.0])
 
 
@@ -198,12 +216,18 @@ def test_learned_model_discount_signs():
         reward_transform=NetworkConfig(reward_support=0).reward_transform(),
         num_codes=CODES,
     )
-    outcome, afterstate = jnp.array([0, 1]), jnp.zeros((2, 3))
+    outcome, afterstate = np.array([0, 1], np.int32), np.zeros((2, 3), np.float32)
     turns = muzero.make_stochastic_model(networks, two_player=True, alternating=False)
-    out, _ = turns.chance_fn(None, None, outcome, afterstate)
-    np.testing.assert_array_equal(out.discount, [1.0, -1.0])
     plies = muzero.make_stochastic_model(networks, two_player=True)
-    np.testing.assert_array_equal(plies.chance_fn(None, None, outcome, afterstate)[0].discount, -1)
+
+    @jax.jit
+    def discounts(outcome, afterstate):
+        out, _ = turns.chance_fn(None, None, outcome, afterstate)
+        return out.discount, plies.chance_fn(None, None, outcome, afterstate)[0].discount
+
+    turn_discount, ply_discount = discounts(outcome, afterstate)
+    np.testing.assert_array_equal(turn_discount, [1.0, -1.0])
+    np.testing.assert_array_equal(ply_discount, -1)
 
 
 @pytest.mark.parametrize(

@@ -68,22 +68,24 @@ def test_alphazero_policy_follows_the_stones():
     rng = np.random.default_rng(0)
     sym = muzero.dihedral_symmetries(3, 9)
     observation, cell = _marked_boards(64, 3, rng)
+    # NumPy inputs and one jitted augment: eager jnp ops compile one program apiece.
     batch = muzero.AlphaZeroBatch(
-        observation=jnp.asarray(observation),
-        policy_target=jax.nn.one_hot(cell, 9),  # the policy plays where the stone is
-        value_target=jnp.asarray(rng.normal(size=64), jnp.float32),
-        mask=jnp.ones(64),
-        importance_weight=jnp.ones(64),
+        observation=observation,
+        policy_target=np.eye(9, dtype=np.float32)[cell],  # the policy plays where the stone is
+        value_target=np.asarray(rng.normal(size=64), np.float32),
+        mask=np.ones(64, np.float32),
+        importance_weight=np.ones(64, np.float32),
     )
-    index = jnp.asarray(rng.integers(0, 8, 64))
-    out = muzero.augment_alphazero_batch(batch, sym, index)
-    moved_to = np.argmax(np.asarray(out.observation[..., 0]).reshape(64, 9), axis=1)
+    index = np.asarray(rng.integers(0, 8, 64), np.int32)
+    augment = jax.jit(lambda batch, index: muzero.augment_alphazero_batch(batch, sym, index))
+    out = jax.device_get(augment(batch, index))
+    moved_to = np.argmax(out.observation[..., 0].reshape(64, 9), axis=1)
     np.testing.assert_array_equal(np.argmax(out.policy_target, axis=1), moved_to)
-    np.testing.assert_array_equal(moved_to, sym.action_image[np.asarray(index), cell])
+    np.testing.assert_array_equal(moved_to, sym.action_image[index, cell])
     assert (moved_to != cell).sum() > 20  # most stones moved: not the identity everywhere
     np.testing.assert_array_equal(out.observation[..., 1], 0.5)
     np.testing.assert_array_equal(out.value_target, batch.value_target)
-    identity = muzero.augment_alphazero_batch(batch, sym, jnp.zeros(64, jnp.int32))
+    identity = augment(batch, np.zeros(64, np.int32))
     jax.tree.map(np.testing.assert_array_equal, identity, batch)
 
 
@@ -96,16 +98,17 @@ def test_muzero_actions_and_policies_move_together():
     policy[np.arange(n)[:, None], np.arange(k), action] = 0.94  # each step's policy picks its move
     observation = rng.normal(size=(n, 6, 7, 3)).astype(np.float32)
     batch = muzero.MuZeroBatch(
-        observation=jnp.asarray(observation),
-        action=jnp.asarray(action, jnp.int32),
-        value_target=jnp.zeros((n, k + 1)),
-        reward_target=jnp.ones((n, k + 1)),
-        policy_target=jnp.asarray(policy),
-        policy_mask=jnp.ones((n, k + 1)),
-        importance_weight=jnp.ones(n),
+        observation=observation,
+        action=np.asarray(action, np.int32),
+        value_target=np.zeros((n, k + 1), np.float32),
+        reward_target=np.ones((n, k + 1), np.float32),
+        policy_target=policy,
+        policy_mask=np.ones((n, k + 1), np.float32),
+        importance_weight=np.ones(n, np.float32),
     )
     index = np.arange(n) % 2  # even rows as they are, odd rows mirrored
-    out = muzero.augment_muzero_batch(batch, sym, jnp.asarray(index))
+    augment = jax.jit(lambda batch, index: muzero.augment_muzero_batch(batch, sym, index))
+    out = jax.device_get(augment(batch, np.asarray(index, np.int32)))
     np.testing.assert_array_equal(np.argmax(out.policy_target[:, :k], axis=2), out.action)
     np.testing.assert_array_equal(out.action, np.where(index[:, None] == 1, 6 - action, action))
     np.testing.assert_array_equal(out.observation[1::2], observation[1::2, :, ::-1])
@@ -119,21 +122,19 @@ def test_the_loss_sees_every_orientation():
     observation[0, 0, :2, 0] = 1.0  # a corner and the edge beside it: only the identity fixes it
     n = 256
     batch = muzero.AlphaZeroBatch(
-        observation=jnp.repeat(jnp.asarray(observation), n, axis=0),
-        policy_target=jnp.full((n, 9), 1 / 9),
-        value_target=jnp.zeros(n),
-        mask=jnp.ones(n),
-        importance_weight=jnp.ones(n),
+        observation=np.repeat(observation, n, axis=0),
+        policy_target=np.full((n, 9), 1 / 9, np.float32),
+        value_target=np.zeros(n, np.float32),
+        mask=np.ones(n, np.float32),
+        importance_weight=np.ones(n, np.float32),
     )
-    seen = []
 
     def loss_fn(params, batch, key):
-        seen.append(np.asarray(batch.observation))
-        return jnp.zeros(()), {}
+        return jnp.zeros(()), {"seen": batch.observation}  # what the loss sees
 
-    loss = muzero.with_symmetries(loss_fn, sym, muzero.augment_alphazero_batch)
-    loss(None, batch, jax.random.PRNGKey(3))
-    boards = {board.tobytes() for board in seen[0]}
+    loss = jax.jit(muzero.with_symmetries(loss_fn, sym, muzero.augment_alphazero_batch))
+    _, metrics = loss(None, batch, jax.random.PRNGKey(3))
+    boards = {board.tobytes() for board in np.asarray(metrics["seen"])}
     assert len(boards) == 8  # 256 draws cover all 8 orientations (each missed with p ~ 1e-15)
 
 

@@ -23,25 +23,39 @@ A = 3
 
 def column(values):
     """A [T] list as a [T, 1] float32 array (one environment)."""
-    return jnp.asarray(values, jnp.float32)[:, None]
+    return jax.device_put(np.asarray(values, np.float32)[:, None])
 
 
 def trajectory(reward, discount, value, obs_steps=None):
     """A [T, 1] trajectory; search_policy[t] is one-hot on action t % A."""
     t = len(reward)
-    policy = jax.nn.one_hot(jnp.arange(t) % A, A)[:, None, :]
-    return Trajectory(
-        observation=jnp.arange(obs_steps or t, dtype=jnp.float32)[:, None, None],
-        action=(jnp.arange(t, dtype=jnp.int32) % A)[:, None],
-        reward=column(reward),
-        discount=column(discount),
-        search_policy=policy,
-        search_value=column(value),
-        legal_mask=jnp.ones((t, 1, A), bool),
-        to_play=jnp.zeros((t, 1), jnp.int32),
-        behaviour_logits=jnp.zeros((t, 1, A)),
-        policy_version=jnp.zeros((t, 1), jnp.int32),
+    policy = np.eye(A, dtype=np.float32)[np.arange(t) % A][:, None, :]
+    return jax.device_put(
+        Trajectory(
+            observation=np.arange(obs_steps or t, dtype=np.float32)[:, None, None],
+            action=(np.arange(t, dtype=np.int32) % A)[:, None],
+            reward=column(reward),
+            discount=column(discount),
+            search_policy=policy,
+            search_value=column(value),
+            legal_mask=np.ones((t, 1, A), bool),
+            to_play=np.zeros((t, 1), np.int32),
+            behaviour_logits=np.zeros((t, 1, A), np.float32),
+            policy_version=np.zeros((t, 1), np.int32),
+        )
     )
+
+
+# NumPy inputs and jitted targets: eager jnp ops compile one program apiece.
+def jitted(fn, *static):
+    """`fn` in one program (`static`: the names of its static arguments), read back in NumPy."""
+    fn = jax.jit(fn, static_argnames=static)
+    return lambda *args, **kwargs: jax.tree.map(np.asarray, fn(*args, **kwargs))
+
+
+batch_of = jitted(
+    muzero_batch, "unroll_steps", "td_steps", "discount", "two_player", "value_prefix_horizon"
+)
 
 
 @pytest.mark.parametrize("jit", [False, True])
@@ -77,7 +91,7 @@ def test_a_time_limit_is_not_the_games_end():
 
 def test_windows_with_a_time_limit_bootstrap_their_value_targets():
     window = trajectory([1, 1, 1, 1, 1], [1, 0, 1, 1, 1], [6, 6, 6, 6, 6])
-    batch = muzero_batch(
+    batch = batch_of(
         window._replace(truncated=column([0, 1, 0, 0, 0])),
         jnp.ones((1,)),
         unroll_steps=2,
@@ -88,7 +102,7 @@ def test_windows_with_a_time_limit_bootstrap_their_value_targets():
     # Step 0: 1 + (the cut step's value 6); step 1 is the cut step; step 2 is past the episode.
     np.testing.assert_allclose(batch.value_target[0], [7.0, 6.0, 0.0])
     np.testing.assert_allclose(batch.reward_target[0], [0.0, 1.0, 1.0])  # the rewards unchanged
-    real_end = muzero_batch(
+    real_end = batch_of(
         window, jnp.ones((1,)), unroll_steps=2, td_steps=2, discount=1.0, two_player=False
     )
     np.testing.assert_allclose(real_end.value_target[0], [2.0, 1.0, 0.0])
@@ -109,7 +123,7 @@ def test_two_player_signs_are_from_the_view_of_the_player_to_move():
 def test_window_with_episode_end_gives_absorbing_targets():
     # K = 2, n = 2: the episode ends after step 1, so unroll step 2 is past its end.
     window = trajectory([1, 2, 3, 4, 5], [1, 0, 1, 1, 1], [10, 20, 30, 40, 50])
-    batch = muzero_batch(
+    batch = batch_of(
         window, jnp.ones((1,)), unroll_steps=2, td_steps=2, discount=1.0, two_player=False
     )
     np.testing.assert_allclose(batch.value_target[0], [3.0, 2.0, 0.0])
@@ -124,7 +138,7 @@ def test_window_with_episode_end_gives_absorbing_targets():
 
 def test_window_ending_at_its_first_step():
     window = trajectory([1, 2, 3, 4, 5], [0, 1, 1, 1, 1], [10, 20, 30, 40, 50])
-    batch = muzero_batch(
+    batch = batch_of(
         window, jnp.ones((1,)), unroll_steps=2, td_steps=2, discount=1.0, two_player=False
     )
     np.testing.assert_allclose(batch.value_target[0], [1.0, 0.0, 0.0])
@@ -134,7 +148,7 @@ def test_window_ending_at_its_first_step():
 
 def test_window_bootstraps_with_discount():
     window = trajectory([1, 2, 3, 4], [1, 1, 1, 1], [10, 20, 30, 40], obs_steps=1)
-    batch = muzero_batch(
+    batch = batch_of(
         window, jnp.full((1,), 0.5), unroll_steps=1, td_steps=2, discount=0.9, two_player=False
     )
     np.testing.assert_allclose(
@@ -148,14 +162,14 @@ def test_window_bootstraps_with_discount():
 def test_two_player_window_signs():
     # Ply 2's mover (the player at step 0) wins; the episode then ends.
     window = trajectory([0, 0, 1, 0], [1, 1, 0, 1], [0, 0, 0, 0])
-    batch = muzero_batch(
+    batch = batch_of(
         window, jnp.ones((1,)), unroll_steps=2, td_steps=1, discount=1.0, two_player=True
     )
     # n = 1: z_0 = r_0 - v_1 = 0, z_1 = r_1 - v_2 = 0, z_2 = r_2 = 1 (terminal).
     np.testing.assert_allclose(batch.value_target[0], [0.0, 0.0, 1.0])
     np.testing.assert_allclose(batch.reward_target[0], [0.0, 0.0, 0.0])
     long = trajectory([0, 0, 1, 0, 0, 0, 0], [1, 1, 0, 1, 1, 1, 1], [0] * 7)
-    batch = muzero_batch(
+    batch = batch_of(
         long, jnp.ones((1,)), unroll_steps=2, td_steps=4, discount=1.0, two_player=True
     )
     np.testing.assert_allclose(batch.value_target[0], [1.0, -1.0, 1.0])
@@ -171,7 +185,9 @@ def test_window_of_the_wrong_length_is_a_clear_error():
 
 def test_priorities_are_distance_of_search_value_to_target():
     traj = trajectory([1, 0, 0], [1, 1, 0], [0.5, 0.0, 2.0])
-    priorities = sequence_priorities(traj, td_steps=1, discount=1.0, two_player=False)
+    priorities = jitted(sequence_priorities, "td_steps", "discount", "two_player")(
+        traj, td_steps=1, discount=1.0, two_player=False
+    )
     # z = [1 + 0, 0 + 2, 0 (the episode ends with reward 0)] against search values [0.5, 0, 2].
     np.testing.assert_allclose(priorities[:, 0], [0.5, 2.0, 2.0])
 
@@ -179,10 +195,14 @@ def test_priorities_are_distance_of_search_value_to_target():
 def test_alphazero_targets_are_outcomes_for_the_player_to_move():
     traj = trajectory([0, 0, -1, 0, 1, 0], [1, 1, 0, 1, 1, 1], [0, 0, 0, 0, 0.5, 0])
     n = 3  # windows of n + 1 = 4 steps start at steps 0, 1, 2
-    window = jax.tree.map(
-        lambda x: jnp.stack([x[t : t + n + 1, 0] for t in range(3)], axis=1), traj
-    )  # [4, 3]
-    batch = alphazero_batch(window, jnp.full((3,), 0.5), td_steps=n, discount=1.0, two_player=True)
+    window = jax.jit(
+        lambda traj: jax.tree.map(
+            lambda x: jnp.stack([x[t : t + n + 1, 0] for t in range(3)], axis=1), traj
+        )
+    )(traj)  # [4, 3]
+    batch = jitted(alphazero_batch, "td_steps", "discount", "two_player")(
+        window, jnp.full((3,), 0.5), td_steps=n, discount=1.0, two_player=True
+    )
     # The first game: the mover at ply 2 loses (-1), so the movers at plies 0 and 1 get -1 and 1.
     np.testing.assert_allclose(batch.value_target, [-1.0, 1.0, -1.0])
     np.testing.assert_allclose(batch.mask, [1, 1, 1])
@@ -205,7 +225,7 @@ def test_value_prefix_targets_sum_rewards_since_each_reset():
 def test_window_value_prefix_targets_stop_at_the_episode_end():
     # K = 3, n = 1: the transitions into steps 1 and 2 are real, the episode ends after step 1.
     window = trajectory([1, 2, 3, 4, 5], [1, 0, 1, 1, 1], [0] * 5)
-    batch = muzero_batch(
+    batch = batch_of(
         window,
         jnp.ones(1),
         unroll_steps=3,
@@ -222,20 +242,23 @@ def test_a_shorter_horizon_per_window_bootstraps_sooner():
     # column computed alone at its own n.
     rng = np.random.default_rng(0)
     reward, value = rng.normal(size=(7, 3)), rng.normal(size=(7, 3))
-    discount = jnp.asarray(np.where(rng.uniform(size=(7, 3)) < 0.2, 0.0, 0.9), jnp.float32)
-    n = jnp.asarray([1, 3, 5])
-    z = n_step_values(jnp.asarray(reward), discount, jnp.asarray(value), 5, n)
+    reward, value = reward.astype(np.float32), value.astype(np.float32)
+    discount = np.where(rng.uniform(size=(7, 3)) < 0.2, 0.0, 0.9).astype(np.float32)
+    n = np.asarray([1, 3, 5], np.int32)
+    n_step = jitted(n_step_values, "td_steps")
+    z = n_step(reward, discount, value, 5, n)
     for b in range(3):
-        alone = n_step_values(
-            jnp.asarray(reward[:, b : b + 1]),
+        alone = n_step(
+            reward[:, b : b + 1],
             discount[:, b : b + 1],
-            jnp.asarray(value[:, b : b + 1]),
+            value[:, b : b + 1],
             int(n[b]),
         )
         np.testing.assert_allclose(z[:, b], alone[:, 0], rtol=1e-6)
     # The horizon shrinks by one step for every `decay_every` updates of age, to at least 1.
-    versions = jnp.asarray([100, 90, 60, 0])
-    np.testing.assert_array_equal(decayed_td_steps(versions, 100, 5, 10), [5, 4, 1, 1])
+    versions = np.asarray([100, 90, 60, 0], np.int32)
+    decayed = jitted(decayed_td_steps, "td_steps", "decay_every")
+    np.testing.assert_array_equal(decayed(versions, 100, 5, 10), [5, 4, 1, 1])
 
 
 def test_importance_exponent_rises_linearly_to_one_then_stays():
@@ -251,7 +274,7 @@ def test_bootstrap_values_replace_the_stored_search_values():
     # A target network's (or a fresh search's) values: the n-step targets bootstrap from them.
     window = trajectory([1, 1, 1, 1, 1], [1] * 5, [0] * 5)
     fresh = column([10, 20, 30, 40, 50])
-    batch = muzero_batch(
+    batch = batch_of(
         window,
         jnp.ones(1),
         unroll_steps=2,

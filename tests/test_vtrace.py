@@ -1,5 +1,7 @@
 """V-trace equals rlax's reference on random inputs; the IMPALA loss learns on a fixed batch."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,6 +22,8 @@ from muzero import (
 KEY = jax.random.key(0, impl="rbg")
 
 
+# One program: eager jnp ops compile one program apiece.
+@functools.partial(jax.jit, static_argnames=("t", "b"))
 def random_inputs(seed, t=7, b=5):
     keys = jax.random.split(jax.random.key(seed), 6)
     v_tm1 = jax.random.normal(keys[0], (t, b))
@@ -45,10 +49,12 @@ def test_vtrace_equals_rlax(jit, lambda_, clip_rho, clip_pg_rho):
         ours = jax.jit(ours, static_argnums=(5, 6, 7))
     out = ours(*inputs, lambda_, clip_rho, clip_pg_rho)
     # rlax works on one [T] sequence: map it over the batch axis 1.
-    reference = jax.vmap(
-        lambda *xs: rlax.vtrace_td_error_and_advantage(*xs, lambda_, clip_rho, clip_pg_rho),
-        in_axes=1,
-        out_axes=1,
+    reference = jax.jit(
+        jax.vmap(
+            lambda *xs: rlax.vtrace_td_error_and_advantage(*xs, lambda_, clip_rho, clip_pg_rho),
+            in_axes=1,
+            out_axes=1,
+        )
     )(*inputs)
     np.testing.assert_allclose(out.errors, reference.errors, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out.pg_advantage, reference.pg_advantage, rtol=1e-5, atol=1e-5)
@@ -60,13 +66,14 @@ def test_vtrace_equals_rlax(jit, lambda_, clip_rho, clip_pg_rho):
 def test_vtrace_on_policy_is_the_n_step_return():
     # rho = 1, lambda = 1: v_s is the discounted return bootstrapped from the last v_t.
     t = 4
-    v_tm1 = jnp.zeros((t, 1))
-    v_t = jnp.zeros((t, 1)).at[-1].set(10.0)  # consistent with v_tm1: only the bootstrap
-    r_t = jnp.ones((t, 1))
-    discount_t = jnp.full((t, 1), 0.5)
-    errors = vtrace(v_tm1, v_t, r_t, discount_t, jnp.ones((t, 1)))
+    v_tm1 = np.zeros((t, 1), np.float32)
+    v_t = np.zeros((t, 1), np.float32)
+    v_t[-1] = 10.0  # consistent with v_tm1: only the bootstrap
+    r_t = np.ones((t, 1), np.float32)
+    discount_t = np.full((t, 1), 0.5, np.float32)
+    errors = jax.jit(vtrace)(v_tm1, v_t, r_t, discount_t, np.ones((t, 1), np.float32))
     # v_s at t=3: 1 + .5*10 = 6; t=2: 1 + .5*6 = 4; t=1: 3; t=0: 2.5.
-    np.testing.assert_allclose(errors[:, 0], [2.5, 3.0, 4.0, 6.0])
+    np.testing.assert_allclose(np.asarray(errors)[:, 0], [2.5, 3.0, 4.0, 6.0])
 
 
 @pytest.mark.parametrize("compute_dtype", ["float32", "bfloat16"])
@@ -78,15 +85,20 @@ def test_vtrace_loss_learns_values_and_prefers_the_rewarded_action(compute_dtype
     nets = make_actor_critic_networks(network, (d,), a)
     config = LossConfig(discount=0.9, entropy_cost=0.0)
     loss_fn = make_vtrace_loss(nets, config)
-    keys = jax.random.split(jax.random.key(1), 2)
-    action = jax.random.randint(keys[0], (t, b), 0, a)
-    batch = VTraceBatch(
-        observation=jax.random.normal(keys[1], (t, b, d)),
-        action=action,
-        reward=(action == 0).astype(jnp.float32),  # only action 0 pays
-        discount=jnp.ones((t, b)).at[2].set(0.0),  # an episode boundary inside
-        behaviour_logits=jnp.zeros((t, b, a)),
-    )
+
+    @jax.jit
+    def make_batch(key):
+        keys = jax.random.split(key, 2)
+        action = jax.random.randint(keys[0], (t, b), 0, a)
+        return VTraceBatch(
+            observation=jax.random.normal(keys[1], (t, b, d)),
+            action=action,
+            reward=(action == 0).astype(jnp.float32),  # only action 0 pays
+            discount=jnp.ones((t, b)).at[2].set(0.0),  # an episode boundary inside
+            behaviour_logits=jnp.zeros((t, b, a)),
+        )
+
+    batch = make_batch(jax.random.key(1))
     optimizer = optax.adam(3e-3)
 
     @jax.jit
@@ -104,13 +116,16 @@ def test_vtrace_loss_learns_values_and_prefers_the_rewarded_action(compute_dtype
 
     params = jax.jit(nets.init)(KEY)
     apply = jax.jit(nets.apply)
-    start_logits, _ = apply(params, batch.observation[:-1].reshape(-1, d))
+    observation = np.asarray(batch.observation)[:-1].reshape(-1, d)
+    start_logits, _ = apply(params, observation)
     params, value_losses = train(params)
-    end_logits, values = apply(params, batch.observation[:-1].reshape(-1, d))
+    value_losses = np.asarray(value_losses)
+    end_logits, values = apply(params, observation)
     assert end_logits.dtype == values.dtype == jnp.float32  # whatever the compute dtype
     assert value_losses[-1] < 0.05 * value_losses[0]
-    prob_rewarded = jax.nn.softmax(end_logits)[:, 0].mean()
-    assert prob_rewarded > jax.nn.softmax(start_logits)[:, 0].mean() + 0.2
+    rewarded = jax.jit(lambda logits: jax.nn.softmax(logits)[:, 0].mean())
+    prob_rewarded = np.asarray(rewarded(end_logits))
+    assert prob_rewarded > np.asarray(rewarded(start_logits)) + 0.2
 
 
 def test_vtrace_loss_and_gradient_equal_the_loss_over_one_forward_pass():
@@ -121,14 +136,20 @@ def test_vtrace_loss_and_gradient_equal_the_loss_over_one_forward_pass():
         NetworkConfig(mlp_sizes=(16,), latent_size=16, head_hidden=16), (d,), a
     )
     config = LossConfig(discount=0.95, entropy_cost=0.01, baseline_cost=0.5, vtrace_lambda=0.9)
-    keys = jax.random.split(jax.random.key(2), 5)
-    batch = VTraceBatch(
-        observation=jax.random.normal(keys[0], (t, b, d)),
-        action=jax.random.randint(keys[1], (t, b), 0, a),
-        reward=jax.random.normal(keys[2], (t, b)),
-        discount=jnp.ones((t, b)).at[1, 0].set(0.0),
-        behaviour_logits=jax.random.normal(keys[3], (t, b, a)),
-    )
+
+    @jax.jit
+    def inputs(key):  # the batch and the parameters, in one program
+        keys = jax.random.split(key, 5)
+        batch = VTraceBatch(
+            observation=jax.random.normal(keys[0], (t, b, d)),
+            action=jax.random.randint(keys[1], (t, b), 0, a),
+            reward=jax.random.normal(keys[2], (t, b)),
+            discount=jnp.ones((t, b)).at[1, 0].set(0.0),
+            behaviour_logits=jax.random.normal(keys[3], (t, b, a)),
+        )
+        return batch, nets.init(keys[4])
+
+    batch, params = inputs(jax.random.key(2))
 
     def reference_loss(params):
         logits, values = nets.apply(params, batch.observation.reshape(t * b, d))
@@ -156,7 +177,6 @@ def test_vtrace_loss_and_gradient_equal_the_loss_over_one_forward_pass():
             - config.entropy_cost * entropy
         )
 
-    params = nets.init(keys[4])
     # Jitted: op by op, each of the many small ops would compile on its own.
     (loss, _), grads = jax.jit(jax.value_and_grad(make_vtrace_loss(nets, config), has_aux=True))(
         params, batch, KEY
@@ -181,19 +201,32 @@ def test_a_time_limit_bootstraps_the_vtrace_target_from_the_cut_states_value():
     t, b, a, d = 2, 4, 3, 5
     nets = make_actor_critic_networks(NetworkConfig(mlp_sizes=(8,)), (d,), a)
     config = LossConfig(discount=0.9, entropy_cost=0.0, baseline_cost=1.0)
-    keys = jax.random.split(jax.random.key(3), 2)
-    params = nets.init(keys[0])
-    observation = jax.random.normal(keys[1], (t, b, d))
-    logits, values = nets.apply(params, observation.reshape(t * b, d))
-    batch = VTraceBatch(
-        observation=observation,
-        action=jnp.zeros((t, b), jnp.int32),
-        reward=jnp.ones((t, b)),
-        discount=jnp.zeros((t, b)),  # every learned step ends its episode ...
-        behaviour_logits=logits.reshape(t, b, a),
-        truncated=jnp.array([[1.0, 1.0, 0.0, 0.0], [0.0] * 4]),  # ... by the clock in two columns
-    )
+
+    @jax.jit
+    def inputs(key):  # the parameters, the batch and its values, in one program
+        keys = jax.random.split(key, 2)
+        params = nets.init(keys[0])
+        observation = jax.random.normal(keys[1], (t, b, d))
+        logits, values = nets.apply(params, observation.reshape(t * b, d))
+        batch = VTraceBatch(
+            observation=observation,
+            action=jnp.zeros((t, b), jnp.int32),
+            reward=jnp.ones((t, b)),
+            discount=jnp.zeros((t, b)),  # every learned step ends its episode ...
+            behaviour_logits=logits.reshape(t, b, a),
+            # ... by the clock in two columns
+            truncated=jnp.array([[1.0, 1.0, 0.0, 0.0], [0.0] * 4]),
+        )
+        return params, batch, values
+
+    @jax.jit
+    def expected_value_loss(values, truncated):
+        value_0 = values.reshape(t, b)[0]  # [B]
+        errors = 1.0 + jnp.where(truncated[0] > 0, config.discount * value_0, 0.0) - value_0
+        return 0.5 * jnp.mean(errors**2)
+
+    params, batch, values = inputs(jax.random.key(3))
     _, metrics = jax.jit(make_vtrace_loss(nets, config))(params, batch, KEY)
-    value_0 = values.reshape(t, b)[0]  # [B]
-    errors = 1.0 + jnp.where(batch.truncated[0] > 0, config.discount * value_0, 0.0) - value_0
-    np.testing.assert_allclose(metrics["value_loss"], 0.5 * jnp.mean(errors**2), rtol=1e-5)
+    np.testing.assert_allclose(
+        metrics["value_loss"], expected_value_loss(values, batch.truncated), rtol=1e-5
+    )
