@@ -134,7 +134,8 @@ def train(updates: int = 20, num_envs: int = 16, seed: int = 0) -> dict[str, flo
     optimizer = muzero.make_optimizer(config.optimizer)
     update = jax.jit(muzero.make_update(agent.loss_fn, optimizer))
     key = jax.random.PRNGKey(seed)
-    state = muzero.init_train_state(agent.init(key), optimizer, key)
+    # One program: run outside `jit`, each operation of the init compiles a program of its own.
+    state = jax.jit(lambda key: muzero.init_train_state(agent.init(key), optimizer, key))(key)
 
     def right_probability(params) -> float:  # the policy's mean chance of RIGHT off the goal
         cells = np.eye(SIZE, dtype=np.float32)[: SIZE - 1]  # [SIZE - 1, SIZE]

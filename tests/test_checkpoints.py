@@ -252,9 +252,13 @@ def test_round_trip_of_a_real_optax_state_with_empty_nodes(tmp_path):
 
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))
     params = _state().params
-    opt_state = optimizer.init(params)
-    grads = jax.tree.map(jnp.ones_like, params)
-    _, opt_state = optimizer.update(grads, opt_state, params)
+
+    @jax.jit  # one program: op by op, each of the update's operations compiles its own
+    def updated(params):
+        grads = jax.tree.map(jnp.ones_like, params)
+        return optimizer.update(grads, optimizer.init(params), params)[1]
+
+    opt_state = updated(params)
     state = TrainState(params, opt_state, jnp.asarray(1, jnp.int32), jax.random.key(3))
     ckpt = Checkpointer(tmp_path)
     ckpt.save(1, state, CONFIG)
