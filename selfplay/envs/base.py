@@ -36,6 +36,7 @@ __all__ = [
     "SyncSendRecv",
     "TimeStep",
     "check_actions",
+    "step_input",
 ]
 
 # The environment families `make_env` knows (selfplay.envs.registry), by name prefix.
@@ -140,6 +141,15 @@ def check_actions(actions: Any, batch: int, num_actions: int) -> np.ndarray:
     if actions.size and (actions.min() < 0 or actions.max() >= num_actions):
         raise ValueError(f"actions must be in [0, {num_actions}), got {actions.tolist()}")
     return actions.astype(np.int32, copy=False)
+
+
+def step_input(actions: Any) -> Any:
+    """`actions` [B] for a JAX adapter's jitted step: a device array as it is, host data as
+    int32 NumPy, which the jitted call transfers itself (`jnp.asarray` of host data runs a program
+    of its own, compiled once for each shape, at every step)."""
+    import jax  # the JAX adapters' (pgx, gymnax): this module loads without JAX
+
+    return actions if isinstance(actions, jax.Array) else np.asarray(actions, np.int32)
 
 
 class SyncSendRecv:

@@ -41,7 +41,7 @@ import numpy as np
 from gymnax.environments import spaces
 
 from configs.errors import UsageError
-from selfplay.envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions
+from selfplay.envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions, step_input
 from selfplay.programs import built_once
 
 __all__ = [
@@ -280,11 +280,7 @@ class GymnaxEnv(SyncSendRecv):
         """Steps with `actions` [B] int (host or device, unchecked); returns device arrays."""
         if self._env_state is None:
             raise ValueError("step called before reset")
-        # Host actions go in as NumPy: `jnp.asarray` of host data runs a program of its own
-        # (compiled once for each shape); the jitted step takes NumPy as it is.
-        if not isinstance(actions, jax.Array):
-            actions = np.asarray(actions, np.int32)
-        self._env_state, ts = self._step(self._env_state, actions)
+        self._env_state, ts = self._step(self._env_state, step_input(actions))
         return ts
 
     def step(self, actions: np.ndarray) -> TimeStep:
