@@ -2,6 +2,8 @@
 
     python benchmarks/suite.py                 # reference, the suite cold, reference again
     python benchmarks/suite.py --reference-only
+    python benchmarks/suite.py --workers 3     # pytest -n 3 instead of the README's -n 2
+    python benchmarks/suite.py --by-module     # and what each test module cost (suite_costs.py)
 
 This machine's speed drifts: the same tests have taken 7:35 and 16:44 of wall a day apart, on a
 quiet machine each time. A figure for the suite alone says little; its ratio to a fixed workload
@@ -16,14 +18,20 @@ of its own (the tests' usual cache is left alone). CPU is user + sys of pytest a
 it waited for.
 
 Lines: {"config": "reference", "cpu_s": S, "wall_s": S} before and after, then
-{"config": "suite", "wall_s": S, "cpu_s": S, "passed": N, "skipped": N, "failed": N,
-"reference_cpu_s": mean of the two, "ratio": cpu_s / reference_cpu_s, "bound_wall_s": 480,
-"wall_within_bound": bool}.
+{"config": "suite", "workers": N, "wall_s": S, "cpu_s": S, "passed": N, "skipped": N,
+"failed": N, "failures": [test ids], "reference_cpu_s": mean of the two, "ratio": cpu_s /
+reference_cpu_s, "bound_wall_s": 480, "wall_within_bound": bool}. With --by-module, before the
+last line, one line a test module, costliest first: {"config": "module", "module":
+"tests/test_x.py", "tests": N, "cpu_s": S (the workers' own and their children's),
+"children_cpu_s": S, "wall_s": S, "xla_compiles": N, "xla_s": S, "trace_lower_s": S}
+(benchmarks/suite_costs.py says what each counts); then the --top costliest tests the same way
+({"config": "test", "test": ...}).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import pathlib
@@ -86,13 +94,19 @@ def reference() -> dict:
     }
 
 
-def suite() -> dict:
-    """`pytest -n 2` from a cold compilation cache: its wall, CPU and test counts."""
+def suite(workers: int = 2, costs_dir: str | None = None) -> dict:
+    """`pytest -n WORKERS` from a cold compilation cache: its wall, CPU and test counts (and,
+    given `costs_dir`, each test's costs written there by benchmarks/suite_costs.py)."""
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": cache}
+        plugin = []
+        if costs_dir is not None:  # the plugin by its package's name: benchmarks/ itself on
+            # the path would shadow Podracer's packages with the benchmarks of the same names
+            env["SUITE_COSTS_DIR"] = costs_dir
+            plugin = ["-p", "benchmarks.suite_costs"]
         before, started = _children_cpu(), time.monotonic()
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider"],
+            [sys.executable, "-m", "pytest", "-n", str(workers), "-p", "no:cacheprovider"] + plugin,
             cwd=ROOT,
             env=env,
             capture_output=True,
@@ -105,20 +119,59 @@ def suite() -> dict:
     }
     return {
         "config": "suite",
+        "workers": workers,
         "wall_s": round(wall, 1),
         "cpu_s": round(cpu, 1),
         "passed": counts.get("passed", 0),
         "skipped": counts.get("skipped", 0),
         "failed": counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0),
         "exit": done.returncode,
+        "failures": re.findall(r"^(?:FAILED|ERROR) (\S+)", done.stdout, flags=re.MULTILINE),
         "bound_wall_s": BOUND_WALL_S,
         "wall_within_bound": wall <= BOUND_WALL_S,
     }
 
 
+_COSTS = ("cpu_s", "children_cpu_s", "wall_s", "xla_compiles", "xla_s", "trace_lower_s")
+
+
+def cost_lines(costs_dir: str, top: int) -> list[dict]:
+    """One line a test module, costliest first, then the `top` costliest tests."""
+    tests = [
+        json.loads(line)
+        for path in sorted(pathlib.Path(costs_dir).glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+    for test in tests:  # a worker's CPU and that of the processes it waited for
+        test["cpu_s"] += test["children_cpu_s"]
+    modules: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for test in tests:
+        module = modules[test["test"].split("::")[0]]
+        module["tests"] += 1
+        module.update({key: test[key] for key in _COSTS if key in test})
+
+    def rounded(line: dict) -> dict:
+        return {key: round(value, 1) if isinstance(value, float) else value
+                for key, value in line.items()}  # fmt: skip
+
+    lines = [
+        rounded({"config": "module", "module": name, **module})
+        for name, module in sorted(modules.items(), key=lambda item: -item[1]["cpu_s"])
+    ]
+    costliest = sorted(tests, key=lambda test: -test["cpu_s"])[:top]
+    return lines + [rounded({"config": "test", **test}) for test in costliest]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reference-only", action="store_true", help="only the reference, twice")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="pytest's -n (the README's test command: 2)"
+    )
+    parser.add_argument(
+        "--by-module", action="store_true", help="what each test module cost (suite_costs.py)"
+    )
+    parser.add_argument("--top", type=int, default=20, help="--by-module: the costliest tests")
     args = parser.parse_args()
     first = reference()
     print(json.dumps(first), flush=True)
@@ -126,7 +179,10 @@ def main() -> None:
         print(json.dumps(reference()), flush=True)
         return
     # The reference before and after: a drift of the machine's speed during the suite shows.
-    line = suite()
+    with tempfile.TemporaryDirectory() as costs_dir:
+        line = suite(args.workers, costs_dir if args.by_module else None)
+        for cost in cost_lines(costs_dir, args.top) if args.by_module else []:
+            print(json.dumps(cost), flush=True)
     second = reference()
     print(json.dumps(second), flush=True)
     line["reference_cpu_s"] = round((first["cpu_s"] + second["cpu_s"]) / 2, 2)
