@@ -543,7 +543,9 @@ def _recording(event: str) -> Iterator[list[str]]:
     try:
         yield entry[1]
     finally:
-        _RECORDING.remove(entry)
+        # By identity: `remove` compares by value, and two recorders of one event open at once
+        # hold equal lists whenever they saw the same programs.
+        del _RECORDING[next(i for i, other in enumerate(_RECORDING) if other is entry)]
 
 
 def traced_programs() -> contextlib.AbstractContextManager[list[str]]:

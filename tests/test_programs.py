@@ -263,3 +263,19 @@ def test_fresh_runs_of_one_network_build_its_parameters_program_once(tmp_path):
     assert all(bool((a == b).all()) for a, b in leaves)
     assert jax.tree.structure(first.opt_state) != jax.tree.structure(second.opt_state)
     assert second.learning_rate == np.float32(0.0123) != first.learning_rate
+
+
+def test_two_recorders_of_one_event_open_at_once_each_record_and_close_their_own():
+    """`tests.fakes`'s recorders nest (a test's inside `benchmarks/suite_costs.py`'s, say): the
+    inner one closing while both hold equal lists leaves the outer one recording."""
+    from tests import fakes
+
+    with fakes.lowered_programs() as outer:
+        with fakes.lowered_programs() as inner:
+            pass  # both lists empty, equal
+
+        def only_in_this_test(x):
+            return x * 3 + 1
+
+        jax.jit(only_in_this_test)(np.float32(1.0))
+    assert inner == [] and outer == ["jit(only_in_this_test)"]
