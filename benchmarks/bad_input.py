@@ -6,9 +6,10 @@ handled, one JSON line per kind.
     python benchmarks/bad_input.py --skip-runs           # no training runs
 
 Kinds:
-  overrides, config_files, train_cli, arena_cli, search_masks   generated (hypothesis, random
-      seed), with the checks of tests/test_bad_input.py: one clear line (at most three) or
-      accepted, never another exception
+  overrides, config_files, train_cli, arena_cli, search_masks, search_inputs   generated
+      (hypothesis, random seed), with the checks of tests/test_bad_input.py: one clear line (at
+      most three) or accepted, never another exception; search_inputs: wrong shapes and dtypes
+      given to `search.run`, refused in one error naming the input
   worst_values    every field of every preset meets "-1", "nan", "1e308", "", "x"
   damaged         each of eight kinds of damage to the newest of three checkpoints, --trials
                   times: the arena refuses it in one line; the resume sets it aside and goes on
@@ -197,6 +198,10 @@ def search_masks(examples: int) -> None:
     )
 
 
+def search_inputs(examples: int) -> None:
+    generated("search_inputs", cases.wrong_search_inputs, cases.search_refuses, examples)
+
+
 def damaged(trials: int) -> None:
     import numpy as np
 
@@ -339,6 +344,7 @@ def main() -> None:
     args = parser.parse_args()
     parsing(args.examples)
     search_masks(args.examples)
+    search_inputs(args.examples)
     tournaments(args.examples // 2)
     unusual_arena()
     damaged(args.trials)

@@ -204,8 +204,12 @@ def run(
     chex.assert_rank(root.prior_logits, 2)
     batch_size, num_actions = root.prior_logits.shape
     chex.assert_shape(root.value, (batch_size,))
+    # The tree keeps the search's logits and values in the root's dtypes: an integer or boolean
+    # root would truncate every value backed up into it.
+    _check_floating("search.run", "root.prior_logits", root.prior_logits)
+    _check_floating("search.run", "root.value", root.value)
     if invalid_actions is not None:
-        chex.assert_shape(invalid_actions, (batch_size, num_actions))
+        invalid_actions = _as_mask("search.run", invalid_actions, (batch_size, num_actions))
         invalid_actions = _with_a_legal_action_per_row(invalid_actions)
     qtransform = _make_qtransform(config)
     max_depth = config.max_depth or config.num_simulations
@@ -238,6 +242,29 @@ def run(
     return _muzero(
         params, rng_key, root, recurrent_fn, config, qtransform, invalid_actions, max_depth, tree
     )
+
+
+def _check_floating(caller: str, name: str, x: chex.Array) -> None:
+    """TypeError, one line, unless `x` is a floating-point array."""
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(
+            f"{caller}: {name} must be a floating-point array, got {x.dtype} "
+            "(cast it, e.g. .astype(jnp.float32))"
+        )
+
+
+def _as_mask(caller: str, mask: Any, shape: tuple[int, ...]) -> chex.Array:
+    """`mask` (an array, or nested lists) as an array of `shape`, True or nonzero where an action
+    is illegal; TypeError, one line, for a dtype that is not boolean, integer or real."""
+    if isinstance(mask, (list, tuple)):
+        mask = jnp.asarray(mask)  # under `jit` a list may hold tracers: jnp, not np
+    dtype = mask.dtype
+    if not any(jnp.issubdtype(dtype, kind) for kind in (jnp.bool_, jnp.integer, jnp.floating)):
+        raise TypeError(
+            f"{caller}: invalid_actions must be boolean (True where illegal) or 0/1, got {dtype}"
+        )
+    chex.assert_shape(mask, shape)
+    return mask
 
 
 def _with_a_legal_action_per_row(invalid_actions: chex.Array) -> chex.Array:
@@ -786,17 +813,28 @@ def select_action(
     """Picks an action per row from visit counts (or their distribution).
 
     Samples proportionally to `visits ** (1 / temperature)`; temperature 0 is greedy (the most
-    visited action; ties go to the lowest index). Uses the key exactly as mctx.muzero_policy does.
+    visited action; ties between the most visited are broken at random, as mctx's are). Uses the
+    key exactly as mctx.muzero_policy does.
 
     Args:
       rng_key: consumed.
-      visit_probs: [B, A] visit counts or visit distribution.
-      temperature: >= 0; a Python float or a scalar array.
-      invalid_actions: [B, A], True where an action must never be picked.
+      visit_probs: [B, A] visit counts (integers or floats) or visit distribution.
+      temperature: >= 0; a Python number or an array that broadcasts against [B, A] (a scalar,
+        or [B, 1] for a temperature per row).
+      invalid_actions: [B, A], True (or nonzero) where an action must never be picked.
     Returns:
       [B] int32 actions.
     """
+    if isinstance(visit_probs, (list, tuple)):
+        visit_probs = jnp.asarray(visit_probs)
     chex.assert_rank(visit_probs, 2)
+    if jnp.issubdtype(visit_probs.dtype, jnp.integer):
+        visit_probs = visit_probs.astype(jnp.float32)  # counts, as `tree.children_visits` holds
+    _check_floating("search.select_action", "visit_probs", visit_probs)
+    if isinstance(temperature, (int, float)) and not temperature >= 0:  # NaN included
+        raise ValueError(f"search.select_action: temperature must be >= 0, got {temperature}")
+    if invalid_actions is not None:
+        invalid_actions = _as_mask("search.select_action", invalid_actions, visit_probs.shape)
     logits = jnp.log(jnp.maximum(visit_probs, jnp.finfo(visit_probs.dtype).tiny))
     logits = logits - jnp.max(logits, keepdims=True, axis=-1)
     logits = logits / jnp.maximum(jnp.finfo(logits.dtype).tiny, temperature)

@@ -380,13 +380,13 @@ def _recurrent_fn(params, key, action, embedding):
 
 
 def _root(batch: int = BATCH, actions: int = ACTIONS):
-    import jax.numpy as jnp
     import mctx
+    import numpy as np
 
-    return mctx.RootFnOutput(
-        prior_logits=jnp.zeros((batch, actions)),
-        value=jnp.zeros(batch),
-        embedding=jnp.zeros((batch, 2)),
+    return mctx.RootFnOutput(  # NumPy: constants under `jit`, no program of their own outside it
+        prior_logits=np.zeros((batch, actions), np.float32),
+        value=np.zeros(batch, np.float32),
+        embedding=np.zeros((batch, 2), np.float32),
     )
 
 
@@ -440,32 +440,81 @@ def test_the_search_picks_only_legal_actions_under_generated_masks(legal, algori
         assert legal[row][int(chosen[row])] and legal[row][int(sampled[row])], (legal, chosen)
 
 
-@settings(CI, max_examples=12)
-@given(
-    batch=st.integers(1, 3),
-    actions=st.integers(2, 4),
-    wrong=st.sampled_from(["logits rank", "value shape", "mask shape", "mask rank"]),
+WRONG_DTYPE_OF = ["logits dtype", "value dtype", "mask dtype"]
+# Wrong inputs to `search.run`: (batch, actions, what is wrong, the dtype where it is one).
+wrong_search_inputs = st.tuples(
+    st.integers(1, 3),
+    st.integers(2, 4),
+    st.sampled_from(["logits rank", "value shape", "mask shape", "mask rank"] + WRONG_DTYPE_OF),
+    st.sampled_from(["int32", "bool", "complex64"]),
 )
-def test_the_search_refuses_generated_wrong_shapes_with_one_clear_error(batch, actions, wrong):
+
+
+def search_refuses(batch: int, actions: int, wrong: str, dtype: str) -> None:
+    """Checks that `search.run` refuses the wrong input in one clear error (naming the input,
+    where its dtype is wrong) before anything is traced or compiled (NumPy inputs)."""
     import jax
-    import jax.numpy as jnp
+    import numpy as np
 
     import search
 
-    root, invalid = _root(batch, actions), jnp.zeros((batch, actions), bool)
+    root, invalid = _root(batch, actions), np.zeros((batch, actions), bool)
+    named = None
     if wrong == "logits rank":
-        root = root.replace(prior_logits=root.prior_logits[..., None])
+        root = root.replace(prior_logits=np.zeros((batch, actions, 1), np.float32))
     elif wrong == "value shape":
-        root = root.replace(value=jnp.zeros(batch + 1))
+        root = root.replace(value=np.zeros(batch + 1, np.float32))
     elif wrong == "mask shape":
-        invalid = jnp.zeros((batch, actions + 1), bool)
-    else:
-        invalid = jnp.zeros((actions,), bool)
+        invalid = np.zeros((batch, actions + 1), bool)
+    elif wrong == "mask rank":
+        invalid = np.zeros((actions,), bool)
+    elif wrong == "logits dtype":
+        root, named = root.replace(prior_logits=np.zeros((batch, actions), dtype)), "prior_logits"
+    elif wrong == "value dtype":
+        root, named = root.replace(value=np.zeros(batch, dtype)), "root.value"
+    else:  # a mask is boolean, or 0/1 in any real dtype
+        invalid, named = np.zeros((batch, actions), np.complex64), "invalid_actions"
     with pytest.raises((AssertionError, ValueError, TypeError)) as raised:
         search.run(
             None, jax.random.key(0), root, _recurrent_fn, _search_config(), invalid_actions=invalid
         )
-    assert str(raised.value).strip() and len(str(raised.value).splitlines()) <= MAX_LINES
+    message = str(raised.value)
+    assert message.strip() and len(message.splitlines()) <= MAX_LINES, message
+    assert not named or (named in message and "search.run" in message), message
+
+
+@settings(CI, max_examples=20)
+@given(case=wrong_search_inputs)  # more: benchmarks/bad_input.py
+def test_the_search_refuses_generated_wrong_shapes_and_dtypes_with_one_clear_error(case):
+    search_refuses(*case)
+
+
+def test_select_action_takes_integer_visit_counts_and_refuses_what_it_cannot_sample():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import search
+
+    counts = np.array([[3, 1, 0], [0, 0, 4]], np.int32)  # as `tree.children_visits` holds them
+    illegal = [[False, False, True], [True, False, False]]  # nested lists, as a user may pass
+
+    @jax.jit
+    def pick(visits, temperature):
+        return search.select_action(jax.random.key(7), visits, temperature, illegal)
+
+    for temperature in (0.0, 1.0):
+        as_ints = pick(counts, temperature)
+        assert np.array_equal(as_ints, pick(counts.astype(np.float32), temperature))
+    assert np.asarray(pick(counts, 0.0)).tolist() == [0, 2]
+    with pytest.raises(ValueError, match="temperature must be >= 0, got -1"):
+        search.select_action(jax.random.key(0), counts, -1.0)
+    with pytest.raises(AssertionError, match="shape"):  # chex: the mask's shape against [B, A]
+        search.select_action(jax.random.key(0), counts, 1.0, np.zeros((2, 4), bool))
+    with pytest.raises(TypeError, match="visit_probs must be a floating-point array, got bool"):
+        search.select_action(jax.random.key(0), np.ones((2, 3), bool), 1.0)
+    with pytest.raises(TypeError, match="invalid_actions must be boolean"):
+        search.select_action(jax.random.key(0), counts, 1.0, jnp.zeros((2, 3), jnp.complex64))
 
 
 def test_a_row_with_no_legal_action_is_refused_eagerly_and_searched_all_legal_under_jit():
@@ -477,7 +526,7 @@ def test_a_row_with_no_legal_action_is_refused_eagerly_and_searched_all_legal_un
     legal = np.ones((BATCH, ACTIONS), bool)
     legal[1] = False  # the second row has no legal action
     with pytest.raises(ValueError, match=r"rows \[1\] have no legal action") as raised:
-        invalid = ~legal
+        invalid = (~legal).tolist()  # nested lists are read as the array they spell
         search.run(
             None,
             jax.random.key(0),
