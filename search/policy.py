@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import mctx
 import numpy as np
 
-from search import _mctx_internals, engine, selection
+from search import _inputs, _mctx_internals, engine, selection
 from search.config import SearchConfig
 
 __all__ = ["SearchOutput", "StochasticModel", "mask_invalid_logits", "run", "select_action"]
@@ -94,7 +94,8 @@ def mask_invalid_logits(logits: chex.Array, invalid_actions: chex.Array | None) 
     """
     if invalid_actions is None:
         return logits
-    chex.assert_equal_shape([logits, invalid_actions])
+    _inputs.check_floating("search.mask_invalid_logits", "logits", logits)
+    invalid_actions = _inputs.as_mask("search.mask_invalid_logits", invalid_actions, logits.shape)
     logits = logits - jnp.max(logits, axis=-1, keepdims=True)
     return jnp.where(invalid_actions, jnp.finfo(logits.dtype).min, logits)
 
@@ -206,10 +207,10 @@ def run(
     chex.assert_shape(root.value, (batch_size,))
     # The tree keeps the search's logits and values in the root's dtypes: an integer or boolean
     # root would truncate every value backed up into it.
-    _check_floating("search.run", "root.prior_logits", root.prior_logits)
-    _check_floating("search.run", "root.value", root.value)
+    _inputs.check_floating("search.run", "root.prior_logits", root.prior_logits)
+    _inputs.check_floating("search.run", "root.value", root.value)
     if invalid_actions is not None:
-        invalid_actions = _as_mask("search.run", invalid_actions, (batch_size, num_actions))
+        invalid_actions = _inputs.as_mask("search.run", invalid_actions, (batch_size, num_actions))
         invalid_actions = _with_a_legal_action_per_row(invalid_actions)
     qtransform = _make_qtransform(config)
     max_depth = config.max_depth or config.num_simulations
@@ -242,29 +243,6 @@ def run(
     return _muzero(
         params, rng_key, root, recurrent_fn, config, qtransform, invalid_actions, max_depth, tree
     )
-
-
-def _check_floating(caller: str, name: str, x: chex.Array) -> None:
-    """TypeError, one line, unless `x` is a floating-point array."""
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise TypeError(
-            f"{caller}: {name} must be a floating-point array, got {x.dtype} "
-            "(cast it, e.g. .astype(jnp.float32))"
-        )
-
-
-def _as_mask(caller: str, mask: Any, shape: tuple[int, ...]) -> chex.Array:
-    """`mask` (an array, or nested lists) as an array of `shape`, True or nonzero where an action
-    is illegal; TypeError, one line, for a dtype that is not boolean, integer or real."""
-    if isinstance(mask, (list, tuple)):
-        mask = jnp.asarray(mask)  # under `jit` a list may hold tracers: jnp, not np
-    dtype = mask.dtype
-    if not any(jnp.issubdtype(dtype, kind) for kind in (jnp.bool_, jnp.integer, jnp.floating)):
-        raise TypeError(
-            f"{caller}: invalid_actions must be boolean (True where illegal) or 0/1, got {dtype}"
-        )
-    chex.assert_shape(mask, shape)
-    return mask
 
 
 def _with_a_legal_action_per_row(invalid_actions: chex.Array) -> chex.Array:
@@ -825,16 +803,17 @@ def select_action(
     Returns:
       [B] int32 actions.
     """
-    if isinstance(visit_probs, (list, tuple)):
-        visit_probs = jnp.asarray(visit_probs)
+    visit_probs = _inputs.as_array(visit_probs)
     chex.assert_rank(visit_probs, 2)
     if jnp.issubdtype(visit_probs.dtype, jnp.integer):
         visit_probs = visit_probs.astype(jnp.float32)  # counts, as `tree.children_visits` holds
-    _check_floating("search.select_action", "visit_probs", visit_probs)
+    _inputs.check_floating("search.select_action", "visit_probs", visit_probs)
     if isinstance(temperature, (int, float)) and not temperature >= 0:  # NaN included
         raise ValueError(f"search.select_action: temperature must be >= 0, got {temperature}")
     if invalid_actions is not None:
-        invalid_actions = _as_mask("search.select_action", invalid_actions, visit_probs.shape)
+        invalid_actions = _inputs.as_mask(
+            "search.select_action", invalid_actions, visit_probs.shape
+        )
     logits = jnp.log(jnp.maximum(visit_probs, jnp.finfo(visit_probs.dtype).tiny))
     logits = logits - jnp.max(logits, keepdims=True, axis=-1)
     logits = logits / jnp.maximum(jnp.finfo(logits.dtype).tiny, temperature)

@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import mctx
 
+from search import _inputs
+
 __all__ = ["reuse_subtree"]
 
 _NODE_FILL = {  # what an empty slot holds, per per-node field of mctx.Tree
@@ -50,7 +52,8 @@ def reuse_subtree(
 
     Args:
       tree: a batched search tree (`SearchOutput.tree`), [B, N, ...].
-      action: [B] the action played from each root.
+      action: [B] integers in [0, A), the action played from each root (concrete values
+        outside it: ValueError; under `jit` JAX's indexing clamps them).
       keep: [B] bool; rows where it is False come back empty, so the next search starts fresh
         (for a finished episode, or a new game). None keeps every row.
       max_nodes: slots in the returned tree; default N. The oldest nodes are kept when the
@@ -61,12 +64,14 @@ def reuse_subtree(
       empty. Pass it to `search.run(..., tree=...)`.
     """
     batch_size, num_nodes = tree.node_values.shape
-    chex.assert_shape(action, (batch_size,))
+    num_actions = tree.children_index.shape[-1]
+    action = _inputs.as_actions("search.reuse_subtree", action, batch_size, num_actions)
     max_nodes = num_nodes if max_nodes is None else int(max_nodes)
     if max_nodes < 1:
-        raise ValueError(f"reuse_subtree: max_nodes must be >= 1, got {max_nodes}")
+        raise ValueError(f"search.reuse_subtree: max_nodes must be >= 1, got {max_nodes}")
     if keep is None:
         keep = jnp.ones((batch_size,), dtype=bool)
+    keep = _inputs.as_array(keep)
     chex.assert_shape(keep, (batch_size,))
     return jax.vmap(_reuse_row, in_axes=(0, 0, 0, None))(tree, action, keep, max_nodes)
 

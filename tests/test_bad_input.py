@@ -517,6 +517,33 @@ def test_select_action_takes_integer_visit_counts_and_refuses_what_it_cannot_sam
         search.select_action(jax.random.key(0), counts, 1.0, jnp.zeros((2, 3), jnp.complex64))
 
 
+def test_reuse_subtree_and_mask_invalid_logits_refuse_what_they_cannot_index_in_one_line():
+    import jax
+    import numpy as np
+
+    import search
+
+    def empty_tree():  # a search's tree of zeros, from its shapes alone (traced, not compiled)
+        run = lambda: search.run(None, jax.random.key(0), _root(), _recurrent_fn, _search_config())  # noqa: E731
+        shapes = jax.eval_shape(run).tree
+        return jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
+
+    tree = empty_tree()
+    refusals = {
+        "action must be an integer array, got float32": np.zeros(BATCH, np.float32),
+        rf"action of rows \[1\] outside \[0, {ACTIONS}\): \[{ACTIONS}\]": [0, ACTIONS, 0],
+        "shape": np.zeros(BATCH + 1, np.int32),
+    }
+    for message, action in refusals.items():
+        with pytest.raises((TypeError, ValueError, AssertionError), match=message) as raised:
+            search.reuse_subtree(tree, action)
+        assert len(str(raised.value).splitlines()) <= MAX_LINES
+    with pytest.raises(TypeError, match="logits must be a floating-point array, got int32"):
+        search.mask_invalid_logits(np.zeros((BATCH, ACTIONS), np.int32), np.zeros((1, 1), bool))
+    masked = search.mask_invalid_logits(np.zeros((1, 2), np.float32), [[True, False]])
+    assert np.asarray(masked).tolist() == [[np.finfo(np.float32).min, 0.0]]
+
+
 def test_a_row_with_no_legal_action_is_refused_eagerly_and_searched_all_legal_under_jit():
     import jax
     import numpy as np
