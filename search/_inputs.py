@@ -5,6 +5,7 @@ spell."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import chex
@@ -12,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["as_actions", "as_array", "as_mask", "check_floating"]
+__all__ = ["as_actions", "as_array", "as_mask", "check_floating", "checked_step"]
 
 
 def as_array(x: Any) -> Any:
@@ -58,3 +59,36 @@ def as_actions(caller: str, action: Any, batch_size: int, num_actions: int) -> c
                 f"{np.asarray(action)[outside[:8]].tolist()}"
             )
     return action
+
+
+def _shapes(tree: Any) -> Any:
+    return jax.tree.map(jnp.shape, tree)
+
+
+def checked_step(
+    caller: str, name: str, step_fn: Callable, root_value: chex.Array, root_embedding: Any = None
+) -> Callable:
+    """`step_fn`, a model's step `(params, rng_key, action, embedding) -> (output, embedding)`,
+    checked as it is traced (nothing is added to the program where the model is right): the
+    output's integer or boolean fields become the root value's float dtype (the tree's, which
+    would otherwise take them in a loop carry of another dtype), and with `root_embedding` the
+    next embedding must have its structure and shapes (the tree keeps one such per node):
+    ValueError, one line, naming `name`."""
+    floating = root_value.dtype
+    wanted = None if root_embedding is None else _shapes(root_embedding)
+
+    def as_float(x):
+        dtype = jnp.result_type(x)
+        return x if jnp.issubdtype(dtype, jnp.floating) else jnp.asarray(x, floating)
+
+    def step(params, rng_key, action, embedding):
+        output, next_embedding = step_fn(params, rng_key, action, embedding)
+        if wanted is not None and _shapes(next_embedding) != wanted:
+            got = str(_shapes(next_embedding))[:200]
+            raise ValueError(
+                f"{caller}: {name} returned a next embedding of shapes {got}; the root's embedding "
+                f"has {str(wanted)[:200]}, and the tree keeps one of those per node"
+            )
+        return jax.tree.map(as_float, output), next_embedding
+
+    return step

@@ -228,9 +228,19 @@ def run(
                 "search's kept child would be an afterstate, not the position reached"
             )
         assert isinstance(recurrent_fn, StochasticModel)
-        return _stochastic_muzero(
-            params, rng_key, root, recurrent_fn, config, qtransform, invalid_actions, max_depth
+        model = StochasticModel(  # an afterstate is a node of its own kind: its shapes are free
+            _inputs.checked_step("search.run", "decision_fn", recurrent_fn.decision_fn, root.value),
+            _inputs.checked_step(
+                "search.run", "chance_fn", recurrent_fn.chance_fn, root.value, root.embedding
+            ),
         )
+        return _stochastic_muzero(
+            params, rng_key, root, model, config, qtransform, invalid_actions, max_depth
+        )
+    assert not isinstance(recurrent_fn, StochasticModel)
+    recurrent_fn = _inputs.checked_step(
+        "search.run", "recurrent_fn", recurrent_fn, root.value, root.embedding
+    )
     if config.algorithm == "gumbel_muzero":
         if tree is not None:
             raise ValueError(

@@ -489,6 +489,38 @@ def test_the_search_refuses_generated_wrong_shapes_and_dtypes_with_one_clear_err
     search_refuses(*case)
 
 
+@pytest.mark.parametrize("algorithm", ["muzero", "gumbel_muzero"])
+def test_a_model_whose_embedding_changes_shape_is_refused_and_integer_outputs_are_searched(
+    algorithm,
+):
+    import jax
+    import jax.numpy as jnp
+
+    import search
+
+    def searched(recurrent_fn):  # traced, never compiled: the checks are at trace time
+        run = lambda: search.run(  # noqa: E731
+            None, jax.random.key(0), _root(), recurrent_fn, _search_config(algorithm)
+        )
+        return jax.eval_shape(run)
+
+    def wider(params, key, action, embedding):
+        out, embedding = _recurrent_fn(params, key, action, embedding)
+        return out, jnp.zeros(embedding.shape[:1] + (embedding.shape[1] + 1,))
+
+    with pytest.raises(ValueError, match="recurrent_fn returned a next embedding") as raised:
+        searched(wider)
+    assert len(str(raised.value).splitlines()) == 1, raised.value
+
+    def counting(params, key, action, embedding):  # a game's outcome as integers
+        out, embedding = _recurrent_fn(params, key, action, embedding)
+        integers = jnp.zeros(action.shape, jnp.int32)
+        return out.replace(reward=integers, value=integers, discount=integers + 1), embedding
+
+    # Integer outputs became a loop carry of another dtype than the tree's (a 5-line TypeError).
+    assert searched(counting).root_value.dtype == jnp.float32
+
+
 def test_select_action_takes_integer_visit_counts_and_refuses_what_it_cannot_sample():
     import jax
     import jax.numpy as jnp
