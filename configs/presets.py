@@ -198,7 +198,7 @@ def tic_tac_toe_muzero() -> ExperimentConfig:
     )
 
 
-@preset("cpu", "perfect play after 2-3 minutes on 2 cores (5-minute run)")
+@preset("cpu", "perfect play after 1-2 minutes on 2 cores (5-minute run)")
 def tic_tac_toe_alphazero() -> ExperimentConfig:
     """AlphaZero on pgx's tic-tac-toe: 64 simulations of the real rules."""
     config = _board_game(
