@@ -12,7 +12,8 @@ Training is `selfplay.train.train` on `--config` (default connect_four_alphazero
 `learner.max_seconds` set from `--minutes` (the training clock starts when the learner does, after
 start-up); a run directory that already holds checkpoints is continued. The match is
 `arena.run_tournament(game, ["ckpt:RUN", "mcts:SIMS"], games)` with colours alternating; its games
-are saved in RUN/arena-vs-mcts/ (a stopped match continues there). Prints one JSON line: wins,
+are saved in RUN/arena-vs-mcts/, or RUN/arena-vs-mctsSIMS-simsN/ for another bot or `--sims N`
+(a stopped match continues in its own folder). Prints one JSON line: wins,
 draws and losses of the agent, `win_rate` (wins / games) and `target_met` (win_rate >= 0.9).
 """
 
@@ -34,6 +35,14 @@ import configs  # noqa: E402
 from selfplay.train import train  # noqa: E402
 
 TARGET_WIN_RATE = 0.9
+
+
+def _match_folder(mcts_sims: int, sims: int | None) -> str:
+    """The match's folder in the run: one per pairing, since the arena continues a tournament
+    only with the players it began with (the default pairing keeps its first name)."""
+    if mcts_sims == 1000 and not sims:
+        return "arena-vs-mcts"
+    return f"arena-vs-mcts{mcts_sims}" + (f"-sims{sims}" if sims else "")
 
 
 def main(argv=None) -> dict:
@@ -102,7 +111,7 @@ def main(argv=None) -> dict:
         "connect_four",
         [agent, bot],
         args.games,
-        out_dir=os.path.join(run_dir, "arena-vs-mcts"),
+        out_dir=os.path.join(run_dir, _match_folder(args.mcts_sims, args.sims)),
         format="gauntlet",
         seed=args.seed,
     )
