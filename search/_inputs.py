@@ -52,11 +52,12 @@ def as_actions(caller: str, action: Any, batch_size: int, num_actions: int) -> c
         raise TypeError(f"{caller}: action must be an integer array, got {action.dtype}")
     chex.assert_shape(action, (batch_size,))
     if not isinstance(action, jax.core.Tracer):
-        outside = np.flatnonzero((np.asarray(action) < 0) | (np.asarray(action) >= num_actions))
+        values = np.asarray(action)  # [B], on the host once
+        outside = np.flatnonzero((values < 0) | (values >= num_actions))
         if outside.size:
             raise ValueError(
                 f"{caller}: action of rows {outside[:8].tolist()} outside [0, {num_actions}): "
-                f"{np.asarray(action)[outside[:8]].tolist()}"
+                f"{values[outside[:8]].tolist()}"
             )
     return action
 

@@ -469,7 +469,8 @@ def search_refuses(batch: int, actions: int, wrong: str, dtype: str) -> None:
     elif wrong == "mask rank":
         invalid = np.zeros((actions,), bool)
     elif wrong == "logits dtype":
-        root, named = root.replace(prior_logits=np.zeros((batch, actions), dtype)), "prior_logits"
+        named = "root.prior_logits"
+        root = root.replace(prior_logits=np.zeros((batch, actions), dtype))
     elif wrong == "value dtype":
         root, named = root.replace(value=np.zeros(batch, dtype)), "root.value"
     else:  # a mask is boolean, or 0/1 in any real dtype
