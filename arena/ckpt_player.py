@@ -13,7 +13,7 @@ evaluation: MuZero and V-trace runs trained on OpenSpiel see the training adapte
 (`OpenSpielEnv.observe`); AlphaZero runs trained on pgx (tic_tac_toe, connect_four, whose action
 ids equal OpenSpiel's) get pgx states rebuilt by replaying each game's moves, since their search
 steps the real rules. Runs trained on pgx's games with chance get each OpenSpiel position
-translated (`selfplay.envs.pgx_openspiel`): 2048's moves are renamed, and a backgammon move
+translated (`envs.pgx_openspiel`): 2048's moves are renamed, and a backgammon move
 (OpenSpiel's: a whole roll's checkers) is searched one checker at a time as pgx plays it, each
 search limited to the checkers that begin one of OpenSpiel's legal moves, until one is complete.
 Loaded runs are cached, so the tournament's many `make_player` calls and a player against itself
@@ -34,7 +34,8 @@ import pyspiel
 
 from arena.players import BatchedPlayer, PlayerSpec, _float, _int, _no_settings, register_player
 from configs import ExperimentConfig, UsageError
-from selfplay import Agent, EnvSpec, make_agent
+from envs import EnvSpec
+from selfplay import Agent, make_agent
 from selfplay.checkpoints import checkpoint_step
 from selfplay.evaluation import BoardActor, greedy_config, read_run_config, restore_agent
 
@@ -190,7 +191,7 @@ class CheckpointPlayer(BatchedPlayer):
             self.states_searched += count
             actions = out.action.tolist()
             if self._pgx_game == "2048":
-                from selfplay.envs.pgx_openspiel import PGX_TO_OPENSPIEL_2048
+                from envs.pgx_openspiel import PGX_TO_OPENSPIEL_2048
 
                 actions = [PGX_TO_OPENSPIEL_2048[a] for a in actions]
         for state, action in zip(states, actions, strict=True):
@@ -200,7 +201,7 @@ class CheckpointPlayer(BatchedPlayer):
 
     def _backgammon_moves(self, states: Sequence[pyspiel.State], rows: int) -> list[int]:
         """OpenSpiel moves (a roll's checkers) chosen one pgx move (one checker) at a time."""
-        from selfplay.envs.pgx_openspiel import (
+        from envs.pgx_openspiel import (
             advance_backgammon,
             backgammon_micro_moves,
             pgx_states_from_openspiel,

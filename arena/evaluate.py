@@ -164,7 +164,7 @@ def evaluate_policy(
       policy: maps the env's TimeStep (batched, [num_envs, ...]) to actions [num_envs].
       make_env: builds a synchronous BatchedEnv: `make_env(num_envs=..., seed=..., **options)`,
         the options being `protocol.env_options()` (none without a protocol), e.g.
-        `functools.partial(selfplay.envs.make_env, "Pong-v5")`.
+        `functools.partial(envs.make_env, "Pong-v5")`.
       num_episodes: episodes to collect. Each env plays its share (they differ by at most one) so
         short episodes are not over-represented, as they would be by taking the first to finish.
       num_envs: environments stepped together.

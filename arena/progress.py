@@ -37,8 +37,8 @@ from arena.evaluate import EvaluationStopped, evaluate_policy
 from arena.matches import game_seed, play_games, player_seed
 from arena.players import check_distinct, make_player, parse_spec, split_specs
 from configs import ExperimentConfig, UsageError
+from envs import EnvSpec, make_env
 from selfplay.agent import make_agent
-from selfplay.envs import EnvSpec, make_env
 from selfplay.evaluation import greedy_config
 from selfplay.lifetime import StopSignal
 

@@ -55,8 +55,8 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import configs  # noqa: E402
 import muzero  # noqa: E402
+from envs import env_spec, jax_env_functions  # noqa: E402
 from selfplay.anakin import AnakinRuntime  # noqa: E402
-from selfplay.envs import env_spec, jax_env_functions  # noqa: E402
 
 PRESETS = {
     "gymnax:CartPole-v1": ("gymnax_cartpole_vtrace", "gymnax_cartpole_muzero"),

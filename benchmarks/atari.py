@@ -135,8 +135,8 @@ def vtrace_costs(config: configs.ExperimentConfig, repeats: int = 5) -> dict:
     import jax
 
     import muzero
+    from envs import make_env
     from selfplay.agent import make_agent
-    from selfplay.envs import make_env
 
     env = make_env(config.env.name, 1, **config.env.options)
     spec = env.spec

@@ -31,8 +31,8 @@ import jax  # noqa: E402
 
 import configs  # noqa: E402
 from arena import progress  # noqa: E402
+from envs import env_spec  # noqa: E402
 from selfplay.checkpoints import restore_params  # noqa: E402
-from selfplay.envs import env_spec  # noqa: E402
 from selfplay.lifetime import StopSignal  # noqa: E402
 from selfplay.metrics import read_metrics  # noqa: E402
 from selfplay.train import train  # noqa: E402

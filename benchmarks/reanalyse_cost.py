@@ -38,8 +38,8 @@ import numpy as np  # noqa: E402
 
 import configs  # noqa: E402
 import muzero  # noqa: E402
+from envs import env_spec  # noqa: E402
 from selfplay.agent import make_agent  # noqa: E402
-from selfplay.envs import env_spec  # noqa: E402
 
 _TARGET = ["learner.target_update_every=200"]
 _CONV = ["network.torso=resnet_mlp", "network.channels=16", "network.representation_blocks=0"]

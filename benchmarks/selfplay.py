@@ -110,8 +110,8 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import configs  # noqa: E402
+from envs import make_env  # noqa: E402
 from selfplay.agent import make_agent  # noqa: E402
-from selfplay.envs import make_env  # noqa: E402
 from selfplay.lifetime import StopSignal, ThreadGroup  # noqa: E402
 from selfplay.params import ParameterServer  # noqa: E402
 from selfplay.replay import steps_per_update_at_ratio  # noqa: E402
@@ -470,7 +470,7 @@ def bench_actors(name: str, args) -> dict:
 def _all_games_at_once(config) -> tuple:
     """The agent, and pgx's functions over all the configuration's games (every actor thread's)
     as one batch: what the fully jitted ceilings step."""
-    from selfplay.envs import pgx_functions
+    from envs import pgx_functions
 
     num_envs = config.actors.envs_per_thread * config.actors.threads_per_device
     functions = pgx_functions(config.env.name.split(":", 1)[1], num_envs)

@@ -450,7 +450,7 @@ class ExperimentConfig:
         if not isinstance(self.name, str) or not self.name:
             _fail("ExperimentConfig", "name", "a non-empty string", self.name)
         # Environments take 32-bit seeds (envpool asserts it): each actor's is derived from this
-        # one within that range (`selfplay.envs.env_seed`).
+        # one within that range (`envs.env_seed`).
         if (
             isinstance(self.seed, bool)
             or not isinstance(self.seed, int)

@@ -1,11 +1,11 @@
 """A custom environment: your own JAX environment behind Podracer's batched interface, and an
 agent of Podracer's trained on it for a few updates.
 
-The interface is `selfplay.envs.BatchedEnv` (selfplay/envs/base.py): numpy batches `[B, ...]` in
+The interface is `envs.BatchedEnv` (envs/base.py): numpy batches `[B, ...]` in
 and out, a `TimeStep` per step, and the same-step auto-reset (the step that ends an episode
 returns its reward and statistics with the first observation of the next). A JAX environment
 writes pure, batched `reset(key)` / `step(state, actions)` functions first, as the gymnax
-adapter does (selfplay/envs/gymnax_env.py), and wraps them for the host.
+adapter does (envs/gymnax_env.py), and wraps them for the host.
 
 The environment: a walk on a line of SIZE cells, started at a random cell left of the goal at
 the right end; a step onto the goal pays 1 and ends the episode, TIME_LIMIT steps truncate it.
@@ -21,9 +21,9 @@ import numpy as np
 
 import configs
 import muzero
+from envs import BatchedEnv, EnvSpec, TimeStep
+from envs.base import SyncSendRecv, check_actions
 from selfplay.agent import make_agent
-from selfplay.envs import BatchedEnv, EnvSpec, TimeStep
-from selfplay.envs.base import SyncSendRecv, check_actions
 
 SIZE, TIME_LIMIT = 6, 20
 LEFT, RIGHT = 0, 1

@@ -2,7 +2,7 @@
 
 A plain `pip install podracer` is `search` alone (jax, chex, numpy, mctx). Training needs the
 `train` extra, the arena the `train` and `openspiel` extras, `podracer pbt` the `train` and `pbt`
-(Ray Tune) extras, and each environment family its own (`selfplay.envs.registry.require_family`);
+(Ray Tune) extras, and each environment family its own (`envs.registry.require_family`);
 `.[all]` is everything.
 """
 

@@ -14,10 +14,10 @@
     programs     a run's jitted programs, built once a process for each config (a resume or a
                  PBT member's next interval in the same process compiles nothing again)
     replay       the stores between actors and learner (prioritized windows; a FIFO queue)
-    envs, params, checkpoints, metrics, lifetime, evaluation: the parts they are built from
+    params, checkpoints, metrics, lifetime, evaluation: the parts they are built from
     collector    Python's garbage collector paused over a command's imports, quieter after
 
-The pieces are public for other runtimes: environment adapters (`make_env`), the stores, the
+The environments they step are `envs`'. The pieces are public for other runtimes: the stores, the
 parameter server, checkpoints, metrics and the thread lifetime.
 """
 
@@ -33,10 +33,6 @@ _FROM = {
     "Checkpointer": "checkpoints",
     "config_differences": "checkpoints",
     "restore_params": "checkpoints",
-    "BatchedEnv": "envs",
-    "EnvSpec": "envs",
-    "TimeStep": "envs",
-    "make_env": "envs",
     "StopSignal": "lifetime",
     "ThreadFailure": "lifetime",
     "ThreadGroup": "lifetime",

@@ -28,8 +28,8 @@ import numpy as np
 
 import muzero
 from configs import ExperimentConfig, UsageError
+from envs import env_seed, jax_env_functions, make_env, parse_env_name
 from selfplay.agent import Agent, accelerator_paths
-from selfplay.envs import env_seed, jax_env_functions, make_env, parse_env_name
 from selfplay.lifetime import StopSignal, ThreadGroup
 from selfplay.metrics import StageTimer
 from selfplay.params import ParameterServer
@@ -483,7 +483,7 @@ def fused_pgx_act_step(agent: Agent, env) -> Callable | None:
     the agent's act and the env's step in one jitted call; None for any other env."""
     if env.spec.family != "pgx":
         return None
-    from selfplay.envs.pgx_env import PgxEnv  # imports pgx: only for pgx runs
+    from envs.pgx_env import PgxEnv  # imports pgx: only for pgx runs
 
     # A wrapped env (a test's fake) keeps the host-side step it wraps.
     return _fused_pgx_jit(agent, env.functions) if isinstance(env, PgxEnv) else None

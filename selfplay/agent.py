@@ -25,7 +25,7 @@ import numpy as np
 import muzero
 import search
 from configs import ExperimentConfig, UsageError
-from selfplay.envs import EnvSpec
+from envs import EnvSpec
 from selfplay.programs import AGENT_FREE_FIELDS, ProgramCache, built_once, program_key
 from selfplay.replay import FifoQueue, Store, make_sequence_replay
 
@@ -200,7 +200,7 @@ def _check_chance(config: ExperimentConfig, spec: EnvSpec) -> None:
 
 
 def _check_symmetries(config: ExperimentConfig, spec: EnvSpec) -> None:
-    from selfplay.envs.symmetries import board_symmetries
+    from envs.symmetries import board_symmetries
 
     if config.mode in ("vtrace", "stochastic_muzero"):
         raise UsageError(
@@ -218,7 +218,7 @@ def _augmented(loss_fn, config: ExperimentConfig, spec: EnvSpec, augment):
     """`loss_fn` over randomly oriented boards when the config asks for it."""
     if not config.learner.augment_symmetries:
         return loss_fn
-    from selfplay.envs.symmetries import board_symmetries
+    from envs.symmetries import board_symmetries
 
     return muzero.with_symmetries(loss_fn, board_symmetries(spec), augment)
 
@@ -398,7 +398,7 @@ def _exact_model(config: ExperimentConfig, spec: EnvSpec, prediction_fn, two_pla
     """AlphaZero's model over pgx's rules: the search's `recurrent_fn`, or for a game with chance
     the `search.StochasticModel` of its rules split at the chance event."""
     if spec.chance:
-        from selfplay.envs import pgx_chance_rules
+        from envs import pgx_chance_rules
 
         rules = pgx_chance_rules(spec.env_id)
 
@@ -419,7 +419,7 @@ def _exact_model(config: ExperimentConfig, spec: EnvSpec, prediction_fn, two_pla
             two_player=two_player,
             discount=config.loss.discount,
         )
-    from selfplay.envs import pgx_exact_step
+    from envs import pgx_exact_step
 
     exact_step = pgx_exact_step(spec.env_id)
 

@@ -53,8 +53,8 @@ from jax.sharding import PartitionSpec as P
 
 import muzero
 from configs import ExperimentConfig, UsageError
+from envs import EnvSpec, TimeStep, env_spec, jax_env_functions
 from selfplay.agent import Agent, accelerator_paths, make_agent
-from selfplay.envs import EnvSpec, TimeStep, env_spec, jax_env_functions
 from selfplay.lifetime import StopSignal
 from selfplay.metrics import StageTimer
 from selfplay.programs import ProgramCache, built_once, program_key
@@ -462,7 +462,7 @@ def make_anakin_iteration(
     """`(init_carry, iteration, learn_step)`, pure, for one device in a named-axis context.
 
     `functions` are the environment's pure `reset(key) -> (state, TimeStep)` and `step(state,
-    actions) -> (state, TimeStep)` for B environments (`selfplay.envs.jax_env_functions`).
+    actions) -> (state, TimeStep)` for B environments (`envs.jax_env_functions`).
     `init_carry(params, key) -> AnakinCarry` starts B environments and empty data.
     `iteration(state, index, carry, learn=True) -> (state, carry, metrics)`: `index` is the
     iteration's number (0-based, the same on every device); it plays, records the data (search

@@ -45,9 +45,9 @@ from jax.sharding import PartitionSpec as P
 
 import muzero
 from configs import ExperimentConfig, UsageError
+from envs import parse_env_name
 from selfplay.agent import Agent, accelerator_paths
 from selfplay.anakin import AnakinPlan, RingPriorities, learn_from_ring, write_ring
-from selfplay.envs import parse_env_name
 from selfplay.programs import ProgramCache, program_key
 from selfplay.replay import RateLimiter, ReplaySample, make_rate_limiter
 

@@ -29,9 +29,9 @@ import numpy as np
 import pyspiel
 
 from configs import ExperimentConfig, UsageError, from_dict
+from envs import EnvSpec, env_seed, env_spec
 from selfplay.agent import ActOutput, Agent, make_agent
 from selfplay.checkpoints import checkpoint_step, restore_params
-from selfplay.envs import EnvSpec, env_seed, env_spec
 from selfplay.programs import built_once
 
 __all__ = [
@@ -130,7 +130,7 @@ def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
 @built_once()
 def _pgx_replay(game_name: str) -> Callable[[Any, Any], Any]:
     """`pgx_replay` once per game: every actor of a game shares its compiled replay."""
-    from selfplay.envs.pgx_env import pgx_replay  # pgx starts JAX: only when needed
+    from envs.pgx_env import pgx_replay  # pgx starts JAX: only when needed
 
     return pgx_replay(game_name)
 
@@ -143,7 +143,7 @@ class BoardActor:
     steps the real rules) pgx states rebuilt by replaying each state's moves (`pgx_replay`; the
     action ids of tic_tac_toe and connect_four are OpenSpiel's), and their observations; a run on
     pgx's games with chance (2048, backgammon) pgx states translated from each OpenSpiel position
-    (`selfplay.envs.pgx_openspiel`), whose actions are pgx's (the caller translates them). The
+    (`envs.pgx_openspiel`), whose actions are pgx's (the caller translates them). The
     batch is padded to `rows` by repeating the first state (a valid input; its results are
     dropped), so that callers using few batch sizes compile few shapes.
     """
@@ -156,7 +156,7 @@ class BoardActor:
         self.agent = agent
         self._family, _, game_name = config.env.name.partition(":")
         if self._family == "openspiel":
-            from selfplay.envs.openspiel import OpenSpielEnv
+            from envs.openspiel import OpenSpielEnv
 
             self._observer = OpenSpielEnv(game_name, 1, **config.env.options)
         elif self._family == "pgx" and game_name in _CHANCE_GAMES:
@@ -192,7 +192,7 @@ class BoardActor:
             env_state = None
             observation, legal_mask = _pad_rows(observation, rows), _pad_rows(legal_mask, rows)
         elif hasattr(self, "_translate"):
-            from selfplay.envs.pgx_openspiel import pgx_states_from_openspiel
+            from envs.pgx_openspiel import pgx_states_from_openspiel
 
             padded = list(states) + [states[0]] * (rows - count)
             env_state = pgx_states_from_openspiel(self._translate, padded)

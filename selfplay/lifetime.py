@@ -418,6 +418,6 @@ _OUR_PACKAGES = {"selfplay", "muzero", "search", "configs", "arena", "podracer"}
 def _ours(filename: str) -> bool:
     """Whether a frame's file is this project's (installed or not) or a user's script."""
     path = pathlib.Path(filename)
-    if _OUR_PACKAGES.intersection(path.parts[-3:-1]):  # selfplay/run.py, selfplay/envs/pgx.py
+    if _OUR_PACKAGES.intersection(path.parts[-3:-1]):  # selfplay/run.py, envs/pgx.py
         return True
     return not filename.startswith("<") and not any(filename.startswith(p) for p in _LIBRARIES)

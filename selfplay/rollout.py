@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 
 import muzero
+from envs import TimeStep
 from selfplay.agent import Agent
-from selfplay.envs import TimeStep
 from selfplay.programs import built_once
 
 __all__ = ["EpisodeEnds", "Rollout", "episode_sums", "jitted_rollout", "make_rollout"]
@@ -50,7 +50,7 @@ def make_rollout(
     keep_states: bool = False,
 ) -> Rollout:
     """The pure rollout of `moves` (T) moves in `games` (B) environments stepped by `functions`
-    (`selfplay.envs.jax_env_functions`). `version` is recorded as each step's policy version;
+    (`envs.jax_env_functions`). `version` is recorded as each step's policy version;
     from move `greedy_after_moves` of an episode on (0: never) the agent acts greedily; with
     `keep_states` each step keeps the game's state (AlphaZero's reanalyse searches from it)."""
 

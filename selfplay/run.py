@@ -40,10 +40,10 @@ import numpy as np
 import muzero
 from configs import ExperimentConfig, UsageError, to_dict
 from configs.experiment import OptimizerConfig
+from envs import EnvSpec
 from selfplay.actors import ACTOR_STAGES
 from selfplay.agent import Agent
 from selfplay.checkpoints import Checkpointer, ReplayWriter, config_differences, load_replay
-from selfplay.envs import EnvSpec
 from selfplay.files import RunLock, WriteFailed, describe_write_error, probe_writable
 from selfplay.lifetime import (
     StopSignal,

@@ -32,10 +32,10 @@ import numpy as np
 
 import muzero
 from configs import ExperimentConfig, UsageError
+from envs import env_seed, env_spec
 from selfplay.actors import POLL_S, ActorStats, check_actor_envs, start_actors
 from selfplay.agent import Agent, make_agent
 from selfplay.device_replay import DeviceReplay, uses_device_replay
-from selfplay.envs import env_seed, env_spec
 from selfplay.learner_input import InFlight, LearnerInput, Prefetched, Sampled
 from selfplay.lifetime import StopSignal, ThreadGroup
 from selfplay.metrics import StageTimer

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 
 from configs import ExperimentConfig
-from selfplay.envs import EnvSpec
+from envs import EnvSpec
 from selfplay.lifetime import StopSignal
 from selfplay.run import Evaluator, RunResult, run, split_cpu
 

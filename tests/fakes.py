@@ -379,7 +379,7 @@ class FakeAsyncEnv:
     """
 
     def __init__(self, num_envs: int, batch_size: int, seed: int = 0):
-        from selfplay.envs.base import EnvSpec
+        from envs.base import EnvSpec
 
         self.num_envs, self.batch_size = num_envs, batch_size
         self.spec = EnvSpec(
@@ -423,7 +423,7 @@ class FakeAsyncEnv:
         self._awaiting = set()
 
     def recv(self):
-        from selfplay.envs.base import TimeStep
+        from envs.base import TimeStep
 
         if self._awaiting:
             raise ValueError(f"recv before actions were sent for envs {sorted(self._awaiting)}")

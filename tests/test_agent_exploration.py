@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import configs
+from envs import make_env
 from selfplay.agent import make_agent
-from selfplay.envs import make_env
 from selfplay.evaluation import greedy_config
 from tests.fakes import TINY
 

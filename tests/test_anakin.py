@@ -16,11 +16,11 @@ import pytest
 import configs
 import muzero
 from configs import UsageError
+from envs import env_spec
 from podracer import cli
 from selfplay import anakin
 from selfplay import train as train_module
 from selfplay.agent import make_agent
-from selfplay.envs import env_spec
 from tests import fakes
 from tests.test_train import checkpoint_steps, interrupt_this_process_once
 

@@ -11,10 +11,10 @@ import pytest
 
 import configs
 import muzero
+from envs import env_spec
 from podracer import cli
 from selfplay import anakin
 from selfplay.agent import make_agent
-from selfplay.envs import env_spec
 from selfplay.train import train
 
 CARTPOLE = [

@@ -15,8 +15,8 @@ from arena.players import HumanPlayer
 from arena.pubeval import pubeval, pubeval_inputs
 from arena.ratings import pairing_scores, wilson_interval
 from configs import UsageError
-from selfplay.envs.pgx_env import pgx_chance_rules
-from selfplay.envs.pgx_openspiel import (
+from envs.pgx_env import pgx_chance_rules
+from envs.pgx_openspiel import (
     PGX_TO_OPENSPIEL_2048,
     advance_backgammon,
     backgammon_board,

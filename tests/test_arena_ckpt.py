@@ -13,11 +13,11 @@ import configs
 import muzero
 from arena.matches import play_games
 from configs import UsageError
+from envs import make_env
+from envs.pgx_env import pgx_replay
 from podracer.cli import main
 from selfplay.agent import make_agent
 from selfplay.checkpoints import Checkpointer
-from selfplay.envs import make_env
-from selfplay.envs.pgx_env import pgx_replay
 from selfplay.run import MUST_MATCH, prepare_run_dir
 from selfplay.train import train
 from tests import fakes

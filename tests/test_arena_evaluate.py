@@ -133,7 +133,7 @@ def test_protocols_are_validated():
 
 
 def test_evaluate_policy_on_envpool_cartpole():
-    from selfplay.envs import make_env
+    from envs import make_env
 
     result = evaluate_policy(
         lambda s: np.zeros(s.observation.shape[0], np.int32),

@@ -11,9 +11,9 @@ import pytest
 import configs
 import muzero
 import selfplay.agent as agent_module
+from envs import env_spec, envpool_env
 from podracer import cli
 from selfplay.agent import _compiles_with, make_agent
-from selfplay.envs import env_spec, envpool_env
 from selfplay.train import train
 
 SMALL_ACTORS = [

@@ -14,7 +14,7 @@ import pgx
 import pytest
 
 import search
-from selfplay.envs.pgx_env import _ROLLS, pgx_chance_rules
+from envs.pgx_env import _ROLLS, pgx_chance_rules
 
 
 def _where_rows(rows, new, old):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from configs.errors import UsageError
-from selfplay.envs import BatchedEnv, TimeStep, make_env
+from envs import BatchedEnv, TimeStep, make_env
 
 
 class Case(NamedTuple):

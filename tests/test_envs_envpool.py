@@ -5,7 +5,7 @@ import pytest
 
 import configs
 from configs.errors import UsageError
-from selfplay.envs import env_seed, make_env
+from envs import env_seed, make_env
 
 
 def test_async_recv_serves_every_env_and_never_repeats_one_in_a_batch():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from configs.errors import UsageError
-from selfplay.envs import GymnaxEnv, TimeStep, gymnax_functions, gymnax_spec, make_env
+from envs import GymnaxEnv, TimeStep, gymnax_functions, gymnax_spec, make_env
 
 B = 4
 PUSH_RIGHT = np.ones(B, np.int32)  # CartPole: the cart speeds up, the pole falls in ~10 steps
@@ -157,7 +157,7 @@ def test_bad_arguments_to_the_pure_functions_give_one_line():
 
 def test_other_families_never_load_gymnax():
     code = (
-        "import sys; import selfplay.envs as e; e.parse_env_name('gymnax:CartPole-v1'); "
+        "import sys; import envs as e; e.parse_env_name('gymnax:CartPole-v1'); "
         "assert 'gymnax' not in sys.modules, 'gymnax was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from selfplay.envs import make_env
+from envs import make_env
 
 # OpenSpiel's tic-tac-toe planes, in order: empty cells, o (player 1), x (player 0).
 EMPTY, NOUGHT, CROSS = 0, 1, 2

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from selfplay.envs import make_env, pgx_exact_step, pgx_functions
+from envs import make_env, pgx_exact_step, pgx_functions
 
 B = 8  # the conformance test's batch: the jitted env functions are shared per (game, batch)
 

@@ -11,10 +11,10 @@ import pytest
 import configs
 import muzero
 from configs import UsageError
+from envs import make_env
 from selfplay import evaluation
 from selfplay.agent import make_agent
 from selfplay.checkpoints import Checkpointer
-from selfplay.envs import make_env
 from selfplay.run import MUST_MATCH, prepare_run_dir
 from tests import fakes
 

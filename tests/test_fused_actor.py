@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import configs
+from envs import make_env
 from selfplay.actors import fused_pgx_act_step
 from selfplay.agent import make_agent
-from selfplay.envs import make_env
 from tests.fakes import TINY
 
 

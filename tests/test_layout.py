@@ -1,5 +1,5 @@
 """The layout, read from source: the direction of imports (search <- muzero <- configs <-
-selfplay <- arena <- podracer), no import cycles between modules, `__all__` everywhere."""
+envs <- selfplay <- arena <- podracer), no import cycles between modules, `__all__` everywhere."""
 
 import ast
 import pathlib
@@ -8,7 +8,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-ORDER = ["search", "muzero", "configs", "selfplay", "arena", "podracer"]
+ORDER = ["search", "muzero", "configs", "envs", "selfplay", "arena", "podracer"]
 SEARCH_MAY_IMPORT = {"jax", "chex", "numpy", "mctx"}
 
 

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 import configs
+from envs import env_spec
 from selfplay import _jax_internals, anakin, launch, processes
 from selfplay.actors import ACTOR_STAGES
 from selfplay.agent import make_agent
 from selfplay.checkpoints import restore_params
-from selfplay.envs import env_spec
 from selfplay.metrics import read_metrics
 from tests.fakes import TINY
 from tests.test_train import checkpoint_steps as _steps

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
+from envs import make_env
 from podracer import cli
-from selfplay.envs import make_env
 
 # Everything the extras install; a plain `pip install podracer` has none of them.
 EXTRA_MODULES = (

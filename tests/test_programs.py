@@ -11,8 +11,8 @@ import jax
 import numpy as np
 
 import configs
+from envs import env_spec
 from selfplay.agent import make_agent
-from selfplay.envs import env_spec
 from selfplay.programs import (
     AGENT_FREE_FIELDS,
     LIMITS,
@@ -175,7 +175,7 @@ _PROGRAM_SOURCES = [
     "selfplay/actors.py",
     "selfplay/sebulba.py",
     "selfplay/learner_input.py",
-    "selfplay/envs",
+    "envs",
 ]
 
 
@@ -211,7 +211,7 @@ def test_no_module_that_builds_programs_reads_a_field_left_out_of_the_key():
 
 
 # The modules the agent's programs are built from (`selfplay.agent.make_agent`).
-_AGENT_SOURCES = ["muzero", "search", "selfplay/agent.py", "selfplay/envs"]
+_AGENT_SOURCES = ["muzero", "search", "selfplay/agent.py", "envs"]
 
 
 def test_no_module_the_agents_programs_are_built_from_reads_a_field_left_out_of_its_key():

@@ -9,8 +9,8 @@ import pytest
 
 import configs
 from arena import progress
+from envs import env_spec
 from podracer import cli, train_command
-from selfplay.envs import env_spec
 from selfplay.lifetime import StopSignal
 from selfplay.train import train
 from tests import fakes

@@ -14,11 +14,11 @@ import pytest
 import configs
 import muzero
 import search
+from envs import env_spec, jax_env_functions, pgx_exact_step
 from selfplay import anakin
 from selfplay import train as train_module
 from selfplay.agent import make_agent
 from selfplay.checkpoints import Checkpointer
-from selfplay.envs import env_spec, jax_env_functions, pgx_exact_step
 
 N = 6  # windows
 KEY = jax.random.key(3, impl="rbg")

@@ -93,8 +93,8 @@ def test_a_read_only_run_directory_is_refused_in_one_line(tmp_path):
 
 
 def test_a_resume_skips_a_damaged_checkpoint_with_one_line(tmp_path, capsys):
+    from envs import env_spec
     from selfplay.agent import make_agent
-    from selfplay.envs import env_spec
     from selfplay.run import prepare_run_dir, saved_state, start_run
     from tests.test_checkpoints import garble_file
 

@@ -9,13 +9,13 @@ import pytest
 
 import configs
 import muzero
+from envs import env_spec
 from podracer import cli
 from selfplay import actors
 from selfplay import train as train_module
 from selfplay.agent import make_agent
 from selfplay.anakin import AnakinPlan
 from selfplay.device_replay import DeviceReplay
-from selfplay.envs import env_spec
 from selfplay.lifetime import StopSignal
 from selfplay.params import ParameterServer
 from selfplay.replay import make_sequence_replay

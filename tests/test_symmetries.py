@@ -8,9 +8,9 @@ import pytest
 import configs
 import muzero
 from configs import UsageError
+from envs import make_env
+from envs.symmetries import board_symmetries
 from selfplay.agent import make_agent
-from selfplay.envs import make_env
-from selfplay.envs.symmetries import board_symmetries
 from tests.fakes import TINY
 
 
@@ -174,7 +174,7 @@ def test_the_rules_respect_the_symmetries(env_name, openspiel_game):
     rng = np.random.default_rng(0)
     histories = [_history(game, rng, plies) for plies in (3, 7, 12, 20)]
     if env_name.startswith("pgx:"):
-        from selfplay.envs import pgx_replay
+        from envs import pgx_replay
 
         replay = pgx_replay(env_name.partition(":")[2])
         length = max(map(len, histories))
@@ -186,7 +186,7 @@ def test_the_rules_respect_the_symmetries(env_name, openspiel_game):
             state = replay(moves, np.array([len(m) for m in moves_list], np.int32))
             return np.asarray(state.observation, np.float32), np.asarray(state.legal_action_mask)
     else:
-        from selfplay.envs import OpenSpielEnv
+        from envs import OpenSpielEnv
 
         adapter = OpenSpielEnv(openspiel_game, 1)
 

@@ -6,9 +6,9 @@ import numpy as np
 
 import configs
 import muzero
+from envs import env_spec
 from selfplay import actors, anakin
 from selfplay.agent import make_agent
-from selfplay.envs import env_spec
 from selfplay.lifetime import StopSignal
 from selfplay.params import ParameterServer
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import configs
+from envs import env_spec
 from podracer import cli
 from selfplay import actors
 from selfplay.agent import make_agent
-from selfplay.envs import env_spec
 from selfplay.lifetime import StopSignal
 from selfplay.params import ParameterServer
 from selfplay.train import train

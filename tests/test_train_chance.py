@@ -128,8 +128,8 @@ def test_a_model_that_cannot_describe_the_game_gets_one_line_and_exit_2(
 
 
 def test_muzero_is_refused_where_the_mover_moves_again_and_allowed_on_2048():
+    from envs import env_spec
     from selfplay.agent import make_agent
-    from selfplay.envs import env_spec
 
     config = configs.load_config(
         "game2048_muzero", ["env.name=pgx:backgammon", "loss.two_player=true"]

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from configs.errors import UsageError
-from selfplay.envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions
+from envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions
 
 __all__ = ["EnvPoolEnv"]
 

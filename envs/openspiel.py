@@ -28,7 +28,7 @@ import pyspiel
 from open_spiel.python.observation import make_observation
 
 from configs.errors import UsageError
-from selfplay.envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions
+from envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions
 
 __all__ = ["OpenSpielEnv", "load_openspiel_game"]
 

@@ -15,7 +15,7 @@ that against the rules by replaying mirrored and rotated games.
 from __future__ import annotations
 
 import muzero
-from selfplay.envs.base import EnvSpec
+from envs.base import EnvSpec
 
 __all__ = ["board_symmetries"]
 

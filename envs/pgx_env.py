@@ -33,9 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 import pgx
 
+from configs.caching import built_once
 from configs.errors import UsageError
-from selfplay.envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions, step_input
-from selfplay.programs import built_once
+from envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions, step_input
 
 __all__ = [
     "ChanceRules",

@@ -40,9 +40,9 @@ import jax.numpy as jnp
 import numpy as np
 from gymnax.environments import spaces
 
+from configs.caching import built_once
 from configs.errors import UsageError
-from selfplay.envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions, step_input
-from selfplay.programs import built_once
+from envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions, step_input
 
 __all__ = [
     "GymnaxEnv",

@@ -10,7 +10,7 @@ from typing import Any
 
 from configs.errors import UsageError
 from configs.experiment import MAX_SEED
-from selfplay.envs.base import FAMILIES, BatchedEnv, EnvSpec
+from envs.base import FAMILIES, BatchedEnv, EnvSpec
 
 __all__ = [
     "env_seed",
@@ -70,22 +70,22 @@ def make_env(name: str, num_envs: int, seed: int = 0, **options: Any) -> Batched
     """
     family, env_id = parse_env_name(name)
     if family == "openspiel":
-        from selfplay.envs.openspiel import OpenSpielEnv
+        from envs.openspiel import OpenSpielEnv
 
         allowed = {"to_play_plane", "max_episode_steps"}
         _check_options(name, options, allowed)
         return OpenSpielEnv(env_id, num_envs, seed, **options)
     if family == "pgx":
-        from selfplay.envs.pgx_env import PgxEnv
+        from envs.pgx_env import PgxEnv
 
         _check_options(name, options, set())
         return PgxEnv(env_id, num_envs, seed)
     if family == "gymnax":
-        from selfplay.envs.gymnax_env import GymnaxEnv
+        from envs.gymnax_env import GymnaxEnv
 
         _check_options(name, options, {"max_episode_steps"})
         return GymnaxEnv(env_id, num_envs, seed, **options)
-    from selfplay.envs.envpool_env import EnvPoolEnv
+    from envs.envpool_env import EnvPoolEnv
 
     return EnvPoolEnv(env_id, num_envs, seed, **options)
 
@@ -96,12 +96,12 @@ def jax_env_functions(name: str, num_envs: int, **options: Any) -> Any:
     auto-reset: what the Anakin runtime steps inside its jit. UsageError for other families."""
     family, env_id = parse_env_name(name)
     if family == "pgx":
-        from selfplay.envs.pgx_env import pgx_functions
+        from envs.pgx_env import pgx_functions
 
         _check_options(name, options, set())
         return pgx_functions(env_id, num_envs)
     if family == "gymnax":
-        from selfplay.envs.gymnax_env import gymnax_functions
+        from envs.gymnax_env import gymnax_functions
 
         _check_options(name, options, {"max_episode_steps"})
         return gymnax_functions(env_id, num_envs, **options)

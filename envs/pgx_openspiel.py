@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import pyspiel
 
-from selfplay.programs import built_once
+from configs.caching import built_once
 
 __all__ = [
     "OPENSPIEL_GAMES",

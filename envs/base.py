@@ -39,7 +39,7 @@ __all__ = [
     "step_input",
 ]
 
-# The environment families `make_env` knows (selfplay.envs.registry), by name prefix.
+# The environment families `make_env` knows (envs.registry), by name prefix.
 FAMILIES = ("openspiel", "pgx", "envpool", "gymnax")
 
 
