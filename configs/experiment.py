@@ -36,7 +36,10 @@ __all__ = [
 MODES = ("muzero", "alphazero", "vtrace", "stochastic_muzero")
 RUNTIMES = ("sebulba", "anakin")
 # Environment families written in JAX, which the Anakin runtime steps inside its jit.
-JAX_FAMILIES = ("pgx", "gymnax")
+JAX_FAMILIES = ("pgx", "gymnax", "jumanji")
+# A user's own environment by import path, `py:<module>:<callable>`: which API it speaks (and so
+# what it allows) is known once `envs` has built it, which checks the runtime and mode then.
+USER_ENV_PREFIX = "py"
 CPU_CONVOLUTIONS = ("xla", "eigen")
 ACCELERATOR_PATHS = ("auto", "on", "off")
 # Sebulba's paths for JAX environments (`ActorConfig.scan_moves`, `ReplayConfig.on_device`).
@@ -109,14 +112,23 @@ class EnvConfig:
     """Which environment the actors play, and its options."""
 
     # Environment by family and name: "openspiel:connect_four", "pgx:tic_tac_toe",
-    # "envpool:CartPole-v1", "envpool:Pong-v5".
+    # "envpool:Pong-v5", "gymnax:CartPole-v1", "gymnasium:CartPole-v1", "jumanji:Snake-v1", or
+    # your own by import path, "py:<module>:<callable>" (a gymnax, jumanji, pgx or Gymnasium
+    # environment; docs/your-environment.md).
     name: str = "openspiel:tic_tac_toe"
-    # Options passed to the adapter (envpool: episodic_life, repeat_action_probability, ...).
+    # Options passed to the adapter (envpool: episodic_life, repeat_action_probability, ...), or
+    # for py: to your callable as keyword arguments.
     options: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or ":" not in self.name:
-            _fail("EnvConfig", "name", "'family:game' (openspiel:, pgx:, envpool:)", self.name)
+            _fail(
+                "EnvConfig",
+                "name",
+                "'family:game' (openspiel:, pgx:, envpool:, gymnax:, gymnasium:, jumanji:) or "
+                "'py:<module>:<callable>'",
+                self.name,
+            )
         if not isinstance(self.options, dict):
             _fail("EnvConfig", "options", "a mapping of option names to values", self.options)
 
@@ -460,12 +472,14 @@ class ExperimentConfig:
         family = self.env.name.split(":", 1)[0]
         if self.runtime not in RUNTIMES:
             _fail("ExperimentConfig", "runtime", " or ".join(map(repr, RUNTIMES)), self.runtime)
-        if self.runtime == "anakin" and family not in JAX_FAMILIES:
+        # What a user's environment allows is known once `envs` has built it, which checks then.
+        user = family == USER_ENV_PREFIX
+        if self.runtime == "anakin" and family not in JAX_FAMILIES and not user:
             _fail(
                 "ExperimentConfig",
                 "runtime",
                 "'sebulba' for a non-JAX environment (anakin steps the environment inside jit: "
-                "pgx:... or gymnax:...)",
+                "pgx:..., gymnax:..., jumanji:... or py: in their APIs)",
                 self.runtime,
             )
         if self.replay.checkpoint and (self.runtime == "anakin" or self.mode == "vtrace"):
@@ -476,7 +490,7 @@ class ExperimentConfig:
                 "queue holds a few trajectories in flight, no replay)",
                 True,
             )
-        self._check_device_paths(family)
+        self._check_device_paths(family in JAX_FAMILIES or user)
         self._check_sample_efficiency()
         algorithm = self.search.algorithm
         if self.mode == "stochastic_muzero" and algorithm != "stochastic_muzero":
@@ -495,32 +509,35 @@ class ExperimentConfig:
                 "model with chance: mode=stochastic_muzero, or alphazero on a game with chance)",
                 algorithm,
             )
-        if self.mode == "alphazero" and family != "pgx":
+        if self.mode == "alphazero" and family != "pgx" and not user:
             _fail(
                 "ExperimentConfig",
                 "mode",
-                "'muzero' or 'vtrace' for a non-JAX environment (alphazero needs pgx:...)",
+                "'muzero' or 'vtrace' for this environment (alphazero searches with the rules as "
+                "its model: pgx:..., or py: in pgx's API)",
                 self.mode,
             )
 
-    def _check_device_paths(self, family: str) -> None:
-        """Sebulba's paths for JAX environments, where forced on, need one."""
-        if self.actors.scan_moves == "on" and family not in JAX_FAMILIES:
+    def _check_device_paths(self, jax_env: bool) -> None:
+        """Sebulba's paths for JAX environments, where forced on, need one (`jax_env`: the
+        environment may be one)."""
+        if self.actors.scan_moves == "on" and not jax_env:
             _fail(
                 "ActorConfig",
                 "scan_moves",
                 "'auto' or 'off' for a non-JAX environment ('on' plays moves inside a jit: "
-                "pgx:... or gymnax:...)",
+                "pgx:..., gymnax:..., jumanji:...)",
                 "on",
             )
         if self.replay.on_device != "on":
             return
-        if family not in JAX_FAMILIES or self.mode == "vtrace":
+        if not jax_env or self.mode == "vtrace":
             _fail(
                 "ReplayConfig",
                 "on_device",
                 "'auto' or 'off' unless a search agent (muzero, alphazero) plays a JAX "
-                "environment (pgx:..., gymnax:...): V-trace learns from a queue, and other "
+                "environment (pgx:..., gymnax:..., jumanji:...): V-trace learns from a queue, and "
+                "other "
                 "environments' segments come from the host",
                 "on",
             )

@@ -29,8 +29,11 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from configs.experiment import JAX_FAMILIES  # the config checks runtimes against them
+
 __all__ = [
     "FAMILIES",
+    "JAX_FAMILIES",
     "BatchedEnv",
     "EnvSpec",
     "SyncSendRecv",
@@ -39,8 +42,10 @@ __all__ = [
     "step_input",
 ]
 
-# The environment families `make_env` knows (envs.registry), by name prefix.
-FAMILIES = ("openspiel", "pgx", "envpool", "gymnax")
+# The environment families `make_env` knows (envs.registry), by name prefix; a user's own
+# environment (`py:<module>:<callable>`) is run by the adapter of the API it speaks, whose family
+# its spec names.
+FAMILIES = ("openspiel", "pgx", "envpool", "gymnax", "gymnasium", "jumanji")
 
 
 class TimeStep(NamedTuple):
@@ -64,8 +69,8 @@ class TimeStep(NamedTuple):
 class EnvSpec:
     """What a learner or a search needs to know about an environment, fixed at construction."""
 
-    name: str  # the full name given to make_env, e.g. "openspiel:connect_four"
-    family: str  # "openspiel", "pgx", "envpool" or "gymnax"
+    name: str  # the full name given to make_env, e.g. "openspiel:connect_four", "py:my_envs:make"
+    family: str  # one of FAMILIES: the adapter's (a `py:` environment's: the API it speaks)
     num_actions: int  # size A of the discrete action space
     observation_shape: tuple[int, ...]  # shape of one observation, channels-last for images
     observation_dtype: str  # numpy dtype name of observations: "float32", or "uint8" for Atari
@@ -85,7 +90,8 @@ class EnvSpec:
 
     @property
     def env_id(self) -> str:
-        """The name within its family: "connect_four" of "openspiel:connect_four"."""
+        """The name within its family: "connect_four" of "openspiel:connect_four", "my_envs:make"
+        of "py:my_envs:make"."""
         return self.name.partition(":")[2]
 
     def __post_init__(self):

@@ -1,6 +1,6 @@
-"""Environments by name, `"<family>:<id>"`: the one place that parses such names and picks the
-family's adapter. The families' modules are imported on use, so that a run on one never loads the
-libraries of the others.
+"""Environments by name, `"<family>:<id>"` or a user's own `"py:<module>:<callable>"`: the one
+place that parses such names and picks the adapter. The families' modules are imported on use, so
+that a run on one never loads the libraries of the others.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from typing import Any
 
 from configs.errors import UsageError
 from configs.experiment import MAX_SEED
-from envs.base import FAMILIES, BatchedEnv, EnvSpec
+from envs.base import FAMILIES, JAX_FAMILIES, BatchedEnv, EnvSpec
 
 __all__ = [
+    "env_family",
     "env_seed",
     "env_spec",
     "jax_env_functions",
@@ -21,6 +22,9 @@ __all__ = [
     "require_family",
 ]
 
+# The prefix of a user's own environment by import path.
+USER_PREFIX = "py"
+
 
 # Each family's library and the install extra that brings it.
 _LIBRARIES = {
@@ -28,6 +32,8 @@ _LIBRARIES = {
     "pgx": ("pgx", "pgx"),
     "gymnax": ("gymnax", "gymnax"),
     "envpool": ("envpool", "envpool"),
+    "gymnasium": ("gymnasium", "gymnasium"),
+    "jumanji": ("jumanji", "jumanji"),
 }
 
 
@@ -42,17 +48,43 @@ def require_family(family: str) -> None:
 
 
 def parse_env_name(name: str) -> tuple[str, str]:
-    """`(family, id)` of `"<family>:<id>"`; UsageError, one line, for anything else, or for a
-    family whose library is not installed."""
-    family, sep, env_id = name.partition(":")
-    if not sep or family not in FAMILIES or not env_id:
+    """`(family, id)` of `"<family>:<id>"`, or `("py", "<module>:<callable>")` of a user's own;
+    UsageError, one line, for anything else, or for a family whose library is not installed."""
+    family, sep, env_id = name.partition(":") if isinstance(name, str) else ("", "", "")
+    if not sep or family not in (*FAMILIES, USER_PREFIX) or not env_id:
         raise UsageError(
             f"bad environment name {name!r}: expected '<family>:<id>' with family one of "
             f"{', '.join(FAMILIES)} (e.g. openspiel:connect_four, pgx:tic_tac_toe, "
-            "envpool:CartPole-v1, gymnax:Breakout-MinAtar)"
+            "envpool:CartPole-v1, gymnax:Breakout-MinAtar, gymnasium:CartPole-v1, "
+            "jumanji:Snake-v1), or your own as 'py:<module>:<callable>'"
         )
-    require_family(family)
+    if family != USER_PREFIX:
+        require_family(family)
     return family, env_id
+
+
+def env_family(name: str, options: dict[str, Any] | None = None) -> str:
+    """The family whose adapter runs `name`: its prefix, or for `py:` the API the user's
+    environment speaks (importing and building it, once a process). UsageError as
+    `parse_env_name`, or `envs.user.load_user_env` for a user's environment."""
+    family, _ = parse_env_name(name)
+    if family != USER_PREFIX:
+        return family
+    from envs.user import load_user_env
+
+    return load_user_env(name, options).api
+
+
+def _source(name: str, options: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
+    """`(family, source, adapter options)`: a family's id and its options as given, or a user's
+    environment (`envs.user.UserEnv`) with none left (its callable took them)."""
+    family, env_id = parse_env_name(name)
+    if family != USER_PREFIX:
+        return family, env_id, options
+    from envs.user import load_user_env
+
+    user = load_user_env(name, options)
+    return user.api, user, {}
 
 
 def make_env(name: str, num_envs: int, seed: int = 0, **options: Any) -> BatchedEnv:
@@ -66,9 +98,15 @@ def make_env(name: str, num_envs: int, seed: int = 0, **options: Any) -> Batched
         actions only: `max_episode_steps` (overrides the env's time limit).
       - `envpool:<task id>` (e.g. `envpool:Pong-v5`): `batch_size` (async when < num_envs) and any
         `envpool.make` option (`episodic_life`, `reward_clip`, `repeat_action_probability`, ...).
+      - `gymnasium:<id>` (any registered id, e.g. `gymnasium:CartPole-v1`,
+        `gymnasium:ALE/Pong-v5`): `max_episode_steps`, and for Atari ids envpool's preprocessing
+        options (`episodic_life`, `reward_clip`, `repeat_action_probability`, ...).
+      - `jumanji:<id>` (e.g. `jumanji:Snake-v1`): `max_episode_steps`.
+      - `py:<module>:<callable>`: a user's own environment (`envs.user`), options passed to the
+        callable as keyword arguments.
     The families' modules are imported here, on use, so that a run on one never loads the others.
     """
-    family, env_id = parse_env_name(name)
+    family, env_id, options = _source(name, options)
     if family == "openspiel":
         from envs.openspiel import OpenSpielEnv
 
@@ -85,6 +123,15 @@ def make_env(name: str, num_envs: int, seed: int = 0, **options: Any) -> Batched
 
         _check_options(name, options, {"max_episode_steps"})
         return GymnaxEnv(env_id, num_envs, seed, **options)
+    if family == "jumanji":
+        from envs.jumanji_env import JumanjiEnv
+
+        _check_options(name, options, {"max_episode_steps"})
+        return JumanjiEnv(env_id, num_envs, seed, **options)
+    if family == "gymnasium":
+        from envs.gymnasium_env import GymnasiumEnv
+
+        return GymnasiumEnv(env_id, num_envs, seed, **options)
     from envs.envpool_env import EnvPoolEnv
 
     return EnvPoolEnv(env_id, num_envs, seed, **options)
@@ -92,9 +139,10 @@ def make_env(name: str, num_envs: int, seed: int = 0, **options: Any) -> Batched
 
 def jax_env_functions(name: str, num_envs: int, **options: Any) -> Any:
     """Pure, jittable `reset(key) -> (state, TimeStep)` and `step(state, actions [B]) -> (state,
-    TimeStep)` for `num_envs` environments of a JAX-native family (pgx, gymnax), with same-step
-    auto-reset: what the Anakin runtime steps inside its jit. UsageError for other families."""
-    family, env_id = parse_env_name(name)
+    TimeStep)` for `num_envs` environments of a JAX-native family (pgx, gymnax, jumanji, or a
+    user's environment in one of their APIs), with same-step auto-reset: what the Anakin runtime
+    steps inside its jit. UsageError for other families."""
+    family, env_id, options = _source(name, options)
     if family == "pgx":
         from envs.pgx_env import pgx_functions
 
@@ -105,9 +153,16 @@ def jax_env_functions(name: str, num_envs: int, **options: Any) -> Any:
 
         _check_options(name, options, {"max_episode_steps"})
         return gymnax_functions(env_id, num_envs, **options)
+    if family == "jumanji":
+        from envs.jumanji_env import jumanji_functions
+
+        _check_options(name, options, {"max_episode_steps"})
+        return jumanji_functions(env_id, num_envs, **options)
+    what = "a Gymnasium environment, stepped" if not isinstance(env_id, str) else "stepped"
     raise UsageError(
-        f"{name} is stepped on the host, not inside a jit: runtime=anakin needs a JAX-native "
-        f"environment (pgx:..., gymnax:...); use runtime=sebulba"
+        f"{name} is {what} on the host, not inside a jit: runtime=anakin needs an environment "
+        f"JAX can trace ({', '.join(f'{f}:...' for f in JAX_FAMILIES)}, or py: in their APIs); "
+        "use runtime=sebulba"
     )
 
 
