@@ -92,8 +92,18 @@ def _load_cached(run_dir: Path, step: int, stamp: tuple[int, int]) -> LoadedRun:
 
 
 def _check_game(config: ExperimentConfig, game: pyspiel.Game, text: str) -> None:
-    """UsageError unless the run trained on the arena's game (by OpenSpiel's canonical name)."""
+    """UsageError unless the run trained on the arena's game (by OpenSpiel's canonical name; a
+    game of the user's by its import path and options)."""
     family, _, name = config.env.name.partition(":")
+    if family == "py":
+        played = (getattr(game, "podracer_name", None), getattr(game, "podracer_options", None))
+        if played != (config.env.name, config.env.options):
+            raise UsageError(
+                f"player {text!r}: the checkpoint was trained on {config.env.name} with options "
+                f"{config.env.options} but the arena plays {game.get_type().long_name}"
+                f"{'' if played[1] is None else f' with options {played[1]}'}"
+            )
+        return
     if family == "openspiel":
         trained = str(pyspiel.load_game(name))
     elif family == "pgx":

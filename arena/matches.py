@@ -107,7 +107,13 @@ def player_seed(seed: int, seat: int) -> int:
 
 
 def load_game(name: str) -> pyspiel.Game:
-    """Loads a game by name (`tic_tac_toe`, `go(board_size=9)`); UsageError if unknown."""
+    """Loads a game by name (`tic_tac_toe`, `go(board_size=9)`), or a two-player game of yours
+    in pgx's API by import path (`py:my_games:make`, `py:my_games:make(size=5)`: its options);
+    UsageError if unknown."""
+    if name.startswith("py:"):
+        from envs.user_openspiel import openspiel_game, parse_game_text
+
+        return openspiel_game(*parse_game_text(name))
     short = name.partition("(")[0].strip()
     if short not in pyspiel.registered_names():
         raise UsageError(

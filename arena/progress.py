@@ -65,6 +65,10 @@ def elo_difference(wins: int, draws: int, games: int) -> float:
 
 def _board_game(config: ExperimentConfig) -> pyspiel.Game:
     family, _, name = config.env.name.partition(":")
+    if family == "py":  # a two-player game of the user's, in pgx's API
+        from envs.user_openspiel import openspiel_game
+
+        return openspiel_game(config.env.name, config.env.options)
     if family == "pgx":
         if name not in PGX_TO_OPENSPIEL:
             raise UsageError(

@@ -1,20 +1,26 @@
-"""Environment adapters: OpenSpiel, pgx, envpool and gymnax behind one batched interface.
+"""The environment layer: one batched interface over every family, and your own environment.
 
-`make_env("openspiel:connect_four", num_envs=64, seed=0)` returns a `BatchedEnv`; see
-`envs/base.py` for the conventions (same-step auto-reset, points of view, layouts) and
-`envs/registry.py` for the names. The JAX-native families also offer pure, jittable
-`reset`/`step` functions for a loop inside one jit: `pgx_functions` for games and
-`gymnax_functions` for single-agent envs (`gymnax:CartPole-v1`, `gymnax:Breakout-MinAtar`, ...).
-The family modules (`openspiel`, `pgx_env`, `envpool_env`, `gymnax_env`) are imported on first use
-of one of their names, so that a run on one family never loads the libraries of the others.
+Names: `"<family>:<id>"` for the families (`openspiel:connect_four`, `pgx:tic_tac_toe`,
+`envpool:Pong-v5`, `gymnax:Breakout-MinAtar`, `gymnasium:CartPole-v1`, `jumanji:Snake-v1`), or
+`"py:<module>:<callable>"` for an environment of yours in one of the ecosystem's APIs (pgx,
+jumanji, gymnax, Gymnasium), recognised by its methods (`envs.user`): nothing of ours to
+subclass. `make_env(name, num_envs, seed)` returns a `BatchedEnv` (`envs/base.py` holds the
+conventions: batched, same-step auto-reset, points of view, channels-last images); the JAX
+families (and `py:` in their APIs) also give pure, jittable `reset(key)` / `step(state,
+actions)` functions (`jax_env_functions`) for a loop inside one jit (Anakin), and a
+deterministic game in pgx's API its rules as AlphaZero's model (`exact_step`). The family
+modules are imported on first use of one of their names, so that a run on one family never
+loads the libraries of the others. This package imports no runtime: `selfplay` steps it.
 """
 
 import importlib
 
-from envs.base import FAMILIES, BatchedEnv, EnvSpec, TimeStep
+from envs.base import FAMILIES, JAX_FAMILIES, BatchedEnv, EnvSpec, TimeStep
 from envs.registry import (
+    env_family,
     env_seed,
     env_spec,
+    exact_step,
     jax_env_functions,
     make_env,
     parse_env_name,
@@ -40,11 +46,22 @@ _LAZY = {
     "GymnaxFunctions": "envs.gymnax_env",
     "gymnax_functions": "envs.gymnax_env",
     "gymnax_spec": "envs.gymnax_env",
+    "GymnasiumEnv": "envs.gymnasium_env",
+    "JumanjiEnv": "envs.jumanji_env",
+    "JumanjiEnvState": "envs.jumanji_env",
+    "JumanjiFunctions": "envs.jumanji_env",
+    "jumanji_functions": "envs.jumanji_env",
+    "jumanji_spec": "envs.jumanji_env",
+    "UserEnv": "envs.user",
+    "load_user_env": "envs.user",
 }
 
 __all__ = [
+    "env_family",
     "env_seed",
+    "exact_step",
     "FAMILIES",
+    "JAX_FAMILIES",
     "BatchedEnv",
     "EnvSpec",
     "TimeStep",

@@ -2,12 +2,14 @@
 
 Two ways in, like the pgx adapter:
 
-- `gymnax_functions(env_id, num_envs)`: a pure `reset(key)` / `step(env_state, actions)` pair over
-  a `GymnaxEnvState` pytree, for a fully jitted (Anakin) loop; `gymnax_spec(env_id)` is its spec.
+- `gymnax_functions(source, num_envs)`: a pure `reset(key)` / `step(env_state, actions)` pair over
+  a `GymnaxEnvState` pytree, for a fully jitted (Anakin) loop; `gymnax_spec(source)` is its spec.
 - `GymnaxEnv`: the host-side `BatchedEnv` (numpy `step`) plus `step_device` (JAX arrays, no
   transfer) and `.env_state` (the whole device-side state, as `functions.step` takes it).
 
-Every gymnax env with a discrete action space is accepted (`gymnax.registered_envs`), e.g.
+A user's own environment in gymnax's API (`py:<module>:<callable>`, `envs.user`) goes through
+the same functions. Every gymnax env with a discrete action space is accepted
+(`gymnax.registered_envs`), e.g.
 `CartPole-v1`, `Acrobot-v1`, `MountainCar-v0`, `Breakout-MinAtar`, `Catch-bsuite`; continuous ones
 (`Pendulum-v1`, `MountainCarContinuous-v0`, ...) are refused. Each step is gymnax's own `step`,
 which steps, separates termination from the time limit and auto-resets in the same call.
@@ -43,6 +45,7 @@ from gymnax.environments import spaces
 from configs.caching import built_once
 from configs.errors import UsageError
 from envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions, step_input
+from envs.user import UserEnv, same_observations, traced
 
 __all__ = [
     "GymnaxEnv",
@@ -78,7 +81,7 @@ class _Loaded(NamedTuple):
     spec: EnvSpec
 
 
-def _checked_limit(env_id: str, max_episode_steps: Any) -> int | None:
+def _checked_limit(source: str | UserEnv, max_episode_steps: Any) -> int | None:
     """`max_episode_steps` as an int (None: the env's default); UsageError unless an int > 0."""
     if max_episode_steps is None:
         return None
@@ -88,31 +91,25 @@ def _checked_limit(env_id: str, max_episode_steps: Any) -> int | None:
         or max_episode_steps < 1
     ):
         raise UsageError(
-            f"max_episode_steps must be an integer > 0 for gymnax:{env_id}, "
+            f"max_episode_steps must be an integer > 0 for {_name(source)}, "
             f"got {max_episode_steps!r}"
         )
     return int(max_episode_steps)
 
 
 @built_once()  # one gymnax env object per (id, limit): jit caches key on its identity
-def _load(env_id: str, max_episode_steps: int | None) -> _Loaded:
-    """The env `env_id` with its time limit (checked by `_checked_limit`); UsageError if bad."""
-    registered = list(gymnax.registered_envs)
-    if env_id not in registered:
-        close = difflib.get_close_matches(env_id, registered, n=3, cutoff=0.5)
-        hint = f"did you mean {', '.join(close)}? " if close else ""
-        raise UsageError(
-            f"unknown gymnax env {env_id!r}: {hint}registered: {', '.join(registered)}"
-        )
-    try:
-        env, params = gymnax.make(env_id)
-    except Exception as e:  # e.g. MNISTBandit-bsuite downloads its data set on construction
-        raise UsageError(f"gymnax cannot make {env_id!r}: {type(e).__name__}: {e}") from None
+def _load(source: str | UserEnv, max_episode_steps: int | None) -> _Loaded:
+    """The env of `source` (a registered id, or a user's gymnax-API env) with its time limit
+    (checked by `_checked_limit`); UsageError if bad."""
+    if isinstance(source, UserEnv):
+        env, params, name = source.env, source.params, source.name
+    else:
+        (env, params), name = _make(source), f"gymnax:{source}"
     action_space = env.action_space(params)
     if not isinstance(action_space, spaces.Discrete):
         raise UsageError(
-            f"gymnax env {env_id!r} has a {type(action_space).__name__} action space; "
-            "only discrete actions are supported"
+            f"{name} has a {type(action_space).__name__} action space: continuous actions are "
+            "not supported yet (Sampled MuZero will take them); only discrete actions"
         )
     if max_episode_steps is not None:
         params = params.replace(max_steps_in_episode=max_episode_steps)
@@ -125,10 +122,14 @@ def _load(env_id: str, max_episode_steps: int | None) -> _Loaded:
         # A 2-d grid is one image plane: [H, W] -> [H, W, 1] for channels-last conv nets.
         return obs[..., None] if obs.ndim == 2 else obs
 
-    raw_obs, _ = jax.eval_shape(env.reset_env, jax.random.PRNGKey(0), params)
-    obs = jax.eval_shape(observe, raw_obs)  # shapes only, no compute
+    key = jax.random.PRNGKey(0)
+    raw_obs, state = jax.eval_shape(env.reset, key, params)  # shapes only, no compute
+    if isinstance(source, UserEnv):  # gymnax's own envs are known to trace and keep shapes
+        stepped = traced(name, lambda: jax.eval_shape(env.step, key, state, 0, params))
+        same_observations(name, raw_obs, stepped[0])
+    obs = jax.eval_shape(observe, raw_obs)
     spec = EnvSpec(
-        name=f"gymnax:{env_id}",
+        name=name,
         family="gymnax",
         num_actions=int(action_space.n),
         observation_shape=tuple(int(d) for d in obs.shape),
@@ -142,35 +143,60 @@ def _load(env_id: str, max_episode_steps: int | None) -> _Loaded:
     return _Loaded(env, params, observe, spec)
 
 
-def gymnax_spec(env_id: str, max_episode_steps: int | None = None) -> EnvSpec:
-    """The `EnvSpec` of gymnax env `env_id` (e.g. "CartPole-v1"); UsageError on a bad name."""
-    return _load(env_id, _checked_limit(env_id, max_episode_steps)).spec
+def _make(env_id: str) -> tuple[Any, Any]:
+    """`gymnax.make(env_id)`: UsageError naming close registered ids if unknown."""
+    registered = list(gymnax.registered_envs)
+    if env_id not in registered:
+        close = difflib.get_close_matches(env_id, registered, n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise UsageError(
+            f"unknown gymnax env {env_id!r}: {hint}registered: {', '.join(registered)}"
+        )
+    try:
+        return gymnax.make(env_id)
+    except Exception as e:  # e.g. MNISTBandit-bsuite downloads its data set on construction
+        raise UsageError(f"gymnax cannot make {env_id!r}: {type(e).__name__}: {e}") from None
+
+
+def _name(source: str | UserEnv) -> str:
+    return source.name if isinstance(source, UserEnv) else f"gymnax:{source}"
+
+
+def gymnax_spec(source: str | UserEnv, max_episode_steps: int | None = None) -> EnvSpec:
+    """The `EnvSpec` of gymnax env `source` (a registered id, e.g. "CartPole-v1", or a user's
+    gymnax-API env); UsageError on a bad name."""
+    return _load(source, _checked_limit(source, max_episode_steps)).spec
 
 
 def gymnax_functions(
-    env_id: str, num_envs: int, max_episode_steps: int | None = None
+    source: str | UserEnv, num_envs: int, max_episode_steps: int | None = None
 ) -> GymnaxFunctions:
     """Pure `reset(key)` and `step(env_state, actions)` for `num_envs` copies of a gymnax env.
 
-    `env_id` is gymnax's name (e.g. "Breakout-MinAtar"); `max_episode_steps` overrides its time
+    `source` is gymnax's name (e.g. "Breakout-MinAtar") or a user's gymnax-API environment
+    (`envs.user.UserEnv`); `max_episode_steps` overrides its time
     limit (see the module docstring for the defaults). The same arguments return the same
     functions, so that jit compiles them once. UsageError on a bad name, a continuous env or a
     bad limit.
     """
     if num_envs < 1:
         raise UsageError(f"num_envs must be >= 1, got {num_envs}")
-    return _cached_functions(env_id, int(num_envs), _checked_limit(env_id, max_episode_steps))
+    return _cached_functions(source, int(num_envs), _checked_limit(source, max_episode_steps))
 
 
 @built_once()
-def _cached_functions(env_id: str, num_envs: int, max_episode_steps: int | None) -> GymnaxFunctions:
-    return _functions(_load(env_id, max_episode_steps), num_envs)
+def _cached_functions(
+    source: str | UserEnv, num_envs: int, max_episode_steps: int | None
+) -> GymnaxFunctions:
+    return _functions(_load(source, max_episode_steps), num_envs)
 
 
 @built_once()
-def _jitted(env_id: str, num_envs: int, max_episode_steps: int | None) -> tuple[Callable, Callable]:
+def _jitted(
+    source: str | UserEnv, num_envs: int, max_episode_steps: int | None
+) -> tuple[Callable, Callable]:
     # Shared by every GymnaxEnv of this env, size and limit, so a second env compiles nothing.
-    functions = _cached_functions(env_id, num_envs, max_episode_steps)
+    functions = _cached_functions(source, num_envs, max_episode_steps)
     return jax.jit(functions.reset), jax.jit(functions.step)
 
 
@@ -244,20 +270,25 @@ class GymnaxEnv(SyncSendRecv):
     """`num_envs` copies of a gymnax env as a `BatchedEnv`; the state stays on device."""
 
     def __init__(
-        self, env_id: str, num_envs: int, seed: int = 0, *, max_episode_steps: int | None = None
+        self,
+        source: str | UserEnv,
+        num_envs: int,
+        seed: int = 0,
+        *,
+        max_episode_steps: int | None = None,
     ):
         if num_envs < 1:
             raise UsageError(f"num_envs must be >= 1, got {num_envs}")
-        max_episode_steps = _checked_limit(env_id, max_episode_steps)
-        loaded = _load(env_id, max_episode_steps)
-        self.env_id = env_id
+        max_episode_steps = _checked_limit(source, max_episode_steps)
+        loaded = _load(source, max_episode_steps)
+        self.env_id = loaded.spec.env_id
         self.num_envs = num_envs
         self.batch_size = num_envs
         self.spec = loaded.spec
         self.gymnax_env = loaded.env
         self.gymnax_params = loaded.params
-        self.functions = gymnax_functions(env_id, num_envs, max_episode_steps)
-        self._reset, self._step = _jitted(env_id, num_envs, max_episode_steps)
+        self.functions = gymnax_functions(source, num_envs, max_episode_steps)
+        self._reset, self._step = _jitted(source, num_envs, max_episode_steps)
         self._seed = seed
         self._env_state: GymnaxEnvState | None = None
 

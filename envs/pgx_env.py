@@ -1,6 +1,8 @@
 """pgx adapter: JAX-native games batched with vmap, stepped and auto-reset inside jit.
 
-Three ways in, from the most to the least pure:
+A user's own game in pgx's API (`py:<module>:<callable>`, `envs.user`: `init`, `step`,
+`num_players`, and a State with pgx's fields) goes through the same functions, AlphaZero's exact
+model included. Three ways in, from the most to the least pure:
 
 - `pgx_functions(env_id, num_envs)`: a pure `reset(key)` / `step(env_state, actions)` pair over a
   `PgxEnvState` pytree, for a fully jitted (Anakin) loop.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -36,6 +39,7 @@ import pgx
 from configs.caching import built_once
 from configs.errors import UsageError
 from envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions, step_input
+from envs.user import UserEnv, same_observations, traced
 
 __all__ = [
     "ChanceRules",
@@ -49,6 +53,8 @@ __all__ = [
     "pgx_chance_rules",
     "pgx_exact_step",
     "pgx_functions",
+    "pgx_spec",
+    "is_deterministic",
 ]
 
 # Games whose next state is a function of (state, action): the exact-model search may step them.
@@ -63,8 +69,11 @@ _CHANCE = frozenset({"2048", "backgammon"})
 _NOT_ALTERNATING = frozenset({"backgammon"})
 
 
-def make_pgx_game(env_id: str) -> pgx.Env:
-    """`pgx.make(env_id)`, or UsageError naming the bad id and the accepted ones."""
+def make_pgx_game(env_id: str | UserEnv) -> pgx.Env:
+    """`pgx.make(env_id)`, or UsageError naming the bad id and the accepted ones; a user's game in
+    pgx's API (`envs.user.UserEnv`) as it is."""
+    if isinstance(env_id, UserEnv):
+        return env_id.env
     available = [e for e in pgx.available_envs() if e not in _IMPERFECT]
     if env_id in _IMPERFECT:
         raise UsageError(
@@ -141,17 +150,35 @@ def pgx_replay(env_id: str) -> Callable[[jax.Array, jax.Array], Any]:
     return jax.jit(replay)
 
 
+def is_deterministic(source: str | UserEnv) -> bool:
+    """Whether `source`'s next state is a function of (state, action), so that an exact model
+    may step it: pgx's games by name; a user's game unless it says `deterministic = False` or its
+    `step` needs a key (pgx's own take one only for chance)."""
+    if not isinstance(source, UserEnv):
+        return source in _DETERMINISTIC
+    declared = getattr(source.env, "deterministic", None)
+    if declared is not None:
+        return bool(declared)
+    try:
+        parameters = list(inspect.signature(source.env.step).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    return not (len(parameters) > 2 and parameters[2].default is inspect.Parameter.empty)
+
+
 @built_once()  # one function per game, so that jit compiles it once
-def pgx_exact_step(env_id: str) -> Callable[[Any, jax.Array], ExactStep]:
+def pgx_exact_step(env_id: str | UserEnv) -> Callable[[Any, jax.Array], ExactStep]:
     """Returns `step(state, action) -> ExactStep` over batched pgx States, pure and jittable.
 
     For a search with the real rules as its model: `state` is e.g. `PgxEnv.state`, `action` [B]
-    int32. Raises ValueError for a game with chance or hidden information (no exact model).
+    int32; `env_id` a pgx game's name or a user's game in pgx's API. Raises ValueError for a
+    game with chance or hidden information (no exact model).
     """
-    if env_id not in _DETERMINISTIC:
+    if not is_deterministic(env_id):
         raise ValueError(
-            f"pgx game {env_id!r} is not deterministic: no exact model; "
-            f"deterministic games: {', '.join(sorted(_DETERMINISTIC))}"
+            f"{_name(env_id)} is not deterministic: no exact model; "
+            f"deterministic pgx games: {', '.join(sorted(_DETERMINISTIC))}, or your own game in "
+            "pgx's API whose step needs no key"
         )
     game = make_pgx_game(env_id)
     vstep = jax.vmap(game.step)
@@ -363,15 +390,20 @@ def _rules_backgammon(game: pgx.Env) -> ChanceRules:
     return ChanceRules(afterstate, _chance_step(game, chance_one), len(_ROLLS), names)
 
 
+def _name(source: str | UserEnv) -> str:
+    return source.name if isinstance(source, UserEnv) else f"pgx:{source}"
+
+
 @built_once()
-def pgx_functions(env_id: str, num_envs: int) -> PgxFunctions:
-    """Pure `reset(key)` and `step(env_state, actions)` for `num_envs` copies of a pgx game."""
+def pgx_functions(env_id: str | UserEnv, num_envs: int) -> PgxFunctions:
+    """Pure `reset(key)` and `step(env_state, actions)` for `num_envs` copies of a pgx game (by
+    name, or a user's game in pgx's API)."""
     game = make_pgx_game(env_id)
     return _functions(game, num_envs)
 
 
 @built_once()
-def _jitted(env_id: str, num_envs: int) -> tuple[Callable, Callable]:
+def _jitted(env_id: str | UserEnv, num_envs: int) -> tuple[Callable, Callable]:
     # Shared by every PgxEnv of this game and size, so a second env does not compile again.
     functions = pgx_functions(env_id, num_envs)
     return jax.jit(functions.reset), jax.jit(functions.step)
@@ -440,38 +472,64 @@ def _functions(game: pgx.Env, num_envs: int) -> PgxFunctions:
     return PgxFunctions(reset=reset, step=step)
 
 
+# What a pgx State carries that the adapter reads.
+_STATE_FIELDS = (
+    "current_player", "legal_action_mask", "rewards", "terminated", "truncated", "observation"
+)  # fmt: skip
+
+
+@built_once()
+def pgx_spec(source: str | UserEnv) -> EnvSpec:
+    """The spec of `game` from its abstract initial state (pgx's own `num_actions` plays `init`
+    op by op, each op a program XLA compiles: dozens for backgammon or go, in every process that
+    makes one). A user's game is traced through a step too: UsageError, one line, for a state
+    that lacks pgx's fields, a step JAX cannot trace or observations that change shape."""
+    name, game = _name(source), make_pgx_game(source)
+    key = jax.random.PRNGKey(0)
+    state = jax.eval_shape(game.init, key)  # shapes only, no compute
+    if isinstance(source, UserEnv):
+        missing = [field for field in _STATE_FIELDS if not hasattr(state, field)]
+        if missing:
+            raise UsageError(
+                f"{name}: its init's state lacks {', '.join(missing)}, which pgx's State has"
+            )
+        action = jnp.zeros((), jnp.int32)
+        stepped = traced(name, lambda: jax.eval_shape(game.step, state, action))
+        same_observations(name, state.observation, stepped.observation)
+    num_players = int(game.num_players)
+    if num_players not in (1, 2):
+        raise UsageError(f"{name} has {num_players} players: 1 or 2 are supported")
+    env_id = source if isinstance(source, str) else ""
+    return EnvSpec(
+        name=name,
+        family="pgx",
+        num_actions=int(state.legal_action_mask.shape[-1]),
+        observation_shape=tuple(int(d) for d in state.observation.shape),
+        observation_dtype="float32",
+        num_players=num_players,
+        two_player_zero_sum=num_players == 2,
+        discount=1.0,
+        deterministic=is_deterministic(source),
+        max_episode_steps=None,
+        alternating=env_id not in _NOT_ALTERNATING,
+        chance=env_id in _CHANCE,
+    )
+
+
 class PgxEnv(SyncSendRecv):
     """`num_envs` copies of a pgx game as a `BatchedEnv`; the state stays on device."""
 
-    def __init__(self, env_id: str, num_envs: int, seed: int = 0):
+    def __init__(self, env_id: str | UserEnv, num_envs: int, seed: int = 0):
         if num_envs < 1:
             raise UsageError(f"num_envs must be >= 1, got {num_envs}")
         self.game = make_pgx_game(env_id)
-        self.env_id = env_id
         self.num_envs = num_envs
         self.batch_size = num_envs
         self._seed = seed
         self.functions = pgx_functions(env_id, num_envs)
         self._reset, self._step = _jitted(env_id, num_envs)
-        # Shapes only, no compute. (pgx's own `num_actions` plays `init` op by op, each op a
-        # program XLA compiles: dozens for backgammon or go, in every process that makes one.)
-        state = jax.eval_shape(self.game.init, jax.random.PRNGKey(0))
-        obs_shape = tuple(int(d) for d in state.observation.shape)
-        num_players = int(self.game.num_players)
-        self.spec = EnvSpec(
-            name=f"pgx:{env_id}",
-            family="pgx",
-            num_actions=int(state.legal_action_mask.shape[-1]),
-            observation_shape=obs_shape,
-            observation_dtype="float32",
-            num_players=num_players,
-            two_player_zero_sum=num_players == 2,
-            discount=1.0,
-            deterministic=env_id in _DETERMINISTIC,
-            max_episode_steps=None,
-            alternating=env_id not in _NOT_ALTERNATING,
-            chance=env_id in _CHANCE,
-        )
+        self.spec = pgx_spec(env_id)
+        self.env_id = self.spec.env_id
         self._env_state: PgxEnvState | None = None
         self._mask: np.ndarray | None = None
 

@@ -14,6 +14,7 @@ from envs.base import FAMILIES, JAX_FAMILIES, BatchedEnv, EnvSpec
 
 __all__ = [
     "env_family",
+    "exact_step",
     "env_seed",
     "env_spec",
     "jax_env_functions",
@@ -164,6 +165,22 @@ def jax_env_functions(name: str, num_envs: int, **options: Any) -> Any:
         f"JAX can trace ({', '.join(f'{f}:...' for f in JAX_FAMILIES)}, or py: in their APIs); "
         "use runtime=sebulba"
     )
+
+
+def exact_step(name: str, **options: Any) -> Any:
+    """The real rules of a deterministic game as AlphaZero's model: `step(state, action [B]) ->
+    envs.pgx_env.ExactStep` over the batched states `make_env(name, ...)` keeps (pgx's games,
+    or a user's game in pgx's API). ValueError for a game with chance; UsageError for others."""
+    family, source, options = _source(name, options)
+    if family != "pgx":
+        raise UsageError(
+            f"{name} has no exact model: AlphaZero searches with the rules of a pgx game "
+            "(pgx:..., or py: in pgx's API)"
+        )
+    from envs.pgx_env import pgx_exact_step
+
+    _check_options(name, options, set())
+    return pgx_exact_step(source)
 
 
 def env_seed(seed: int, index: int = 0) -> int:

@@ -31,7 +31,7 @@ from typing import Any
 from configs.caching import built_once
 from configs.errors import UsageError
 
-__all__ = ["APIS", "UserEnv", "load_user_env", "recognise_api"]
+__all__ = ["APIS", "UserEnv", "load_user_env", "recognise_api", "same_observations", "traced"]
 
 # The ecosystem APIs a user's environment may speak, by what their objects have.
 APIS = ("pgx", "jumanji", "gymnax", "gymnasium")
@@ -145,3 +145,44 @@ def recognise_api(obj: Any, name: str = "the environment") -> str:
         f"{name} returned a {type(obj).__name__}, which speaks none of the APIs pgx, jumanji, "
         f"gymnax, Gymnasium: {missing}"
     )
+
+
+def traced(name: str, trace: Callable[[], Any]) -> Any:
+    """`trace()` (a `jax.eval_shape` of a user's function: shapes only, no compute), or a
+    UsageError, one line, where JAX cannot trace it (Python control flow or NumPy on traced
+    values): the adapters of the JAX APIs step inside `jit` on both runtimes."""
+    import jax  # the JAX adapters': this module loads without JAX
+
+    untraceable = (
+        jax.errors.ConcretizationTypeError,
+        jax.errors.TracerArrayConversionError,
+        jax.errors.TracerBoolConversionError,
+        jax.errors.TracerIntegerConversionError,
+    )
+    try:
+        return trace()
+    except untraceable as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UsageError(
+            f"{name}: its step cannot be traced by JAX ({type(e).__name__}: {first}): write it "
+            "in JAX, or give it as a Gymnasium environment and use runtime=sebulba"
+        ) from None
+
+
+def same_observations(name: str, at_reset: Any, at_step: Any) -> None:
+    """UsageError, one line, unless the observations `reset` and `step` give (shape-dtype
+    structs, as `jax.eval_shape` returns them) have the same structure, shapes and dtypes: a
+    batch of environments keeps one array for them."""
+    import jax
+
+    def described(tree: Any) -> str:
+        return str(jax.tree.map(lambda x: f"{x.dtype}{list(x.shape)}", tree))
+
+    if jax.tree.structure(at_reset) != jax.tree.structure(at_step) or any(
+        a.shape != b.shape or a.dtype != b.dtype
+        for a, b in zip(jax.tree.leaves(at_reset), jax.tree.leaves(at_step), strict=True)
+    ):
+        raise UsageError(
+            f"{name}: its observation changes between steps: {described(at_reset)} after reset, "
+            f"{described(at_step)} after step; every step must give the same shapes and dtypes"
+        )

@@ -34,7 +34,9 @@ def make_parser() -> argparse.ArgumentParser:
         "--game",
         required=True,
         help="OpenSpiel game, e.g. tic_tac_toe, connect_four, 'go(board_size=9)', backgammon, "
-        "'2048(max_tile=131072)' (OpenSpiel's 2048 ends at max_tile, 2048 by default)",
+        "'2048(max_tile=131072)' (OpenSpiel's 2048 ends at max_tile, 2048 by default), or a "
+        "two-player game of yours in pgx's API by import path, e.g. py:my_games:make or "
+        "'py:my_games:make(size=5)' (its options)",
     )
     parser.add_argument(
         "--players",

@@ -28,7 +28,7 @@ import numpy as np
 
 import muzero
 from configs import ExperimentConfig, UsageError
-from envs import env_seed, jax_env_functions, make_env, parse_env_name
+from envs import JAX_FAMILIES, env_family, env_seed, jax_env_functions, make_env
 from selfplay.agent import Agent, accelerator_paths
 from selfplay.lifetime import StopSignal, ThreadGroup
 from selfplay.metrics import StageTimer
@@ -96,9 +96,9 @@ def scans_moves(config: ExperimentConfig, devices: list[jax.Device]) -> bool:
     (`segment_actor_loop`): on a JAX environment, with `actors.scan_moves=on`, or "auto" on an
     accelerator. On a CPU the moves cost XLA more CPU inside a scan than called one by one, more
     than the host's round trips save there (BENCHMARKS.md)."""
-    family, _ = parse_env_name(config.env.name)
+    family = env_family(config.env.name, config.env.options)
     choice = config.actors.scan_moves
-    if family not in ("pgx", "gymnax") or choice == "off":
+    if family not in JAX_FAMILIES or choice == "off":
         return False
     return choice == "on" or accelerator_paths(config, devices)
 
@@ -110,7 +110,7 @@ def check_actor_envs(config: ExperimentConfig) -> None:
             "env.options.batch_size is set by the runtime: remove it and set "
             "actors.envs_per_step (envs the actor acts on per step) instead"
         )
-    family, _ = parse_env_name(config.env.name)
+    family = env_family(config.env.name, config.env.options)
     if is_async(config) and family != "envpool":
         raise UsageError(
             f"actors.envs_per_step={config.actors.envs_per_step} (async stepping, "

@@ -419,9 +419,9 @@ def _exact_model(config: ExperimentConfig, spec: EnvSpec, prediction_fn, two_pla
             two_player=two_player,
             discount=config.loss.discount,
         )
-    from envs import pgx_exact_step
+    from envs import exact_step as exact_rules
 
-    exact_step = pgx_exact_step(spec.env_id)
+    exact_step = exact_rules(config.env.name, **config.env.options)
 
     def step_fn(state, action):  # search.StepFn over the real rules
         result = exact_step(state, action)

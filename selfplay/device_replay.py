@@ -45,7 +45,7 @@ from jax.sharding import PartitionSpec as P
 
 import muzero
 from configs import ExperimentConfig, UsageError
-from envs import parse_env_name
+from envs import JAX_FAMILIES, env_family
 from selfplay.agent import Agent, accelerator_paths
 from selfplay.anakin import AnakinPlan, RingPriorities, learn_from_ring, write_ring
 from selfplay.programs import ProgramCache, program_key
@@ -87,9 +87,9 @@ def uses_device_replay(
     "auto" on an accelerator where it can (else one line says why not), "on" (UsageError where
     it cannot). "auto" keeps a CPU's on the host, as its actors play move by move there
     (`selfplay.actors.scans_moves`)."""
-    family, _ = parse_env_name(config.env.name)
+    family = env_family(config.env.name, config.env.options)
     choice = config.replay.on_device
-    if choice == "off" or family not in ("pgx", "gymnax") or not agent.uses_replay:
+    if choice == "off" or family not in JAX_FAMILIES or not agent.uses_replay:
         return False  # the config refuses "on" for the others
     if choice == "auto" and not accelerator_paths(config, learner_devices):
         return False

@@ -163,10 +163,10 @@ class BoardActor:
             self._translate = game_name
         elif self._family == "pgx":
             self._replay = _pgx_replay(game_name)
-        else:
+        elif self._family != "py":  # a user's game keeps its pgx state (`PgxGameState`)
             raise UsageError(
-                f"only a run on a board game (openspiel:, pgx:) plays from OpenSpiel "
-                f"states, not one on {config.env.name}"
+                f"only a run on a board game (openspiel:, pgx:, py: in pgx's API) plays from "
+                f"OpenSpiel states, not one on {config.env.name}"
             )
 
     def act(
@@ -191,6 +191,11 @@ class BoardActor:
             observation, legal_mask, _ = self._observer.observe(states)  # [N, ...], [N, A]
             env_state = None
             observation, legal_mask = _pad_rows(observation, rows), _pad_rows(legal_mask, rows)
+        elif self._family == "py":  # the user's game's own pgx states, stacked
+            padded = [state.pgx_state for state in states]
+            padded += [padded[0]] * (rows - count)
+            env_state = jax.tree.map(lambda *leaves: np.stack(leaves), *padded)
+            return self.act_on(params, key, env_state, env_state.legal_action_mask, count, greedy)
         elif hasattr(self, "_translate"):
             from envs.pgx_openspiel import pgx_states_from_openspiel
 
