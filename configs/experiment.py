@@ -131,6 +131,14 @@ class EnvConfig:
             )
         if not isinstance(self.options, dict):
             _fail("EnvConfig", "options", "a mapping of option names to values", self.options)
+        reserved = sorted(set(self.options) & {"num_envs", "seed"})
+        if reserved:  # the runtime passes them to every environment itself
+            _fail(
+                "EnvConfig",
+                "options",
+                "a mapping without num_envs or seed (set actors.envs_per_thread and seed)",
+                self.options,
+            )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,7 +25,10 @@ from envs.registry import (
     make_env,
     parse_env_name,
 )
+from envs.user import UserEnv, load_user_env
 
+# The families' adapters (their classes and pure functions), imported on first use: a run on one
+# family never loads the others' libraries. Each is documented in its module (envs.pgx_env, ...).
 _LAZY = {
     "OpenSpielEnv": "envs.openspiel",
     "load_openspiel_game": "envs.openspiel",
@@ -52,8 +55,6 @@ _LAZY = {
     "JumanjiFunctions": "envs.jumanji_env",
     "jumanji_functions": "envs.jumanji_env",
     "jumanji_spec": "envs.jumanji_env",
-    "UserEnv": "envs.user",
-    "load_user_env": "envs.user",
 }
 
 __all__ = [
@@ -69,7 +70,8 @@ __all__ = [
     "jax_env_functions",
     "make_env",
     "parse_env_name",
-    *_LAZY,
+    "UserEnv",
+    "load_user_env",
 ]
 
 

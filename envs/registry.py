@@ -191,7 +191,10 @@ def env_seed(seed: int, index: int = 0) -> int:
 
 def env_spec(name: str, seed: int = 0, **options: Any) -> EnvSpec:
     """The `EnvSpec` of `make_env(name, ...)`, from one environment opened and closed again."""
-    env = make_env(name, 1, seed=seed, **options)
+    _, source, _ = _source(name, options)
+    # A user's vector env steps its own number of envs (the batch must match it).
+    num_envs = source.env.num_envs if getattr(source, "vectorised", False) else 1
+    env = make_env(name, num_envs, seed=seed, **options)
     try:
         return env.spec
     finally:

@@ -18,7 +18,7 @@ class Case(NamedTuple):
     lengths: tuple[int, int]  # inclusive range of plausible episode lengths
     returns: frozenset[float] | None  # every possible episode return, None if not a small set
     fresh: str  # how to recognise a new episode's first observation: "reset", "cartpole",
-    #   "breakout", "2048" (two tiles), "backgammon" (the starting checkers), "none"
+    #   "breakout", "2048" (two tiles), "backgammon" (the starting checkers), "snake", "none"
 
     @property
     def id(self) -> str:
@@ -27,8 +27,10 @@ class Case(NamedTuple):
 
 
 WIN_DRAW_LOSS = frozenset({-1.0, 0.0, 1.0})
+WIN_LOSS = frozenset({-1.0, 1.0})
 # pgx scores a backgammon win 1, a gammon 2, a backgammon 3; OpenSpiel's default scores 1.
 BACKGAMMON_SCORES = frozenset({-3.0, -2.0, -1.0, 1.0, 2.0, 3.0})
+FRUITS = frozenset(float(k) for k in range(31))  # Snake: +1 a fruit, at most one a step
 CASES = [
     Case("openspiel:tic_tac_toe", 8, 100, {}, 60, (5, 9), WIN_DRAW_LOSS, "reset"),
     Case("openspiel:connect_four", 8, 120, {}, 25, (7, 42), WIN_DRAW_LOSS, "reset"),
@@ -46,6 +48,12 @@ CASES = [
     Case("openspiel:backgammon", 8, 300, {}, 8, (30, 1500), WIN_DRAW_LOSS, "backgammon"),
     # A short time limit so that Atari episodes end (by truncation) within a fast test.
     Case("envpool:Pong-v5", 2, 70, {"max_episode_steps": 30}, 4, (30, 30), None, "none"),
+    Case("gymnasium:CartPole-v1", 8, 150, {}, 30, (8, 500), None, "cartpole"),
+    Case("gymnasium:ALE/Pong-v5", 2, 70, {"max_episode_steps": 30}, 4, (30, 30), None, "none"),
+    # A user's own gymnasium.Env (tests/fakes.py): a 7-cell walk from cells 1 to 5, +1 or -1.
+    Case("py:tests.fakes:make_gym_corridor", 4, 100, {}, 20, (1, 100), WIN_LOSS, "none"),
+    # Legal random moves rarely box the snake in within 30 steps: the limit ends every episode.
+    Case("jumanji:Snake-v1", 8, 62, {"max_episode_steps": 30}, 16, (30, 30), FRUITS, "snake"),
 ]
 
 
@@ -182,6 +190,13 @@ def test_auto_reset_gives_the_new_episode_in_the_same_step(rollout):
             paddle, bricks = ts.observation[done, ..., 0], ts.observation[done, ..., 3]
             assert (paddle.sum(axis=(1, 2)) == 1).all() and (paddle[:, 9, 4] == 1).all()
             assert (bricks[:, 1:4] == 1).all() and (bricks.sum(axis=(1, 2)) == 30).all()
+        elif case.fresh == "snake":  # jumanji's [12, 12, 5] grid, flattened, then the step count
+            grid = ts.observation[done, :720].reshape(-1, 12 * 12, 5)
+            body, head, tail, fruit = (grid[..., i] for i in range(4))
+            assert (body.sum(axis=1) == 1).all(), "a new snake is its head alone"
+            assert (head == body).all() and (tail == body).all()
+            assert (fruit.sum(axis=1) == 1).all() and not (fruit * body).any()
+            assert (ts.observation[done, 720] == 0).all()
     assert starts >= case.min_episodes
 
 
@@ -276,6 +291,9 @@ def test_illegal_or_malformed_actions_raise(rollout):
         ("gymnax:CartPole-v2", "did you mean CartPole-v1"),
         ("gymnax:breakout-minatar", "did you mean Breakout-MinAtar"),
         ("gymnax:Pendulum-v1", "only discrete actions"),
+        ("gymnasium:CartPole-v2", "did you mean CartPole-v1"),
+        ("gymnasium:ALE/Pongg-v5", "did you mean ALE/Pong-v5"),
+        ("gymnasium:Pendulum-v1", "Box action space: continuous actions are not supported yet"),
     ],
 )
 def test_bad_names_give_one_clear_line(name, fragment):

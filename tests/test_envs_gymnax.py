@@ -128,7 +128,7 @@ def test_minatar_observations_are_channels_last_float_planes():
     [
         ("gymnax:CartPol-v1", {}, "unknown gymnax env 'CartPol-v1': did you mean CartPole-v1"),
         ("gymnax:SpaceInvaders", {}, "did you mean SpaceInvaders-MinAtar"),
-        ("gymnax:Pendulum-v1", {}, "'Pendulum-v1' has a Box action space; only discrete"),
+        ("gymnax:Pendulum-v1", {}, "gymnax:Pendulum-v1 has a Box action space: continuous"),
         ("gymnax:MountainCarContinuous-v0", {}, "only discrete actions"),
         ("gymnax:CartPole-v1", {"colour": "red"}, "unknown option.*colour.*max_episode_steps"),
         ("gymnax:CartPole-v1", {"max_episode_steps": 0}, "max_episode_steps must be an integer"),
