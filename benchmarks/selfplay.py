@@ -416,7 +416,7 @@ def bench_actors(name: str, args) -> dict:
     params = jax.jit(agent.init)(jax.random.PRNGKey(config.seed))
     server = ParameterServer(actor_devices)
     server.publish(params, version=0)
-    stats = actors.ActorStats()
+    stats = actors.ActorStats("benchmark")
     # Where the run's replay would be the learner device's, the segments stay on the device.
     on_device = config.replay.on_device != "off" and agent.uses_replay
     scans = getattr(actors, "scans_moves", lambda config, devices: False)

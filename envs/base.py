@@ -39,6 +39,7 @@ __all__ = [
     "SyncSendRecv",
     "TimeStep",
     "check_actions",
+    "check_rewards",
     "step_input",
 ]
 
@@ -147,6 +148,20 @@ def check_actions(actions: Any, batch: int, num_actions: int) -> np.ndarray:
     if actions.size and (actions.min() < 0 or actions.max() >= num_actions):
         raise ValueError(f"actions must be in [0, {num_actions}), got {actions.tolist()}")
     return actions.astype(np.int32, copy=False)
+
+
+def check_rewards(name: str, rewards: Any) -> None:
+    """UsageError, one line, where a reward in `rewards` (any shape) is not finite: a JAX
+    environment's step runs inside a jit, where it cannot raise, so the runtimes check the
+    rewards that reach the host, before a NaN reaches every loss."""
+    rewards = np.asarray(rewards)
+    if not np.isfinite(rewards).all():
+        from configs.errors import UsageError
+
+        raise UsageError(
+            f"{name} gave a non-finite reward ({rewards[~np.isfinite(rewards)].flat[0]}): "
+            "rewards must be finite numbers"
+        )
 
 
 def step_input(actions: Any) -> Any:

@@ -123,10 +123,17 @@ def _load(source: str | UserEnv, max_episode_steps: int | None) -> _Loaded:
         return obs[..., None] if obs.ndim == 2 else obs
 
     key = jax.random.PRNGKey(0)
-    raw_obs, state = jax.eval_shape(env.reset, key, params)  # shapes only, no compute
+    # Shapes only, no compute; gymnax's `reset` takes the params as traced values, as `step`.
+    raw_obs, state = traced(name, lambda: jax.eval_shape(env.reset, key, params), "reset")
     if isinstance(source, UserEnv):  # gymnax's own envs are known to trace and keep shapes
-        stepped = traced(name, lambda: jax.eval_shape(env.step, key, state, 0, params))
-        same_observations(name, raw_obs, stepped[0])
+        # gymnax's `step` selects between `step_env`'s and `reset_env`'s observations, and
+        # fails on two shapes with JAX's words: `step_env`'s own are compared first.
+        for step in (getattr(env, "step_env", None), env.step):
+            if step is not None:
+                stepped = traced(
+                    name, lambda step=step: jax.eval_shape(step, key, state, 0, params)
+                )
+                same_observations(name, raw_obs, stepped[0])
     obs = jax.eval_shape(observe, raw_obs)
     spec = EnvSpec(
         name=name,

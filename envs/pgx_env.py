@@ -486,7 +486,7 @@ def pgx_spec(source: str | UserEnv) -> EnvSpec:
     that lacks pgx's fields, a step JAX cannot trace or observations that change shape."""
     name, game = _name(source), make_pgx_game(source)
     key = jax.random.PRNGKey(0)
-    state = jax.eval_shape(game.init, key)  # shapes only, no compute
+    state = traced(name, lambda: jax.eval_shape(game.init, key), "init")  # shapes only
     if isinstance(source, UserEnv):
         missing = [field for field in _STATE_FIELDS if not hasattr(state, field)]
         if missing:

@@ -147,10 +147,10 @@ def recognise_api(obj: Any, name: str = "the environment") -> str:
     )
 
 
-def traced(name: str, trace: Callable[[], Any]) -> Any:
-    """`trace()` (a `jax.eval_shape` of a user's function: shapes only, no compute), or a
-    UsageError, one line, where JAX cannot trace it (Python control flow or NumPy on traced
-    values): the adapters of the JAX APIs step inside `jit` on both runtimes."""
+def traced(name: str, trace: Callable[[], Any], what: str = "step") -> Any:
+    """`trace()` (a `jax.eval_shape` of a user's `what`, "step" or "reset": shapes only, no
+    compute), or a UsageError, one line, where JAX cannot trace it (Python control flow or NumPy
+    on traced values): the adapters of the JAX APIs step inside `jit` on both runtimes."""
     import jax  # the JAX adapters': this module loads without JAX
 
     untraceable = (
@@ -164,7 +164,7 @@ def traced(name: str, trace: Callable[[], Any]) -> Any:
     except untraceable as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UsageError(
-            f"{name}: its step cannot be traced by JAX ({type(e).__name__}: {first}): write it "
+            f"{name}: its {what} cannot be traced by JAX ({type(e).__name__}: {first}): write it "
             "in JAX, or give it as a Gymnasium environment and use runtime=sebulba"
         ) from None
 

@@ -29,6 +29,7 @@ import numpy as np
 import muzero
 from configs import ExperimentConfig, UsageError
 from envs import JAX_FAMILIES, env_family, env_seed, jax_env_functions, make_env
+from envs.base import check_rewards
 from selfplay.agent import Agent, accelerator_paths
 from selfplay.lifetime import StopSignal, ThreadGroup
 from selfplay.metrics import StageTimer
@@ -64,16 +65,24 @@ ACTOR_STAGES = ("search", "env", "queue")
 
 
 class ActorStats:
-    """Counters the actor threads add to and the learner reads; one lock, cheap updates."""
+    """Counters the actor threads add to and the learner reads; one lock, cheap updates.
+    `env_name` names the environment whose steps are counted (in the error a non-finite reward
+    raises)."""
 
-    def __init__(self):
+    def __init__(self, env_name: str):
+        self.env_name = env_name
         self._lock = threading.Lock()
         self.frames = 0
         self.timer = StageTimer()
         self._returns: list[float] = []
         self._lengths: list[int] = []
 
-    def add(self, frames: int, returns: np.ndarray, lengths: np.ndarray) -> None:
+    def add(
+        self, frames: int, returns: np.ndarray, lengths: np.ndarray, rewards: np.ndarray
+    ) -> None:
+        """Counts `frames` env steps whose `rewards` (any shape) are checked finite, and the
+        episodes they ended (`returns` [E], `lengths` [E])."""
+        check_rewards(self.env_name, rewards)
         with self._lock:
             self.frames += frames
             self._returns.extend(returns.tolist())
@@ -217,6 +226,7 @@ def actor_loop(
                 num_envs,
                 np.asarray(next_timestep.episode_return)[ended],
                 np.asarray(next_timestep.episode_length)[ended],
+                next_timestep.reward,
             )
             moves = np.where(done, 0, moves + 1)
             timestep = next_timestep
@@ -280,9 +290,10 @@ def segment_actor_loop(
             trajectory = jax.device_get(trajectory)
         played = time.perf_counter()
         stats.timer.add("search", played - started)
-        stats.add(
-            moves * num_envs, ends.episode_return[ends.ended], ends.episode_length[ends.ended]
-        )
+        returns = ends.episode_return[ends.ended]
+        # A device replay's segments stay on the device: their episodes' returns are checked.
+        rewards = returns if on_device else trajectory.reward
+        stats.add(moves * num_envs, returns, ends.episode_length[ends.ended], rewards)
         if overlap == 0:  # K = the agent's length: the segment is one push
             push(store, trajectory, name, stop)
         else:
@@ -356,6 +367,7 @@ def async_actor_loop(
                 int(completed.sum()),
                 np.asarray(timestep.episode_return)[ended],
                 np.asarray(timestep.episode_length)[ended],
+                timestep.reward,
             )
             moves[ids] = np.where(done, 0, moves[ids] + completed)
             trajectory = columns.pop()

@@ -54,6 +54,7 @@ from jax.sharding import PartitionSpec as P
 import muzero
 from configs import ExperimentConfig, UsageError
 from envs import EnvSpec, TimeStep, env_spec, jax_env_functions
+from envs.base import check_rewards
 from selfplay.agent import Agent, accelerator_paths, make_agent
 from selfplay.lifetime import StopSignal
 from selfplay.metrics import StageTimer
@@ -414,13 +415,16 @@ def _tail_of(example: muzero.Trajectory, length: int) -> muzero.Trajectory:
     return jax.tree.map(lambda x: jnp.zeros((length,) + x.shape[1:], x.dtype), example)
 
 
-def _episode_metrics(ends) -> dict[str, jax.Array]:
-    """The number, returns and lengths of the episodes that ended, summed over the mesh."""
-    episodes = jax.lax.psum(episode_sums(ends), muzero.AXIS)
+def _episode_metrics(ends, rewards: jax.Array) -> dict[str, jax.Array]:
+    """The number, returns and lengths of the episodes that ended, and the sum of the rewards
+    [T, B] (not finite where one is not: the host checks it), summed over the mesh."""
+    sums = jnp.concatenate([episode_sums(ends), rewards.sum()[None].astype(jnp.float32)])
+    sums = jax.lax.psum(sums, muzero.AXIS)
     return {
-        "episodes": episodes[0],
-        "episode_return_sum": episodes[1],
-        "episode_length_sum": episodes[2],
+        "episodes": sums[0],
+        "episode_return_sum": sums[1],
+        "episode_length_sum": sums[2],
+        "reward_sum": sums[3],
     }
 
 
@@ -522,7 +526,7 @@ def make_anakin_iteration(
         carry = data.record(carry, trajectory, index)._replace(
             env=env_state, timestep=timestep, key=key, sample_key=sample_key
         )
-        metrics = _episode_metrics(ends)
+        metrics = _episode_metrics(ends, trajectory.reward)
         if not learn:
             return state, carry, metrics
         state, priorities, learned = _learn_once_filled(data.learn_step, plan, state, index, carry)
@@ -747,6 +751,9 @@ class AnakinRuntime(ReplicatedState):
         with self.timer.stage("iteration" if self.inside else "play"):
             self._state, self._carry, out = self._iterate(self._state, np.int32(index), self._carry)
             out = jax.device_get(out)  # waits for the device: the clocks stay honest
+        # Rewards made inside the jit, checked before an update learns from them (or, learned
+        # inside it, before a checkpoint holds what it learned).
+        check_rewards(self.spec.name, out.pop("reward_sum"))
         if learning and not self.inside:
             with self.timer.stage("learn"):
                 for u in range(plan.updates):

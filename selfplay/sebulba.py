@@ -123,7 +123,7 @@ class SebulbaRuntime(ReplicatedState):
             self.agent, optimizer, tuple(self.learner_devices), self.donates_state
         )
         self.server = ParameterServer(self.actor_devices)
-        self.stats = ActorStats()
+        self.stats = ActorStats(config.env.name)
         self.timer = StageTimer()
         self.prefetch = config.learner.prefetch
         # Reanalyse: each batch is built on the device its fresh searches run on, with copies of

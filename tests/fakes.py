@@ -565,3 +565,238 @@ def compiled_programs() -> contextlib.AbstractContextManager[list[str]]:
     """The names (`jit(f)`) of the programs XLA compiled while inside (in any thread): those
     lowered but read back from the persistent compilation cache are not among them."""
     return _recording(_COMPILED)
+
+
+# --- envs: a user's own environment in jumanji's API (`py:tests.fakes:make_jumanji_...`) --------
+# jumanji is imported inside the methods: most tests that import this module never load it.
+
+
+class CorridorObservation(NamedTuple):
+    cells: jax.Array  # [length] float32, one-hot of the walker's cell
+    action_mask: jax.Array  # [3] bool: left (not in cell 0), stay, right
+
+
+class CorridorState(NamedTuple):
+    cell: jax.Array  # [] int32
+    step_count: jax.Array  # [] int32
+
+
+class JumanjiCorridor:
+    """A walk along `length` cells in jumanji's API, not a subclass of jumanji's `Environment`:
+    actions 0 left, 1 stay, 2 right; left is illegal in cell 0, where every episode starts.
+    Reaching the last cell ends the episode with reward 1 (a termination: discount 0); else
+    after `time_limit` steps it ends with jumanji's truncation (discount 1)."""
+
+    def __init__(self, length: int = 5, time_limit: int = 20):
+        self.length = length
+        self.time_limit = time_limit
+
+    @property
+    def action_spec(self):
+        from jumanji import specs
+
+        return specs.DiscreteArray(3, name="action")
+
+    @property
+    def observation_spec(self):
+        from jumanji import specs
+
+        return specs.Spec(
+            CorridorObservation,
+            "CorridorObservation",
+            cells=specs.BoundedArray((self.length,), jnp.float32, 0.0, 1.0, "cells"),
+            action_mask=specs.BoundedArray((3,), bool, False, True, "action_mask"),
+        )
+
+    def _observe(self, state: CorridorState) -> CorridorObservation:
+        cells = jax.nn.one_hot(state.cell, self.length, dtype=jnp.float32)
+        return CorridorObservation(cells, jnp.array([True, True, True]).at[0].set(state.cell > 0))
+
+    def reset(self, key):
+        from jumanji import types
+
+        state = CorridorState(jnp.int32(0), jnp.int32(0))
+        return state, types.restart(self._observe(state))
+
+    def _move(self, state: CorridorState, action) -> CorridorState:
+        cell = jnp.clip(state.cell + action - 1, 0, self.length - 1).astype(jnp.int32)
+        return CorridorState(cell, state.step_count + 1)
+
+    def step(self, state: CorridorState, action):
+        from jumanji import types
+
+        state = self._move(state, action)
+        at_end = state.cell == self.length - 1
+        last = at_end | (state.step_count >= self.time_limit)
+        timestep = types.TimeStep(
+            step_type=jnp.where(last, types.StepType.LAST, types.StepType.MID),
+            reward=at_end.astype(jnp.float32),
+            discount=jnp.where(at_end, 0.0, 1.0).astype(jnp.float32),
+            observation=self._observe(state),
+            extras={},
+        )
+        return state, timestep
+
+
+class _UntraceableCorridor(JumanjiCorridor):
+    def _move(self, state, action):
+        if action == 2:  # Python control flow on a traced value: not JAX
+            return CorridorState(state.cell + 1, state.step_count + 1)
+        return CorridorState(state.cell, state.step_count + 1)
+
+
+class _ChangingCorridor(JumanjiCorridor):
+    def step(self, state, action):
+        state, timestep = super().step(state, action)
+        cells = timestep.observation.cells.astype(jnp.int32)  # float32 at reset, int32 here
+        return state, timestep.replace(observation=timestep.observation._replace(cells=cells))
+
+
+class _ContinuousCorridor(JumanjiCorridor):
+    @property
+    def action_spec(self):
+        from jumanji import specs
+
+        return specs.BoundedArray((), jnp.float32, -1.0, 1.0, "action")
+
+
+def make_jumanji_corridor(**options) -> JumanjiCorridor:
+    """`py:tests.fakes:make_jumanji_corridor`: options `length`, `time_limit`."""
+    return JumanjiCorridor(**options)
+
+
+def make_jumanji_untraceable() -> JumanjiCorridor:
+    """Its step branches in Python on the action: JAX cannot trace it."""
+    return _UntraceableCorridor()
+
+
+def make_jumanji_changing_observation() -> JumanjiCorridor:
+    """Its step's observation is int32 where its reset's is float32."""
+    return _ChangingCorridor()
+
+
+def make_jumanji_continuous() -> JumanjiCorridor:
+    """A float action in [-1, 1]: continuous."""
+    return _ContinuousCorridor()
+
+
+# A user's own environments by import path (`py:tests.fakes:...`): what a module returns that is
+# not an environment, a callable that raises, and gymnax-API environments that break a rule.
+from examples.cartpole_gymnax import CartPole  # noqa: E402
+
+
+def make_raising_env(**options):
+    raise ValueError(f"no level named {options.get('level', 'castle')!r}")
+
+
+def make_not_an_env():
+    return {"reset": None}
+
+
+class _UntraceableCartPole(CartPole):
+    def step_env(self, key, state, action, params):
+        if state.position[0] > 0:  # Python control flow on a traced value
+            action = 1 - action
+        return super().step_env(key, state, action, params)
+
+
+class _ChangingCartPole(CartPole):
+    def step_env(self, key, state, action, params):
+        obs, state, reward, done, info = super().step_env(key, state, action, params)
+        return jnp.concatenate([obs, obs[:1]]), state, reward, done, info  # [5] after reset's [4]
+
+
+class _NanRewardCartPole(CartPole):
+    def step_env(self, key, state, action, params):
+        obs, state, reward, done, info = super().step_env(key, state, action, params)
+        return obs, state, jnp.where(state.time >= 3, jnp.nan, reward), done, info
+
+
+def make_untraceable_cartpole():
+    return _UntraceableCartPole()
+
+
+def make_changing_cartpole():
+    return _ChangingCartPole()
+
+
+def make_nan_reward_cartpole():
+    return _NanRewardCartPole()
+
+
+# --- envs: a user's own Gymnasium environments (`py:tests.fakes:make_gym_corridor`, ...) -------
+
+import gymnasium  # noqa: E402
+
+
+class GymCorridor(gymnasium.Env):
+    """A walk along `length` cells, a `gymnasium.Env` (not a class of ours): actions 0 left,
+    1 right; each episode starts in a cell from 1 to length - 2 drawn from the reset's seed and
+    ends at either end, with reward +1 on the right, -1 on the left. The observation is the cell
+    as a float64 [1] (or, `discrete_observation`, the cell itself: Discrete(length)).
+
+    Options that break a rule, one each: `box_actions` (a Box action space), `dict_observation`
+    (a Dict observation space), `grow_at=k` (an observation of shape [2] at the episode's k-th
+    step), `nan_at=k` (a NaN reward at its k-th step). `action_mask` gives
+    `info["action_mask"]`, which forbids left in cell 1.
+    """
+
+    def __init__(
+        self,
+        length: int = 7,
+        discrete_observation: bool = False,
+        action_mask: bool = False,
+        box_actions: bool = False,
+        dict_observation: bool = False,
+        grow_at: int | None = None,
+        nan_at: int | None = None,
+    ):
+        self.length, self.grow_at, self.nan_at = length, grow_at, nan_at
+        self.masked = action_mask
+        box = gymnasium.spaces.Box(0.0, length - 1.0, (1,), np.float64)
+        self.observation_space = gymnasium.spaces.Discrete(length) if discrete_observation else box
+        if dict_observation:
+            self.observation_space = gymnasium.spaces.Dict({"cell": box})
+        self.action_space = (
+            gymnasium.spaces.Box(-1.0, 1.0, (1,), np.float32)
+            if box_actions
+            else gymnasium.spaces.Discrete(2)
+        )
+
+    def _observe(self):
+        if isinstance(self.observation_space, gymnasium.spaces.Discrete):
+            return self.cell
+        shape = 2 if self.steps == self.grow_at else 1
+        return np.full(shape, float(self.cell))
+
+    def _info(self) -> dict:
+        return {"action_mask": np.array([self.cell > 1, True])} if self.masked else {}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.cell, self.steps = int(self.np_random.integers(1, self.length - 1)), 0
+        return self._observe(), self._info()
+
+    def step(self, action):
+        self.cell += 1 if int(action) == 1 else -1
+        self.steps += 1
+        right, left = self.cell == self.length - 1, self.cell == 0
+        reward = float("nan") if self.steps == self.nan_at else float(right) - float(left)
+        return self._observe(), reward, bool(right or left), False, self._info()
+
+
+def make_gym_corridor(time_limit: int | None = None, **options) -> gymnasium.Env:
+    """`py:tests.fakes:make_gym_corridor`: a GymCorridor (its options), under a TimeLimit of
+    `time_limit` steps if given."""
+    env = GymCorridor(**options)
+    return gymnasium.wrappers.TimeLimit(env, time_limit) if time_limit else env
+
+
+def make_gym_corridor_vector(size: int = 3, same_step: bool = True):
+    """`py:tests.fakes:make_gym_corridor_vector`: `size` GymCorridors in a user's own
+    SyncVectorEnv, auto-resetting on the same step (or, `same_step=False`, Gymnasium's default:
+    on the next)."""
+    mode = gymnasium.vector.AutoresetMode
+    return gymnasium.vector.SyncVectorEnv(
+        [GymCorridor] * size, autoreset_mode=mode.SAME_STEP if same_step else mode.NEXT_STEP
+    )

@@ -155,7 +155,7 @@ def test_vtrace_batch_must_divide_the_trajectories():
                 "env.name=gymnax:CartPole-v1",
                 "loss.two_player=false",
             ],
-            "alphazero needs pgx",
+            "alphazero searches with the rules as its model",
         ),
         (
             ["--config", "cartpole_vtrace", "runtime=anakin", "env.name=gymnax:NoSuchEnv-v0"],

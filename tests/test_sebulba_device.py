@@ -42,7 +42,7 @@ def _pushes(loop, config, params, count: int) -> list:
                 stop.set("enough")
             return True
 
-    stats = actors.ActorStats()
+    stats = actors.ActorStats("test")
     loop(0, device, config, agent, server, Recording(), stats, stop, jax.random.PRNGKey(5))
     return pushed, stats
 

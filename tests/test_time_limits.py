@@ -51,7 +51,15 @@ def test_sebulba_actors_record_the_time_limit_as_a_truncation(monkeypatch):
 
     monkeypatch.setattr(actors, "push", record)
     actors.actor_loop(
-        0, device, config, agent, server, None, actors.ActorStats(), stop, jax.random.PRNGKey(1)
+        0,
+        device,
+        config,
+        agent,
+        server,
+        None,
+        actors.ActorStats("test"),
+        stop,
+        jax.random.PRNGKey(1),
     )
     _check(pushed[0])
 

@@ -253,7 +253,7 @@ def test_killed_run_resumes_and_sigint_stops_with_a_final_checkpoint(tmp_path):
         (["search.num_simulations=0"], "SearchConfig.num_simulations must be an integer >= 1"),
         (["--config", "tic_tac_toe_muzero", "env.name=openspiel:no_such_game"], "no_such_game"),
         (["env.name=pgx:no_such_game"], "no_such_game"),  # the default preset is pgx AlphaZero
-        (["env.name=openspiel:connect_four"], "alphazero needs pgx"),
+        (["env.name=openspiel:connect_four"], "alphazero searches with the rules as its model"),
         (["learner.max_updates"], "is not key.path=value"),
         # Taken as the current folder: a config.json there was read as the run's own.
         (["--run-dir", ""], "--run-dir is empty"),

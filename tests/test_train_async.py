@@ -54,7 +54,7 @@ def _run_actor(config, spec, num_pushes: int, monkeypatch):
     device = jax.local_devices()[0]
     server = ParameterServer([device])
     server.publish(jax.jit(agent.init)(jax.random.PRNGKey(0)), version=7)
-    stop, stats, pushed = StopSignal(), actors.ActorStats(), []
+    stop, stats, pushed = StopSignal(), actors.ActorStats("test"), []
 
     def record(store, trajectory, stream, stop):
         pushed.append((trajectory, stream))
