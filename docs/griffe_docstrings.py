@@ -1,5 +1,5 @@
 """A griffe extension for the API reference: comments as attribute docs, and no public name of
-`search` left without a docstring.
+`search` or `envs` left without a docstring.
 
 The project documents a field or a type alias with the `#` comment above it (or beside it, with
 deeper-indented continuation lines), not a string after it; this reads those comments into the
@@ -16,12 +16,16 @@ import logging
 import griffe
 
 _logger = logging.getLogger("mkdocs.plugins.griffe_docstrings")
+# The packages with an API page of their own (docs/reference/).
+API_PAGES = ("search", "envs")
 
 
 class PublicNamesHaveDocstrings(griffe.Extension):
     """Attribute comments become docstrings; a public name without one is a warning."""
 
     def on_package(self, *, pkg: griffe.Module, **kwargs) -> None:
+        if pkg.path not in API_PAGES:  # loaded only to resolve names these re-export
+            return
         for name in pkg.exports or ():
             member = pkg.members.get(name) if isinstance(name, str) else None
             if member is None:

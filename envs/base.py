@@ -113,7 +113,7 @@ class EnvSpec:
 class BatchedEnv(Protocol):
     """A batch of `num_envs` environments stepped together. See the module docstring."""
 
-    spec: EnvSpec
+    spec: EnvSpec  # fixed at construction: what a learner or a search needs to know
     num_envs: int  # environments in the pool
     batch_size: int  # rows per TimeStep from recv (== num_envs unless envpool async)
 

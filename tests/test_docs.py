@@ -1,10 +1,12 @@
 """The docs site's generated and checked parts: the config reference is the code's, and the
-`search` API page shows every public name (mkdocs build --strict in CI checks their docstrings)."""
+`search` and `envs` API pages show every public name (mkdocs build --strict in CI checks their
+docstrings)."""
 
 import dataclasses
 import pathlib
 import typing
 
+import envs
 import search
 from configs import reference
 from configs.experiment import ExperimentConfig
@@ -44,6 +46,12 @@ def test_the_reference_states_what_the_validators_enforce_and_what_presets_chang
     entry = text.split("### `search.num_simulations`")[1].split("###")[0]
     assert "default `32`" in entry and "`pong_muzero_small` (`8`)" in entry
     assert "`tic_tac_toe_muzero`" not in entry  # it keeps the default
+
+
+def test_every_public_name_of_envs_is_on_its_api_page():
+    page = (ROOT / "docs" / "reference" / "envs.md").read_text()
+    missing = [name for name in envs.__all__ if f"::: envs.{name}\n" not in page]
+    assert not missing, f"public names of envs not on docs/reference/envs.md: {missing}"
 
 
 def test_every_public_name_of_search_is_on_the_api_page():
