@@ -179,6 +179,8 @@ ARENA_FLAGS = [
 ]
 small_int_text = st.integers(-3, 5).map(str)
 GAMES = ["tic_tac_toe", "connect_four", "go(board_size=5)", "2048", "kuhn_poker", "no_such_game"]
+# A user's games by import path: a two-player pgx game, a one-player gymnax env, none at all.
+GAMES += ["py:examples.nim_pgx:make(stones=4)", "py:examples.cartpole_gymnax:make", "py:no_such:f"]
 PLAYERS = ["random", "minimax", "mcts", "mcts:4", "mcts:0", "mcts:-2", "mcts:4,uct_c=x", "uct"]
 PLAYERS += ["ckpt:/nonexistent/run", "ckpt:", "human:1", "random,random", "mcts:4,,random"]
 

@@ -1,7 +1,8 @@
 """A user's own environment by import path (`env.name=py:<module>:<callable>`) through
 `podracer train` and `podracer arena`: each API trains under each runtime it allows and resumes
-from its run directory alone; a two-player game in pgx's API trains AlphaZero with its own step
-as the model and plays in the arena; every bad input gets one line and exit 2."""
+from its run directory alone, as do the gymnasium: and jumanji: families; a two-player game in
+pgx's API trains AlphaZero with its own step as the model and plays in the arena; every bad
+input gets one line and exit 2."""
 
 import json
 
@@ -76,8 +77,19 @@ def _trains_and_resumes(run, name, preset, *overrides) -> None:
         (JUMANJI, "anakin", MUZERO),
         (JUMANJI, "sebulba", VTRACE),
         (GYMNASIUM, "sebulba", VTRACE),
+        # The two families by name.
+        ("gymnasium:CartPole-v1", "sebulba", VTRACE),
+        ("jumanji:Snake-v1", "anakin", VTRACE),
     ],
-    ids=["gymnax-anakin", "gymnax-sebulba", "jumanji-anakin", "jumanji-sebulba", "gymnasium"],
+    ids=[
+        "gymnax-anakin",
+        "gymnax-sebulba",
+        "jumanji-anakin",
+        "jumanji-sebulba",
+        "gymnasium",
+        "gymnasium-cartpole",
+        "jumanji-snake",
+    ],
 )
 def test_a_users_environment_trains_by_import_path_and_resumes(name, runtime, overrides, tmp_path):
     run = tmp_path / "run"

@@ -1,0 +1,213 @@
+"""A user's own JAX environment by import path against the same task through its family.
+
+    .venv/bin/python benchmarks/user_env.py                    # CartPole, about 3 minutes
+    .venv/bin/python benchmarks/user_env.py --rounds 5 --updates 8000
+
+The bar: an environment named `py:<module>:<callable>` (`envs.user`) runs at >= 0.95x the
+frames/s of the same environment named by its family. The pair is CartPole written in gymnax's
+API as a user would (`py:examples.cartpole_gymnax:make`, one `[4]` vector as its state) and
+gymnax's own (`gymnax:CartPole-v1`, four scalars). Both go through the same adapter
+(`envs.gymnax_env`), so a gap between them is the cost of the two CartPoles as written, which
+is reported as found, not tuned away. Two configurations, each side timed in turn in one
+process for `--rounds` rounds (the first of each pair swapped every round), so that a change in
+this machine's load, which varies 3x with the hour, falls on both; each figure is the median:
+
+- `env_step`: the environment alone, at each `--num-envs`: `envs.jax_env_functions`'s `step`
+  in a jitted `lax.scan` of `--steps` steps with uniformly random actions drawn inside the scan,
+  compiled before the clock starts, then called (each call `block_until_ready`, the state
+  carried on) until `--min-seconds` pass. frames = calls x num_envs x steps.
+- `anakin_train`: training as a user runs it, `selfplay.train.train` on the preset
+  `gymnax_cartpole_vtrace` (V-trace, Anakin, both cores as two JAX devices) with `env.name` set
+  to each side, `--updates` learner updates, in-run evaluation off, no plot, in a fresh
+  temporary run directory. Each side first trains once untimed (`--warmup-updates`, past one
+  mid-run checkpoint), which compiles: a later run of the same config compiles nothing
+  (`selfplay/programs.py`). The figure is the run's own: the frames between the first and the
+  last record of its `metrics.jsonl` over the seconds between them, i.e. the training loop
+  with its periodic checkpoints, but without the run directory's set-up, the first state's
+  build and the final save, which are the same for both sides and would only dilute the ratio
+  towards 1. `*_wall` fields give `result.frames` over the wall seconds of the whole `train`
+  call, for comparison.
+
+Prints a leading `machine` line (JAX's version, devices, CPU count), then one JSON line per
+configuration: each side's frames/s, `ratio` (user / family) and the `bar`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+# The checkout's root, where `examples` lives: `py:` imports from the working folder, so without
+# this the user's module would be found only when run from the root.
+sys.path.append(os.path.dirname(_HERE))
+
+import configs  # noqa: E402
+from selfplay.run import split_cpu  # noqa: E402
+
+PRESET = "gymnax_cartpole_vtrace"
+FAMILY = "gymnax:CartPole-v1"
+USER = "py:examples.cartpole_gymnax:make"
+BAR = 0.95
+
+# Before JAX starts: the preset's devices (both cores as two JAX devices), for both parts.
+split_cpu(configs.load_config(PRESET).devices.cpu_devices)
+
+import jax  # noqa: E402
+
+from envs import env_spec, jax_env_functions  # noqa: E402
+from selfplay.metrics import read_metrics  # noqa: E402
+from selfplay.train import train  # noqa: E402
+
+
+def env_stepper(name: str, num_envs: int, steps: int, min_seconds: float) -> Callable[[], float]:
+    """A compiled scan of `steps` random-action steps of `num_envs` environments; calling what is
+    returned times it for `min_seconds` and gives frames per second."""
+    functions = jax_env_functions(name, num_envs)
+    num_actions = env_spec(name).num_actions
+
+    @jax.jit
+    def run(state, key):
+        def body(carry, k):
+            state, total = carry
+            actions = jax.random.randint(k, (num_envs,), 0, num_actions)
+            state, timestep = functions.step(state, actions)
+            return (state, total + timestep.reward.sum()), None
+
+        key, keys = jax.random.split(key)
+        (state, total), _ = jax.lax.scan(body, (state, 0.0), jax.random.split(keys, steps))
+        return state, key, total
+
+    key = jax.random.PRNGKey(0)
+    carry = jax.block_until_ready(run(jax.jit(functions.reset)(key)[0], key))  # compiles
+
+    def timed() -> float:
+        nonlocal carry
+        calls, start = 0, time.perf_counter()
+        while calls < 2 or time.perf_counter() - start < min_seconds:
+            carry = jax.block_until_ready(run(*carry[:2]))
+            calls += 1
+        return calls * num_envs * steps / (time.perf_counter() - start)
+
+    return timed
+
+
+def train_rates(name: str, updates: int) -> tuple[float, float]:
+    """(frames/s of the training loop from its metrics.jsonl, frames/s of the whole call)."""
+    config = configs.load_config(
+        PRESET, [f"env.name={name}", f"learner.max_updates={updates}", "evaluation.every_s=0"]
+    )
+    with tempfile.TemporaryDirectory(prefix="user-env-bench-") as folder:
+        run_dir = os.path.join(folder, "run")
+        start = time.perf_counter()
+        result = train(config, run_dir, progress=False, plot=False)
+        wall = time.perf_counter() - start
+        records = [r for r in read_metrics(run_dir) if "frames" in r and "time" in r]
+    if result.stopped_by != "max_updates":
+        raise SystemExit(f"{name}: the run stopped by {result.stopped_by}, not max_updates")
+    first, last = records[0], records[-1]
+    loop = (last["frames"] - first["frames"]) / (last["time"] - first["time"])
+    return loop, result.frames / wall
+
+
+def alternated(measure: Callable[[str], float | tuple[float, ...]], rounds: int) -> dict:
+    """`measure(name)` of both sides, `rounds` times each, the first of each pair swapped every
+    round; a list of the results for each side."""
+    results: dict[str, list] = {FAMILY: [], USER: []}
+    for r in range(rounds):
+        for name in (FAMILY, USER) if r % 2 == 0 else (USER, FAMILY):
+            results[name].append(measure(name))
+    return results
+
+
+def emit(line: dict, out: list[dict]) -> None:
+    line = {"benchmark": "user_env", **line, "loadavg_1m": round(os.getloadavg()[0], 2)}
+    print(json.dumps(line), flush=True)
+    out.append(line)
+
+
+def main(argv=None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=1000, help="env steps per jitted scan")
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[16, 256])
+    parser.add_argument("--min-seconds", type=float, default=1.0, help="per env_step timing")
+    parser.add_argument("--updates", type=int, default=5000, help="learner updates a timed run")
+    parser.add_argument("--warmup-updates", type=int, default=600, help="the untimed first run")
+    parser.add_argument(
+        "--configs", nargs="+", default=["env_step", "anakin_train"], help="which to run"
+    )
+    args = parser.parse_args(argv)
+    out: list[dict] = []
+    emit(
+        {
+            "machine": {
+                "jax": jax.__version__,
+                "devices": [str(d) for d in jax.devices()],
+                "cpu_count": os.cpu_count(),
+            }
+        },
+        out,
+    )
+    pair = {"family": FAMILY, "user": USER}
+
+    if "env_step" in args.configs:
+        for num_envs in args.num_envs:
+            timers = {
+                name: env_stepper(name, num_envs, args.steps, args.min_seconds)
+                for name in (FAMILY, USER)
+            }
+            rates = alternated(lambda name: timers[name](), args.rounds)
+            family, user = (statistics.median(rates[name]) for name in (FAMILY, USER))
+            emit(
+                {
+                    "config": "env_step",
+                    "num_envs": num_envs,
+                    **pair,
+                    "family_frames_per_s": round(family),
+                    "user_frames_per_s": round(user),
+                    "ratio": round(user / family, 3),
+                    "bar": BAR,
+                    "steps": args.steps,
+                    "rounds": args.rounds,
+                },
+                out,
+            )
+
+    if "anakin_train" in args.configs:
+        for name in (FAMILY, USER):
+            train_rates(name, args.warmup_updates)  # compiles
+        rates = alternated(lambda name: train_rates(name, args.updates), args.rounds)
+        (family, family_wall), (user, user_wall) = (
+            tuple(statistics.median(run[i] for run in rates[name]) for i in (0, 1))
+            for name in (FAMILY, USER)
+        )
+        emit(
+            {
+                "config": "anakin_train",
+                "preset": PRESET,
+                **pair,
+                "family_frames_per_s": round(family),
+                "user_frames_per_s": round(user),
+                "ratio": round(user / family, 3),
+                "bar": BAR,
+                "family_frames_per_s_wall": round(family_wall),
+                "user_frames_per_s_wall": round(user_wall),
+                "ratio_wall": round(user_wall / family_wall, 3),
+                "updates": args.updates,
+                "rounds": args.rounds,
+            },
+            out,
+        )
+    return out
+
+
+if __name__ == "__main__":
+    main()
