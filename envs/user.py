@@ -110,7 +110,8 @@ def _import_callable(name: str) -> Callable[..., Any]:
     except ModuleNotFoundError as e:
         if e.name is not None and module_name.startswith(e.name):
             raise UsageError(
-                f"{name}: no module named {module_name!r} in the working folder or on PYTHONPATH"
+                f"{name}: no module named {module_name!r} in the working folder or on "
+                "PYTHONPATH (run from the folder that holds it, or add that folder to PYTHONPATH)"
             ) from None
         raise UsageError(f"{name}: importing {module_name} failed: {e}") from None
     except Exception as e:
