@@ -1,6 +1,6 @@
 """A user's own JAX environment by import path against the same task through its family.
 
-    .venv/bin/python benchmarks/user_env.py                    # CartPole, about 3 minutes
+    .venv/bin/python benchmarks/user_env.py                    # CartPole: 2 to 3 minutes on 2 cores
     .venv/bin/python benchmarks/user_env.py --rounds 5 --updates 8000
 
 The bar: an environment named `py:<module>:<callable>` (`envs.user`) runs at >= 0.95x the
@@ -13,9 +13,10 @@ process for `--rounds` rounds (the first of each pair swapped every round), so t
 this machine's load, which varies 3x with the hour, falls on both; each figure is the median:
 
 - `env_step`: the environment alone, at each `--num-envs`: `envs.jax_env_functions`'s `step`
-  in a jitted `lax.scan` of `--steps` steps with uniformly random actions drawn inside the scan,
-  compiled before the clock starts, then called (each call `block_until_ready`, the state
-  carried on) until `--min-seconds` pass. frames = calls x num_envs x steps.
+  in a jitted `lax.scan` of `--steps` steps with uniformly random actions drawn inside the scan
+  (on the first of the JAX devices the preset's `devices.cpu_devices` makes), compiled before
+  the clock starts, then called (each call `block_until_ready`, the state carried on) until
+  `--min-seconds` pass. frames = calls x num_envs x steps.
 - `anakin_train`: training as a user runs it, `selfplay.train.train` on the preset
   `gymnax_cartpole_vtrace` (V-trace, Anakin, both cores as two JAX devices) with `env.name` set
   to each side, `--updates` learner updates, in-run evaluation off, no plot, in a fresh
@@ -139,7 +140,7 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--steps", type=int, default=1000, help="env steps per jitted scan")
     parser.add_argument("--num-envs", type=int, nargs="+", default=[16, 256])
     parser.add_argument("--min-seconds", type=float, default=1.0, help="per env_step timing")
-    parser.add_argument("--updates", type=int, default=5000, help="learner updates a timed run")
+    parser.add_argument("--updates", type=int, default=4000, help="learner updates a timed run")
     parser.add_argument("--warmup-updates", type=int, default=600, help="the untimed first run")
     parser.add_argument(
         "--configs", nargs="+", default=["env_step", "anakin_train"], help="which to run"
@@ -164,7 +165,7 @@ def main(argv=None) -> list[dict]:
                 name: env_stepper(name, num_envs, args.steps, args.min_seconds)
                 for name in (FAMILY, USER)
             }
-            rates = alternated(lambda name: timers[name](), args.rounds)
+            rates = alternated(lambda name, timers=timers: timers[name](), args.rounds)
             family, user = (statistics.median(rates[name]) for name in (FAMILY, USER))
             emit(
                 {

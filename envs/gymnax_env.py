@@ -44,7 +44,8 @@ from gymnax.environments import spaces
 
 from configs.caching import built_once
 from configs.errors import UsageError
-from envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions, step_input
+from envs.base import EnvSpec, TimeStep
+from envs.jax_env import JaxEnv
 from envs.user import UserEnv, same_observations, traced
 
 __all__ = [
@@ -273,7 +274,7 @@ def _functions(loaded: _Loaded, num_envs: int) -> GymnaxFunctions:
     return GymnaxFunctions(reset=reset, step=step)
 
 
-class GymnaxEnv(SyncSendRecv):
+class GymnaxEnv(JaxEnv):
     """`num_envs` copies of a gymnax env as a `BatchedEnv`; the state stays on device."""
 
     def __init__(
@@ -288,50 +289,8 @@ class GymnaxEnv(SyncSendRecv):
             raise UsageError(f"num_envs must be >= 1, got {num_envs}")
         max_episode_steps = _checked_limit(source, max_episode_steps)
         loaded = _load(source, max_episode_steps)
-        self.env_id = loaded.spec.env_id
-        self.num_envs = num_envs
-        self.batch_size = num_envs
-        self.spec = loaded.spec
         self.gymnax_env = loaded.env
         self.gymnax_params = loaded.params
-        self.functions = gymnax_functions(source, num_envs, max_episode_steps)
-        self._reset, self._step = _jitted(source, num_envs, max_episode_steps)
-        self._seed = seed
-        self._env_state: GymnaxEnvState | None = None
-
-    @property
-    def env_state(self) -> GymnaxEnvState:
-        """The whole device-side state, as `functions.step` takes it."""
-        if self._env_state is None:
-            raise ValueError("no state before reset")
-        return self._env_state
-
-    def reset(self, seed: int | None = None) -> TimeStep:
-        """Starts every env afresh; `seed` (default: the one given at construction) fixes all
-        the randomness to come."""
-        self._seed = self._seed if seed is None else seed
-        self._pending = None
-        self._env_state, ts = self._reset(jax.random.PRNGKey(self._seed))
-        return _to_host(ts)
-
-    def step_device(self, actions: jax.Array) -> TimeStep:
-        """Steps with `actions` [B] int (host or device, unchecked); returns device arrays."""
-        if self._env_state is None:
-            raise ValueError("step called before reset")
-        self._env_state, ts = self._step(self._env_state, step_input(actions))
-        return ts
-
-    def step(self, actions: np.ndarray) -> TimeStep:
-        """Steps with `actions` [B] in [0, num_actions) (ValueError otherwise); numpy out."""
-        if self._env_state is None:
-            raise ValueError("step called before reset")
-        actions = check_actions(actions, self.num_envs, self.spec.num_actions)
-        return _to_host(self.step_device(actions))
-
-    def close(self) -> None:
-        self._env_state = None
-        self._pending = None
-
-
-def _to_host(ts: TimeStep) -> TimeStep:
-    return TimeStep(*jax.device_get(tuple(ts)))
+        functions = gymnax_functions(source, num_envs, max_episode_steps)
+        jitted = _jitted(source, num_envs, max_episode_steps)
+        super().__init__(loaded.spec, num_envs, functions, jitted, seed)

@@ -56,7 +56,8 @@ from jumanji.types import StepType
 
 from configs.caching import built_once
 from configs.errors import UsageError
-from envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions, step_input
+from envs.base import EnvSpec, TimeStep
+from envs.jax_env import JaxEnv
 from envs.user import UserEnv, same_observations, traced
 
 __all__ = [
@@ -386,8 +387,9 @@ def _functions(loaded: _Loaded, num_envs: int) -> JumanjiFunctions:
     return JumanjiFunctions(reset=reset, step=step)
 
 
-class JumanjiEnv(SyncSendRecv):
-    """`num_envs` copies of a jumanji env as a `BatchedEnv`; the state stays on device."""
+class JumanjiEnv(JaxEnv):
+    """`num_envs` copies of a jumanji env as a `BatchedEnv`; the state stays on device. `step`
+    refuses an action the observation's `action_mask` forbids; `step_device` does not check."""
 
     def __init__(
         self,
@@ -402,63 +404,7 @@ class JumanjiEnv(SyncSendRecv):
         max_episode_steps = _checked_limit(source, max_episode_steps)
         loaded = _load(source, max_episode_steps)
         self.source = source
-        self.num_envs = num_envs
-        self.batch_size = num_envs
-        self.spec = loaded.spec
         self.jumanji_env = loaded.env
-        self.functions = jumanji_functions(source, num_envs, max_episode_steps)
-        self._reset, self._step = _jitted(source, num_envs, max_episode_steps)
-        self._seed = seed
-        self._env_state: JumanjiEnvState | None = None
-        self._mask: np.ndarray | None = None  # [B, A] the last TimeStep's legal mask, on host
-        self._device_mask: jax.Array | None = None  # [B, A] the same, as step_device left it
-
-    @property
-    def env_state(self) -> JumanjiEnvState:
-        """The whole device-side state, as `functions.step` takes it."""
-        if self._env_state is None:
-            raise ValueError("no state before reset")
-        return self._env_state
-
-    def reset(self, seed: int | None = None) -> TimeStep:
-        """Starts every env afresh; `seed` (default: the one given at construction) fixes all
-        the randomness to come."""
-        self._seed = self._seed if seed is None else seed
-        self._pending = None
-        self._env_state, ts = self._reset(jax.random.PRNGKey(self._seed))
-        return self._to_host(ts)
-
-    def step_device(self, actions: jax.Array) -> TimeStep:
-        """Steps with `actions` [B] int (host or device, unchecked: an illegal action does what
-        the env's own step does with it); returns device arrays."""
-        if self._env_state is None:
-            raise ValueError("step called before reset")
-        self._env_state, ts = self._step(self._env_state, step_input(actions))
-        self._mask, self._device_mask = None, ts.legal_mask
-        return ts
-
-    def step(self, actions: np.ndarray) -> TimeStep:
-        """Steps with legal `actions` [B] in [0, num_actions) (ValueError otherwise); numpy out."""
-        if self._env_state is None:
-            raise ValueError("step called before reset")
-        actions = check_actions(actions, self.num_envs, self.spec.num_actions)
-        if self._mask is None:  # the last step was step_device: fetch its mask once
-            self._mask = np.asarray(jax.device_get(self._device_mask))
-        legal = self._mask[np.arange(self.num_envs), actions]
-        if not legal.all():
-            bad = np.flatnonzero(~legal)
-            raise ValueError(
-                f"illegal actions {actions[bad].tolist()} in envs {bad.tolist()} "
-                f"of {self.spec.name}"
-            )
-        return self._to_host(self.step_device(actions))
-
-    def _to_host(self, ts: TimeStep) -> TimeStep:
-        host = TimeStep(*jax.device_get(tuple(ts)))
-        self._mask = host.legal_mask
-        return host
-
-    def close(self) -> None:
-        self._env_state = None
-        self._pending = None
-        self._mask = self._device_mask = None
+        functions = jumanji_functions(source, num_envs, max_episode_steps)
+        jitted = _jitted(source, num_envs, max_episode_steps)
+        super().__init__(loaded.spec, num_envs, functions, jitted, seed)

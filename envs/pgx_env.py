@@ -33,12 +33,12 @@ from typing import Any, NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pgx
 
 from configs.caching import built_once
 from configs.errors import UsageError
-from envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions, step_input
+from envs.base import EnvSpec, TimeStep
+from envs.jax_env import JaxEnv
 from envs.user import UserEnv, same_observations, traced
 
 __all__ = [
@@ -516,75 +516,18 @@ def pgx_spec(source: str | UserEnv) -> EnvSpec:
     )
 
 
-class PgxEnv(SyncSendRecv):
-    """`num_envs` copies of a pgx game as a `BatchedEnv`; the state stays on device."""
+class PgxEnv(JaxEnv):
+    """`num_envs` copies of a pgx game as a `BatchedEnv`; the state stays on device. `step`
+    refuses an illegal action; `step_device` keeps pgx's rule (the mover loses)."""
 
     def __init__(self, env_id: str | UserEnv, num_envs: int, seed: int = 0):
         if num_envs < 1:
             raise UsageError(f"num_envs must be >= 1, got {num_envs}")
         self.game = make_pgx_game(env_id)
-        self.num_envs = num_envs
-        self.batch_size = num_envs
-        self._seed = seed
-        self.functions = pgx_functions(env_id, num_envs)
-        self._reset, self._step = _jitted(env_id, num_envs)
-        self.spec = pgx_spec(env_id)
-        self.env_id = self.spec.env_id
-        self._env_state: PgxEnvState | None = None
-        self._mask: np.ndarray | None = None
+        functions, jitted = pgx_functions(env_id, num_envs), _jitted(env_id, num_envs)
+        super().__init__(pgx_spec(env_id), num_envs, functions, jitted, seed)
 
     @property
     def state(self) -> Any:
         """The batched pgx State on device (the new games' where the last step auto-reset)."""
-        if self._env_state is None:
-            raise ValueError("no state before reset")
-        return self._env_state.game
-
-    @property
-    def env_state(self) -> PgxEnvState:
-        """The whole device-side state, as `functions.step` takes it."""
-        if self._env_state is None:
-            raise ValueError("no state before reset")
-        return self._env_state
-
-    def reset(self, seed: int = 0) -> TimeStep:
-        """Starts new games; `seed` fixes pgx's random first player and the games' chance."""
-        self._seed = seed
-        self._pending = None
-        self._env_state, ts = self._reset(jax.random.PRNGKey(seed))
-        return self._to_host(ts)
-
-    def step_device(self, actions: jax.Array) -> TimeStep:
-        """Steps with `actions` [B] (host or device) and returns the TimeStep as device arrays.
-
-        No host transfer and no legality check: an illegal action loses the game (pgx's rule).
-        """
-        if self._env_state is None:
-            raise ValueError("step called before reset")
-        self._mask = None
-        self._env_state, ts = self._step(self._env_state, step_input(actions))
-        return ts
-
-    def step(self, actions: np.ndarray) -> TimeStep:
-        """Steps with legal `actions` [B] (ValueError otherwise) and returns numpy arrays."""
-        if self._env_state is None:
-            raise ValueError("step called before reset")
-        actions = check_actions(actions, self.num_envs, self.spec.num_actions)
-        if self._mask is None:  # the last step was step_device: fetch the mask once
-            self._mask = np.asarray(self._env_state.game.legal_action_mask)
-        legal = self._mask[np.arange(self.num_envs), actions]
-        if not legal.all():
-            bad = np.flatnonzero(~legal)
-            raise ValueError(
-                f"illegal actions {actions[bad].tolist()} in envs {bad.tolist()} "
-                f"of {self.spec.name}"
-            )
-        return self._to_host(self.step_device(actions))
-
-    def _to_host(self, ts: TimeStep) -> TimeStep:
-        host = TimeStep(*jax.device_get(tuple(ts)))
-        self._mask = host.legal_mask
-        return host
-
-    def close(self) -> None:
-        self._env_state = None
+        return self.env_state.game

@@ -1,0 +1,100 @@
+"""The host-side `BatchedEnv` of a JAX family (pgx, gymnax, jumanji): its pure functions jitted,
+the state kept on the device.
+
+Each JAX adapter writes pure, batched `reset(key) -> (state, TimeStep)` and `step(state, actions)
+-> (state, TimeStep)` functions (what Anakin steps inside its jit) and serves them to the host
+through `JaxEnv`: `reset` and `step` in NumPy (the actions checked in range and legal), and
+`step_device` for a caller that keeps the arrays on the device (unchecked: an illegal action does
+what the environment's own step does with it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from configs.errors import UsageError
+from envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions, step_input
+
+__all__ = ["JaxEnv"]
+
+
+class JaxEnv(SyncSendRecv):
+    """`num_envs` environments of a JAX family as a `BatchedEnv`; the state stays on the device.
+
+    `functions` are the family's pure `(reset, step)`; `jitted` the same jitted, shared by every
+    env of one family, environment and size (so a second env compiles nothing); `seed` fixes all
+    the randomness to come unless `reset` is given another."""
+
+    def __init__(
+        self,
+        spec: EnvSpec,
+        num_envs: int,
+        functions: Any,
+        jitted: tuple[Callable, Callable],
+        seed: int = 0,
+    ):
+        if num_envs < 1:
+            raise UsageError(f"num_envs must be >= 1, got {num_envs}")
+        self.spec = spec
+        self.env_id = spec.env_id
+        self.num_envs = self.batch_size = num_envs
+        self.functions = functions
+        self._reset, self._step = jitted
+        self._seed = seed
+        self._env_state: Any = None
+        self._mask: np.ndarray | None = None  # [B, A] the last TimeStep's legal mask, on host
+        self._device_mask: jax.Array | None = None  # [B, A] the same, as step_device left it
+
+    @property
+    def env_state(self) -> Any:
+        """The whole device-side state, as `functions.step` takes it."""
+        if self._env_state is None:
+            raise ValueError("no state before reset")
+        return self._env_state
+
+    def reset(self, seed: int | None = None) -> TimeStep:
+        """Starts every env afresh; `seed` (default: the one given at construction) fixes all
+        the randomness to come."""
+        self._seed = self._seed if seed is None else seed
+        self._pending = None
+        self._env_state, ts = self._reset(jax.random.PRNGKey(self._seed))
+        return self._to_host(ts)
+
+    def step_device(self, actions: Any) -> TimeStep:
+        """Steps with `actions` [B] int (host or device, unchecked: an illegal action does what
+        the environment's own step does with it); returns device arrays."""
+        if self._env_state is None:
+            raise ValueError("step called before reset")
+        self._env_state, ts = self._step(self._env_state, step_input(actions))
+        self._mask, self._device_mask = None, ts.legal_mask
+        return ts
+
+    def step(self, actions: np.ndarray) -> TimeStep:
+        """Steps with legal `actions` [B] in [0, num_actions) (ValueError otherwise); numpy out."""
+        if self._env_state is None:
+            raise ValueError("step called before reset")
+        actions = check_actions(actions, self.num_envs, self.spec.num_actions)
+        if self._mask is None:  # the last step was step_device: fetch its mask once
+            self._mask = np.asarray(jax.device_get(self._device_mask))
+        legal = self._mask[np.arange(self.num_envs), actions]
+        if not legal.all():
+            bad = np.flatnonzero(~legal)
+            raise ValueError(
+                f"illegal actions {actions[bad].tolist()} in envs {bad.tolist()} "
+                f"of {self.spec.name}"
+            )
+        return self._to_host(self.step_device(actions))
+
+    def _to_host(self, ts: TimeStep) -> TimeStep:
+        host = TimeStep(*jax.device_get(tuple(ts)))
+        self._mask = host.legal_mask
+        return host
+
+    def close(self) -> None:
+        self._env_state = None
+        self._pending = None
+        self._mask = self._device_mask = None
