@@ -40,6 +40,7 @@ __all__ = [
     "TimeStep",
     "check_actions",
     "check_rewards",
+    "checked_time_limit",
     "step_input",
 ]
 
@@ -162,6 +163,24 @@ def check_rewards(name: str, rewards: Any) -> None:
             f"{name} gave a non-finite reward ({rewards[~np.isfinite(rewards)].flat[0]}): "
             "rewards must be finite numbers"
         )
+
+
+def checked_time_limit(name: str, max_episode_steps: Any) -> int | None:
+    """`max_episode_steps` as an int (None: none of ours) for environment `name`; UsageError,
+    one line, unless an integer > 0."""
+    if max_episode_steps is None:
+        return None
+    if (
+        isinstance(max_episode_steps, bool)
+        or not isinstance(max_episode_steps, int | np.integer)
+        or max_episode_steps < 1
+    ):
+        from configs.errors import UsageError
+
+        raise UsageError(
+            f"max_episode_steps must be an integer > 0 for {name}, got {max_episode_steps!r}"
+        )
+    return int(max_episode_steps)
 
 
 def step_input(actions: Any) -> Any:

@@ -52,7 +52,14 @@ import gymnasium
 import numpy as np
 
 from configs.errors import UsageError
-from envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions, check_rewards
+from envs.base import (
+    EnvSpec,
+    SyncSendRecv,
+    TimeStep,
+    check_actions,
+    check_rewards,
+    checked_time_limit,
+)
 from envs.user import UserEnv
 
 __all__ = ["GymnasiumEnv"]
@@ -265,9 +272,7 @@ def _registered(env_id: str, num_envs: int, options: dict[str, Any]) -> tuple[An
             f"unknown option(s) {', '.join(unknown)} for gymnasium:{env_id}; accepted: "
             f"{', '.join(sorted(accepted))}"
         )
-    limit = options.get("max_episode_steps")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise UsageError(f"max_episode_steps must be an integer > 0, got {limit!r}")
+    limit = checked_time_limit(f"gymnasium:{env_id}", options.get("max_episode_steps"))
     try:
         if atari:
             settings = _atari_settings(env_id, options)

@@ -39,12 +39,11 @@ import chex
 import gymnax
 import jax
 import jax.numpy as jnp
-import numpy as np
 from gymnax.environments import spaces
 
 from configs.caching import built_once
 from configs.errors import UsageError
-from envs.base import EnvSpec, TimeStep
+from envs.base import EnvSpec, TimeStep, checked_time_limit
 from envs.jax_env import JaxEnv
 from envs.user import UserEnv, same_observations, traced
 
@@ -82,26 +81,10 @@ class _Loaded(NamedTuple):
     spec: EnvSpec
 
 
-def _checked_limit(source: str | UserEnv, max_episode_steps: Any) -> int | None:
-    """`max_episode_steps` as an int (None: the env's default); UsageError unless an int > 0."""
-    if max_episode_steps is None:
-        return None
-    if (
-        isinstance(max_episode_steps, bool)
-        or not isinstance(max_episode_steps, int | np.integer)
-        or max_episode_steps < 1
-    ):
-        raise UsageError(
-            f"max_episode_steps must be an integer > 0 for {_name(source)}, "
-            f"got {max_episode_steps!r}"
-        )
-    return int(max_episode_steps)
-
-
 @built_once()  # one gymnax env object per (id, limit): jit caches key on its identity
 def _load(source: str | UserEnv, max_episode_steps: int | None) -> _Loaded:
     """The env of `source` (a registered id, or a user's gymnax-API env) with its time limit
-    (checked by `_checked_limit`); UsageError if bad."""
+    (checked by `checked_time_limit`); UsageError if bad."""
     if isinstance(source, UserEnv):
         env, params, name = source.env, source.params, source.name
     else:
@@ -173,7 +156,7 @@ def _name(source: str | UserEnv) -> str:
 def gymnax_spec(source: str | UserEnv, max_episode_steps: int | None = None) -> EnvSpec:
     """The `EnvSpec` of gymnax env `source` (a registered id, e.g. "CartPole-v1", or a user's
     gymnax-API env); UsageError on a bad name."""
-    return _load(source, _checked_limit(source, max_episode_steps)).spec
+    return _load(source, checked_time_limit(_name(source), max_episode_steps)).spec
 
 
 def gymnax_functions(
@@ -189,7 +172,9 @@ def gymnax_functions(
     """
     if num_envs < 1:
         raise UsageError(f"num_envs must be >= 1, got {num_envs}")
-    return _cached_functions(source, int(num_envs), _checked_limit(source, max_episode_steps))
+    return _cached_functions(
+        source, int(num_envs), checked_time_limit(_name(source), max_episode_steps)
+    )
 
 
 @built_once()
@@ -197,15 +182,6 @@ def _cached_functions(
     source: str | UserEnv, num_envs: int, max_episode_steps: int | None
 ) -> GymnaxFunctions:
     return _functions(_load(source, max_episode_steps), num_envs)
-
-
-@built_once()
-def _jitted(
-    source: str | UserEnv, num_envs: int, max_episode_steps: int | None
-) -> tuple[Callable, Callable]:
-    # Shared by every GymnaxEnv of this env, size and limit, so a second env compiles nothing.
-    functions = _cached_functions(source, num_envs, max_episode_steps)
-    return jax.jit(functions.reset), jax.jit(functions.step)
 
 
 def _functions(loaded: _Loaded, num_envs: int) -> GymnaxFunctions:
@@ -287,10 +263,9 @@ class GymnaxEnv(JaxEnv):
     ):
         if num_envs < 1:
             raise UsageError(f"num_envs must be >= 1, got {num_envs}")
-        max_episode_steps = _checked_limit(source, max_episode_steps)
+        max_episode_steps = checked_time_limit(_name(source), max_episode_steps)
         loaded = _load(source, max_episode_steps)
         self.gymnax_env = loaded.env
         self.gymnax_params = loaded.params
         functions = gymnax_functions(source, num_envs, max_episode_steps)
-        jitted = _jitted(source, num_envs, max_episode_steps)
-        super().__init__(loaded.spec, num_envs, functions, jitted, seed)
+        super().__init__(loaded.spec, num_envs, functions, seed)

@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from configs.caching import built_once
 from configs.errors import UsageError
 from envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions, step_input
 
@@ -25,16 +26,15 @@ __all__ = ["JaxEnv"]
 class JaxEnv(SyncSendRecv):
     """`num_envs` environments of a JAX family as a `BatchedEnv`; the state stays on the device.
 
-    `functions` are the family's pure `(reset, step)`; `jitted` the same jitted, shared by every
-    env of one family, environment and size (so a second env compiles nothing); `seed` fixes all
-    the randomness to come unless `reset` is given another."""
+    `functions` are the family's pure `(reset, step)`, built once for each environment and size
+    (`built_once`), so that every env of them shares one jitted pair and a second env compiles
+    nothing; `seed` fixes all the randomness to come unless `reset` is given another."""
 
     def __init__(
         self,
         spec: EnvSpec,
         num_envs: int,
         functions: Any,
-        jitted: tuple[Callable, Callable],
         seed: int = 0,
     ):
         if num_envs < 1:
@@ -43,7 +43,7 @@ class JaxEnv(SyncSendRecv):
         self.env_id = spec.env_id
         self.num_envs = self.batch_size = num_envs
         self.functions = functions
-        self._reset, self._step = jitted
+        self._reset, self._step = _jitted(functions)
         self._seed = seed
         self._env_state: Any = None
         self._mask: np.ndarray | None = None  # [B, A] the last TimeStep's legal mask, on host
@@ -98,3 +98,8 @@ class JaxEnv(SyncSendRecv):
         self._env_state = None
         self._pending = None
         self._mask = self._device_mask = None
+
+
+@built_once()  # keyed on the functions' identity: one compiled pair for all their envs
+def _jitted(functions: Any) -> tuple[Callable, Callable]:
+    return jax.jit(functions.reset), jax.jit(functions.step)

@@ -56,7 +56,7 @@ from jumanji.types import StepType
 
 from configs.caching import built_once
 from configs.errors import UsageError
-from envs.base import EnvSpec, TimeStep
+from envs.base import EnvSpec, TimeStep, checked_time_limit
 from envs.jax_env import JaxEnv
 from envs.user import UserEnv, same_observations, traced
 
@@ -100,22 +100,6 @@ class _Loaded(NamedTuple):
 
 def _name(source: str | UserEnv) -> str:
     return source.name if isinstance(source, UserEnv) else f"jumanji:{source}"
-
-
-def _checked_limit(source: str | UserEnv, max_episode_steps: Any) -> int | None:
-    """`max_episode_steps` as an int (None: no limit of ours); UsageError unless an int > 0."""
-    if max_episode_steps is None:
-        return None
-    if (
-        isinstance(max_episode_steps, bool)
-        or not isinstance(max_episode_steps, int | np.integer)
-        or max_episode_steps < 1
-    ):
-        raise UsageError(
-            f"max_episode_steps must be an integer > 0 for {_name(source)}, "
-            f"got {max_episode_steps!r}"
-        )
-    return int(max_episode_steps)
 
 
 def _one_line(e: BaseException) -> str:
@@ -237,7 +221,7 @@ def _observer(name: str, observation: Any, num_actions: int) -> Callable:
 @built_once()  # one jumanji env object per (source, limit): jit caches key on its identity
 def _load(source: str | UserEnv, max_episode_steps: int | None) -> _Loaded:
     """The env of `source` (a registered id, or a user's jumanji-API env) with our time limit
-    (checked by `_checked_limit`), checked by tracing (no compute); UsageError if bad."""
+    (checked by `checked_time_limit`), checked by tracing (no compute); UsageError if bad."""
     if isinstance(source, UserEnv):
         if source.api != "jumanji":
             raise UsageError(f"{source.name} speaks the {source.api} API, not jumanji's")
@@ -276,7 +260,7 @@ def _load(source: str | UserEnv, max_episode_steps: int | None) -> _Loaded:
 
 def jumanji_spec(source: str | UserEnv, max_episode_steps: int | None = None) -> EnvSpec:
     """The `EnvSpec` of jumanji env `source` (e.g. "Snake-v1"); UsageError on a bad one."""
-    return _load(source, _checked_limit(source, max_episode_steps)).spec
+    return _load(source, checked_time_limit(_name(source), max_episode_steps)).spec
 
 
 def jumanji_functions(
@@ -290,7 +274,9 @@ def jumanji_functions(
     """
     if num_envs < 1:
         raise UsageError(f"num_envs must be >= 1, got {num_envs}")
-    return _cached_functions(source, int(num_envs), _checked_limit(source, max_episode_steps))
+    return _cached_functions(
+        source, int(num_envs), checked_time_limit(_name(source), max_episode_steps)
+    )
 
 
 @built_once()
@@ -298,15 +284,6 @@ def _cached_functions(
     source: str | UserEnv, num_envs: int, max_episode_steps: int | None
 ) -> JumanjiFunctions:
     return _functions(_load(source, max_episode_steps), num_envs)
-
-
-@built_once()
-def _jitted(
-    source: str | UserEnv, num_envs: int, max_episode_steps: int | None
-) -> tuple[Callable, Callable]:
-    # Shared by every JumanjiEnv of this env, size and limit, so a second env compiles nothing.
-    functions = _cached_functions(source, num_envs, max_episode_steps)
-    return jax.jit(functions.reset), jax.jit(functions.step)
 
 
 def _functions(loaded: _Loaded, num_envs: int) -> JumanjiFunctions:
@@ -401,10 +378,9 @@ class JumanjiEnv(JaxEnv):
     ):
         if num_envs < 1:
             raise UsageError(f"num_envs must be >= 1, got {num_envs}")
-        max_episode_steps = _checked_limit(source, max_episode_steps)
+        max_episode_steps = checked_time_limit(_name(source), max_episode_steps)
         loaded = _load(source, max_episode_steps)
         self.source = source
         self.jumanji_env = loaded.env
         functions = jumanji_functions(source, num_envs, max_episode_steps)
-        jitted = _jitted(source, num_envs, max_episode_steps)
-        super().__init__(loaded.spec, num_envs, functions, jitted, seed)
+        super().__init__(loaded.spec, num_envs, functions, seed)

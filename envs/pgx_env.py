@@ -402,13 +402,6 @@ def pgx_functions(env_id: str | UserEnv, num_envs: int) -> PgxFunctions:
     return _functions(game, num_envs)
 
 
-@built_once()
-def _jitted(env_id: str | UserEnv, num_envs: int) -> tuple[Callable, Callable]:
-    # Shared by every PgxEnv of this game and size, so a second env does not compile again.
-    functions = pgx_functions(env_id, num_envs)
-    return jax.jit(functions.reset), jax.jit(functions.step)
-
-
 def _functions(game: pgx.Env, num_envs: int) -> PgxFunctions:
     vinit = jax.vmap(game.init)
     vstep = jax.vmap(game.step)
@@ -524,8 +517,7 @@ class PgxEnv(JaxEnv):
         if num_envs < 1:
             raise UsageError(f"num_envs must be >= 1, got {num_envs}")
         self.game = make_pgx_game(env_id)
-        functions, jitted = pgx_functions(env_id, num_envs), _jitted(env_id, num_envs)
-        super().__init__(pgx_spec(env_id), num_envs, functions, jitted, seed)
+        super().__init__(pgx_spec(env_id), num_envs, pgx_functions(env_id, num_envs), seed)
 
     @property
     def state(self) -> Any:
