@@ -44,7 +44,7 @@ from gymnax.environments import spaces
 from configs.caching import built_once
 from configs.errors import UsageError
 from envs.base import EnvSpec, TimeStep, checked_time_limit
-from envs.jax_env import JaxEnv
+from envs.jax_env import JaxEnv, end_episodes
 from envs.user import UserEnv, same_observations, traced
 
 __all__ = [
@@ -234,17 +234,16 @@ def _functions(loaded: _Loaded, num_envs: int) -> GymnaxFunctions:
         reward = reward.astype(jnp.float32)  # [B]
         ep_return = env_state.episode_return + reward
         ep_length = env_state.episode_length + 1
+        ended_return, ended_length, ep_return, ep_length = end_episodes(ep_return, ep_length, done)
         ts = timestep(
             raw_obs,
             reward,
             done,
             truncated,
-            jnp.where(done, ep_return, 0.0),
-            jnp.where(done, ep_length, 0),
+            ended_return,
+            ended_length,
         )
-        next_env_state = GymnaxEnvState(
-            state, key, jnp.where(done, 0.0, ep_return), jnp.where(done, 0, ep_length)
-        )
+        next_env_state = GymnaxEnvState(state, key, ep_return, ep_length)
         return next_env_state, ts
 
     return GymnaxFunctions(reset=reset, step=step)

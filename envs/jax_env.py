@@ -20,7 +20,27 @@ from configs.caching import built_once
 from configs.errors import UsageError
 from envs.base import EnvSpec, SyncSendRecv, TimeStep, check_actions, step_input
 
-__all__ = ["JaxEnv"]
+__all__ = ["JaxEnv", "end_episodes", "where_rows"]
+
+
+def where_rows(done: jax.Array, new: Any, old: Any) -> Any:
+    """The pytree `new` in the rows where `done` [B], `old` elsewhere (leaves `[B, ...]`)."""
+    pick = lambda a, b: jax.numpy.where(done.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)
+    return jax.tree.map(pick, new, old)
+
+
+def end_episodes(
+    episode_return: jax.Array, episode_length: jax.Array, done: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """The running statistics [B] after a step (this step's reward and length already added):
+    `(ended return, ended length)` for the TimeStep, valid where `done` and 0 elsewhere, and
+    `(return, length)` to carry, restarted at 0 where `done`."""
+    return (
+        jax.numpy.where(done, episode_return, 0.0),
+        jax.numpy.where(done, episode_length, 0),
+        jax.numpy.where(done, 0.0, episode_return),
+        jax.numpy.where(done, 0, episode_length),
+    )
 
 
 class JaxEnv(SyncSendRecv):

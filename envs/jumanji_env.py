@@ -57,7 +57,7 @@ from jumanji.types import StepType
 from configs.caching import built_once
 from configs.errors import UsageError
 from envs.base import EnvSpec, TimeStep, checked_time_limit
-from envs.jax_env import JaxEnv
+from envs.jax_env import JaxEnv, end_episodes, where_rows
 from envs.user import UserEnv, same_observations, traced
 
 __all__ = [
@@ -338,8 +338,7 @@ def _functions(loaded: _Loaded, num_envs: int) -> JumanjiFunctions:
         obs, legal = vobserve(ts.observation)
 
         def auto_reset(stepped):
-            pick = lambda new, old: jnp.where(done.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
-            return jax.tree.map(pick, fresh(reset_key), stepped)
+            return where_rows(done, fresh(reset_key), stepped)
 
         # A batch-wide cond skips the batched reset on the many steps where no episode ended
         # (resets can be dear: RubiksCube scrambles, Sudoku and BinPack draw instances); a
@@ -347,18 +346,17 @@ def _functions(loaded: _Loaded, num_envs: int) -> JumanjiFunctions:
         state, obs, legal = jax.lax.cond(
             done.any(), auto_reset, lambda stepped: stepped, (state, obs, legal)
         )
+        ended_return, ended_length, ep_return, ep_length = end_episodes(ep_return, ep_length, done)
         ts = timestep(
             obs,
             legal,
             reward,
             done,
             truncated,
-            jnp.where(done, ep_return, 0.0),
-            jnp.where(done, ep_length, 0),
+            ended_return,
+            ended_length,
         )
-        next_env_state = JumanjiEnvState(
-            state, key, jnp.where(done, 0.0, ep_return), jnp.where(done, 0, ep_length)
-        )
+        next_env_state = JumanjiEnvState(state, key, ep_return, ep_length)
         return next_env_state, ts
 
     return JumanjiFunctions(reset=reset, step=step)

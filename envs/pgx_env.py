@@ -38,7 +38,7 @@ import pgx
 from configs.caching import built_once
 from configs.errors import UsageError
 from envs.base import EnvSpec, TimeStep
-from envs.jax_env import JaxEnv
+from envs.jax_env import JaxEnv, end_episodes, where_rows
 from envs.user import UserEnv, same_observations, traced
 
 __all__ = [
@@ -443,23 +443,20 @@ def _functions(game: pgx.Env, num_envs: int) -> PgxFunctions:
         ep_length = env_state.episode_length + 1
 
         def auto_reset(nxt):
-            fresh = vinit(jax.random.split(init_key, num_envs))
-            pick = lambda new, old: jnp.where(done.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
-            return jax.tree.map(pick, fresh, nxt)
+            return where_rows(done, vinit(jax.random.split(init_key, num_envs)), nxt)
 
         # Skip building fresh games (not cheap for chess or go) on the many steps where none ended.
         new_state = jax.lax.cond(done.any(), auto_reset, lambda s: s, nxt)
+        ended_return, ended_length, ep_return, ep_length = end_episodes(ep_return, ep_length, done)
         ts = timestep(
             new_state,
             reward,
             done,
             truncated,
-            jnp.where(done, ep_return, 0.0),
-            jnp.where(done, ep_length, 0),
+            ended_return,
+            ended_length,
         )
-        next_env_state = PgxEnvState(
-            new_state, key, jnp.where(done, 0.0, ep_return), jnp.where(done, 0, ep_length)
-        )
+        next_env_state = PgxEnvState(new_state, key, ep_return, ep_length)
         return next_env_state, ts
 
     return PgxFunctions(reset=reset, step=step)
