@@ -15,8 +15,10 @@ this machine's load, which varies 3x with the hour, falls on both; each figure i
 - `env_step`: the environment alone, at each `--num-envs`: `envs.jax_env_functions`'s `step`
   in a jitted `lax.scan` of `--steps` steps with uniformly random actions drawn inside the scan
   (on the first of the JAX devices the preset's `devices.cpu_devices` makes), compiled before
-  the clock starts, then called (each call `block_until_ready`, the state carried on) until
-  `--min-seconds` pass. frames = calls x num_envs x steps.
+  the clock starts. In each round the two sides' scans alternate call by call (each call
+  `block_until_ready`, the state carried on) until each has run `--min-seconds`, since on this
+  shared machine a burst of load can outlast a whole block of one side's calls.
+  frames = calls x num_envs x steps.
 - `anakin_train`: training as a user runs it, `selfplay.train.train` on the preset
   `gymnax_cartpole_vtrace` (V-trace, Anakin, both cores as two JAX devices) with `env.name` set
   to each side, `--updates` learner updates, in-run evaluation off, no plot, in a fresh
@@ -68,9 +70,9 @@ from selfplay.metrics import read_metrics  # noqa: E402
 from selfplay.train import train  # noqa: E402
 
 
-def env_stepper(name: str, num_envs: int, steps: int, min_seconds: float) -> Callable[[], float]:
-    """A compiled scan of `steps` random-action steps of `num_envs` environments; calling what is
-    returned times it for `min_seconds` and gives frames per second."""
+def env_stepper(name: str, num_envs: int, steps: int) -> Callable[[], float]:
+    """A compiled scan of `steps` random-action steps of `num_envs` environments; what is
+    returned runs it once more (the state carried on) and gives its seconds."""
     functions = jax_env_functions(name, num_envs)
     num_actions = env_spec(name).num_actions
 
@@ -89,15 +91,30 @@ def env_stepper(name: str, num_envs: int, steps: int, min_seconds: float) -> Cal
     key = jax.random.PRNGKey(0)
     carry = jax.block_until_ready(run(jax.jit(functions.reset)(key)[0], key))  # compiles
 
-    def timed() -> float:
+    def call() -> float:
         nonlocal carry
-        calls, start = 0, time.perf_counter()
-        while calls < 2 or time.perf_counter() - start < min_seconds:
-            carry = jax.block_until_ready(run(*carry[:2]))
-            calls += 1
-        return calls * num_envs * steps / (time.perf_counter() - start)
+        start = time.perf_counter()
+        carry = jax.block_until_ready(run(*carry[:2]))
+        return time.perf_counter() - start
 
-    return timed
+    return call
+
+
+def env_step_rates(num_envs: int, steps: int, min_seconds: float, rounds: int) -> dict:
+    """Frames/s of each side, one figure a round. Within a round the two alternate call by call
+    (the first of each pair swapped every pair) until each has run `min_seconds`: a burst of
+    the other job's load lasts longer than a call and so falls on both."""
+    calls = {name: env_stepper(name, num_envs, steps) for name in (FAMILY, USER)}
+    rates: dict[str, list[float]] = {FAMILY: [], USER: []}
+    for _ in range(rounds):
+        seconds, pairs = dict.fromkeys(calls, 0.0), 0
+        while pairs < 2 or min(seconds.values()) < min_seconds:
+            for name in (FAMILY, USER) if pairs % 2 == 0 else (USER, FAMILY):
+                seconds[name] += calls[name]()
+            pairs += 1
+        for name in calls:
+            rates[name].append(pairs * num_envs * steps / seconds[name])
+    return rates
 
 
 def train_rates(name: str, updates: int) -> tuple[float, float]:
@@ -139,7 +156,7 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=1000, help="env steps per jitted scan")
     parser.add_argument("--num-envs", type=int, nargs="+", default=[16, 256])
-    parser.add_argument("--min-seconds", type=float, default=1.0, help="per env_step timing")
+    parser.add_argument("--min-seconds", type=float, default=1.0, help="each side, env_step round")
     parser.add_argument("--updates", type=int, default=4000, help="learner updates a timed run")
     parser.add_argument("--warmup-updates", type=int, default=600, help="the untimed first run")
     parser.add_argument(
@@ -161,11 +178,7 @@ def main(argv=None) -> list[dict]:
 
     if "env_step" in args.configs:
         for num_envs in args.num_envs:
-            timers = {
-                name: env_stepper(name, num_envs, args.steps, args.min_seconds)
-                for name in (FAMILY, USER)
-            }
-            rates = alternated(lambda name, timers=timers: timers[name](), args.rounds)
+            rates = env_step_rates(num_envs, args.steps, args.min_seconds, args.rounds)
             family, user = (statistics.median(rates[name]) for name in (FAMILY, USER))
             emit(
                 {

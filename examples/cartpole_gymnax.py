@@ -2,7 +2,7 @@
 
 Train it with one command (from this checkout's root, or with this folder on PYTHONPATH):
 
-    podracer train cartpole_muzero_anakin env.name=py:examples.cartpole_gymnax:make
+    podracer train --config gymnax_cartpole_muzero env.name=py:examples.cartpole_gymnax:make
 
 `make(**env.options)` returns the environment; Podracer recognises gymnax's API by its methods
 (`reset(key, params)`, `step(key, state, action, params)`, `default_params`, `action_space`,

@@ -3,7 +3,7 @@
 Train it with one command, on either runtime (from this checkout's root, or with this folder on
 PYTHONPATH):
 
-    podracer train cartpole_muzero env.name=py:examples.catch_jumanji:make runtime=anakin
+    podracer train --config gymnax_cartpole_muzero env.name=py:examples.catch_jumanji:make
 
 `make(**env.options)` returns the environment; Podracer recognises jumanji's API by its methods
 (`reset(key) -> (state, TimeStep)`, `step(state, action) -> (state, TimeStep)`, `action_spec`,

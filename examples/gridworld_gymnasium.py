@@ -2,7 +2,7 @@
 
 Train it with one command (from this checkout's root, or with this folder on PYTHONPATH):
 
-    podracer train cartpole_muzero env.name=py:examples.gridworld_gymnasium:make
+    podracer train --config cartpole_muzero env.name=py:examples.gridworld_gymnasium:make
 
 `make(**env.options)` returns a `gymnasium.Env`; Podracer recognises Gymnasium's API by its
 methods (`reset(seed=...)`, `step(action)`, `action_space`, `observation_space`), calls `make`
