@@ -2,13 +2,17 @@
 
     .venv/bin/python benchmarks/user_env.py                    # CartPole: 2 to 3 minutes on 2 cores
     .venv/bin/python benchmarks/user_env.py --rounds 5 --updates 8000
+    .venv/bin/python benchmarks/user_env.py --user py:gymnax:make \
+        --user-options '{"env_id": "CartPole-v1"}'           # the same code both sides
 
 The bar: an environment named `py:<module>:<callable>` (`envs.user`) runs at >= 0.95x the
 frames/s of the same environment named by its family. The pair is CartPole written in gymnax's
 API as a user would (`py:examples.cartpole_gymnax:make`, one `[4]` vector as its state) and
 gymnax's own (`gymnax:CartPole-v1`, four scalars). Both go through the same adapter
 (`envs.gymnax_env`), so a gap between them is the cost of the two CartPoles as written, which
-is reported as found, not tuned away. Two configurations, each side timed in turn in one
+is reported as found, not tuned away; `--user py:gymnax:make` with `env_id` CartPole-v1 names
+gymnax's own CartPole by import path, the same code on both sides, so that its ratio is what the
+`py:` path itself costs. Two configurations, each side timed in turn in one
 process for `--rounds` rounds (the first of each pair swapped every round), so that a change in
 this machine's load, which varies 3x with the hour, falls on both; each figure is the median:
 
@@ -32,7 +36,8 @@ this machine's load, which varies 3x with the hour, falls on both; each figure i
   call, for comparison.
 
 Prints a leading `machine` line (JAX's version, devices, CPU count), then one JSON line per
-configuration: each side's frames/s, `ratio` (user / family) and the `bar`.
+configuration: each side's frames/s, `ratio` (user / family: of the medians), `ratio_range`
+(the lowest and highest of the rounds' own ratios) and the `bar`.
 """
 
 from __future__ import annotations
@@ -58,6 +63,9 @@ from selfplay.run import split_cpu  # noqa: E402
 PRESET = "gymnax_cartpole_vtrace"
 FAMILY = "gymnax:CartPole-v1"
 USER = "py:examples.cartpole_gymnax:make"
+# `--user py:gymnax:make --user-options '{"env_id": "CartPole-v1"}'`: gymnax's own CartPole by
+# import path, the same code on both sides, so that the ratio is what `py:` itself costs.
+OPTIONS: dict[str, dict] = {FAMILY: {}, USER: {}}
 BAR = 0.95
 
 # Before JAX starts: the preset's devices (both cores as two JAX devices), for both parts.
@@ -73,8 +81,8 @@ from selfplay.train import train  # noqa: E402
 def env_stepper(name: str, num_envs: int, steps: int) -> Callable[[], float]:
     """A compiled scan of `steps` random-action steps of `num_envs` environments; what is
     returned runs it once more (the state carried on) and gives its seconds."""
-    functions = jax_env_functions(name, num_envs)
-    num_actions = env_spec(name).num_actions
+    functions = jax_env_functions(name, num_envs, **OPTIONS[name])
+    num_actions = env_spec(name, **OPTIONS[name]).num_actions
 
     @jax.jit
     def run(state, key):
@@ -119,9 +127,9 @@ def env_step_rates(num_envs: int, steps: int, min_seconds: float, rounds: int) -
 
 def train_rates(name: str, updates: int) -> tuple[float, float]:
     """(frames/s of the training loop from its metrics.jsonl, frames/s of the whole call)."""
-    config = configs.load_config(
-        PRESET, [f"env.name={name}", f"learner.max_updates={updates}", "evaluation.every_s=0"]
-    )
+    overrides = [f"env.name={name}", f"env.options={json.dumps(OPTIONS[name])}"]
+    overrides += [f"learner.max_updates={updates}", "evaluation.every_s=0"]
+    config = configs.load_config(PRESET, overrides)
     with tempfile.TemporaryDirectory(prefix="user-env-bench-") as folder:
         run_dir = os.path.join(folder, "run")
         start = time.perf_counter()
@@ -145,6 +153,13 @@ def alternated(measure: Callable[[str], float | tuple[float, ...]], rounds: int)
     return results
 
 
+def ratio_range(user: list[float], family: list[float]) -> list[float]:
+    """The lowest and highest of the rounds' own ratios (each round's two measured side by side):
+    how far one round alone could be trusted on this shared machine."""
+    ratios = [u / f for u, f in zip(user, family, strict=True)]
+    return [round(min(ratios), 3), round(max(ratios), 3)]
+
+
 def emit(line: dict, out: list[dict]) -> None:
     line = {"benchmark": "user_env", **line, "loadavg_1m": round(os.getloadavg()[0], 2)}
     print(json.dumps(line), flush=True)
@@ -160,9 +175,18 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--updates", type=int, default=4000, help="learner updates a timed run")
     parser.add_argument("--warmup-updates", type=int, default=600, help="the untimed first run")
     parser.add_argument(
-        "--configs", nargs="+", default=["env_step", "anakin_train"], help="which to run"
+        "--configs",
+        nargs="+",
+        choices=["env_step", "anakin_train"],
+        default=["env_step", "anakin_train"],
+        help="which to run",
     )
+    parser.add_argument("--user", default=USER, help="the py: side (default: %(default)s)")
+    parser.add_argument("--user-options", default="{}", help="its env.options, as JSON")
     args = parser.parse_args(argv)
+    global USER
+    USER = args.user
+    OPTIONS[USER] = json.loads(args.user_options)
     out: list[dict] = []
     emit(
         {
@@ -174,7 +198,7 @@ def main(argv=None) -> list[dict]:
         },
         out,
     )
-    pair = {"family": FAMILY, "user": USER}
+    pair = {"family": FAMILY, "user": USER, "user_options": OPTIONS[USER]}
 
     if "env_step" in args.configs:
         for num_envs in args.num_envs:
@@ -188,6 +212,7 @@ def main(argv=None) -> list[dict]:
                     "family_frames_per_s": round(family),
                     "user_frames_per_s": round(user),
                     "ratio": round(user / family, 3),
+                    "ratio_range": ratio_range(rates[USER], rates[FAMILY]),
                     "bar": BAR,
                     "steps": args.steps,
                     "rounds": args.rounds,
@@ -211,6 +236,9 @@ def main(argv=None) -> list[dict]:
                 "family_frames_per_s": round(family),
                 "user_frames_per_s": round(user),
                 "ratio": round(user / family, 3),
+                "ratio_range": ratio_range(
+                    [run[0] for run in rates[USER]], [run[0] for run in rates[FAMILY]]
+                ),
                 "bar": BAR,
                 "family_frames_per_s_wall": round(family_wall),
                 "user_frames_per_s_wall": round(user_wall),
