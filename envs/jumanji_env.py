@@ -26,10 +26,12 @@ step decides what an action does there (Snake ends the episode of a snake that b
 What is left of the observation, cast to float32 (integer values kept as values, not one-hot):
 a single array is the observation itself (Game2048's board of tile exponents `[4, 4]` becomes
 one image plane `[4, 4, 1]`; a 2-d grid gets a trailing channel axis, a scalar becomes `[1]`);
-several arrays are each flattened and concatenated, in the observation's field order, into one
-vector `[D]` (Snake-v1: its grid `[12, 12, 5]` then its step count, `[721]`; RubiksCube: the
-cube's colours `[6, 3, 3]` then the step count, `[55]`; Minesweeper: board, mine count, step
-count, `[102]`).
+one grid (`[H, W]` or `[H, W, C]`, H and W at least 4) with a few numbers beside it (at most 8
+values each) is an image with each number as a constant plane after the grid's channels, for a
+conv net (Snake-v1: its grid `[12, 12, 5]` and its step count, `[12, 12, 6]`; Minesweeper: its
+board `[10, 10]`, mine count and step count, `[10, 10, 3]`); anything else is each array
+flattened and concatenated, in the observation's field order, into one vector `[D]`
+(RubiksCube: the cube's colours `[6, 3, 3]` then the step count, `[55]`).
 
 Episodes end where jumanji's TimeStep is LAST: with `discount == 0` a termination, with
 `discount > 0` a truncation (a time limit; most jumanji envs end their own time limits with
@@ -178,6 +180,15 @@ def _actions(name: str, spec: Any) -> tuple[int, Callable[[jax.Array], jax.Array
     )
 
 
+# A grid is a leaf `[H, W]` or `[H, W, C]` of at least this many rows and columns (a Rubik's
+# cube's `[6, 3, 3]` faces are no image); numbers beside it up to this many become its planes.
+_GRID_SIDE, _PLANE_VALUES = 4, 8
+
+
+def _is_grid(leaf: Any) -> bool:
+    return leaf.ndim in (2, 3) and min(leaf.shape[:2]) >= _GRID_SIDE
+
+
 def _is_mask(path: tuple[Any, ...]) -> bool:
     key = path[0] if len(path) == 1 else None
     return getattr(key, "name", getattr(key, "key", None)) == _MASK
@@ -197,6 +208,16 @@ def _observer(name: str, observation: Any, num_actions: int) -> Callable:
     if len(masks) == len(leaves):
         raise UsageError(f"{name}: its observation holds nothing but an action_mask")
 
+    rest = [leaf for path, leaf in leaves if not _is_mask(path)]
+    grids = [i for i, leaf in enumerate(rest) if _is_grid(leaf)]
+    # One grid and a few numbers beside it (Snake's step count, Minesweeper's mine count): an
+    # image with each number as a constant plane, for a conv net; else one flat vector.
+    as_image = (
+        len(rest) > 1
+        and len(grids) == 1
+        and all(i in grids or math.prod(leaf.shape) <= _PLANE_VALUES for i, leaf in enumerate(rest))
+    )
+
     def observe(obs: Any) -> tuple[jax.Array, jax.Array]:
         parts = jax.tree_util.tree_flatten_with_path(obs)[0]
         rest = [leaf.astype(jnp.float32) for path, leaf in parts if not _is_mask(path)]
@@ -206,6 +227,12 @@ def _observer(name: str, observation: Any, num_actions: int) -> Callable:
                 x = x[..., None]
             elif x.ndim == 0:
                 x = x.reshape(1)
+        elif as_image:
+            grid = rest[grids[0]]
+            grid = grid[..., None] if grid.ndim == 2 else grid  # [H, W, C]
+            values = jnp.concatenate([leaf.ravel() for i, leaf in enumerate(rest) if i != grids[0]])
+            planes = jnp.broadcast_to(values, (*grid.shape[:2], values.size))  # [H, W, k]
+            x = jnp.concatenate([grid, planes], axis=-1)  # [H, W, C + k]
         else:
             x = jnp.concatenate([leaf.ravel() for leaf in rest])  # [D]
         mask = [leaf for path, leaf in parts if _is_mask(path)]

@@ -190,13 +190,13 @@ def test_auto_reset_gives_the_new_episode_in_the_same_step(rollout):
             paddle, bricks = ts.observation[done, ..., 0], ts.observation[done, ..., 3]
             assert (paddle.sum(axis=(1, 2)) == 1).all() and (paddle[:, 9, 4] == 1).all()
             assert (bricks[:, 1:4] == 1).all() and (bricks.sum(axis=(1, 2)) == 30).all()
-        elif case.fresh == "snake":  # jumanji's [12, 12, 5] grid, flattened, then the step count
-            grid = ts.observation[done, :720].reshape(-1, 12 * 12, 5)
+        elif case.fresh == "snake":  # jumanji's [12, 12, 5] grid, then a plane of the step count
+            grid = ts.observation[done].reshape(-1, 12 * 12, 6)
             body, head, tail, fruit = (grid[..., i] for i in range(4))
             assert (body.sum(axis=1) == 1).all(), "a new snake is its head alone"
             assert (head == body).all() and (tail == body).all()
             assert (fruit.sum(axis=1) == 1).all() and not (fruit * body).any()
-            assert (ts.observation[done, 720] == 0).all()
+            assert (grid[..., 5] == 0).all()
     assert starts >= case.min_episodes
 
 

@@ -52,7 +52,7 @@ def test_pure_functions_under_jit_agree_with_the_host_env():
     assert (scanned.done == ((np.arange(1, steps + 1) % limit == 0)[:, None])).all()
     assert (scanned.truncated == scanned.done).all()
     assert (scanned.episode_length[scanned.done] == limit).all()
-    assert (scanned.observation[scanned.done, -1] == 0).all()  # the new episode's step count
+    assert (scanned.observation[scanned.done, ..., -1] == 0).all()  # the new episode's step count
     env.close()
 
 
@@ -72,9 +72,9 @@ def test_an_illegal_action_raises_in_step_and_not_on_device():
 
 def test_multidiscrete_actions_are_one_row_major_index():
     env = JumanjiEnv("Minesweeper-v0", B)  # actions (row, col) on a 10 x 10 board
-    assert env.spec.num_actions == 100 and env.spec.observation_shape == (102,)
+    assert env.spec.num_actions == 100 and env.spec.observation_shape == (10, 10, 3)
     first = env.reset(1)
-    board = first.observation[:, :100]  # then the mine count and the step count
+    board = first.observation[..., 0].reshape(B, 100)  # planes of the mine and step counts next
     assert (board == -1).all()  # nothing revealed yet
     np.testing.assert_array_equal(first.legal_mask, board == -1)  # jumanji's [10, 10] mask, flat
     actions = np.array([12, 37, 80, 9], np.int32)  # rows 1, 3, 8, 0; columns 2, 7, 0, 9
@@ -83,20 +83,21 @@ def test_multidiscrete_actions_are_one_row_major_index():
     assert alive.sum() >= 2
     rows = np.arange(B)[alive]
     # Index row * 10 + col revealed that cell and no other: (row, col) was unflattened in order.
-    assert (ts.observation[rows, actions[alive]] >= 0).all()
-    assert ((ts.observation[rows, :100] >= 0).sum(axis=1) == 1).all()
+    revealed = ts.observation[..., 0].reshape(B, 100)
+    assert (revealed[rows, actions[alive]] >= 0).all()
+    assert ((revealed[rows] >= 0).sum(axis=1) == 1).all()
     assert not ts.legal_mask[rows, actions[alive]].any()
-    assert (ts.observation[rows, 101] == 1).all()  # step count
+    assert (ts.observation[rows, ..., 2] == 1).all()  # the step count's plane
     env.close()
 
 
 @pytest.mark.parametrize(
     "env_id, obs_shape, num_actions",
     [
-        ("Snake-v1", (12 * 12 * 5 + 1,), 4),  # grid, then step count: one vector
+        ("Snake-v1", (12, 12, 6), 4),  # the grid, and its step count as a plane
         ("RubiksCube-partly-scrambled-v0", (6 * 3 * 3 + 1,), 18),  # faces x depth x turns
         ("Game2048-v1", (4, 4, 1), 4),  # one board of tile exponents: one image plane
-        ("Minesweeper-v0", (10 * 10 + 2,), 100),  # board, mine count, step count
+        ("Minesweeper-v0", (10, 10, 3), 100),  # board; mine count, step count as planes
     ],
 )
 def test_specs_of_registered_envs(env_id, obs_shape, num_actions):
