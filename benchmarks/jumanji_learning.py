@@ -23,8 +23,8 @@ reward supports are widened to those of `game2048_muzero` (scores reach thousand
 value is one scalar with no reward scaling, and at the preset's learning rate (1e-3) its
 policy's entropy was 0 from its first record on (a 6.4M-frame probe: 2,500 from 3.4M to 4.8M
 frames, below random's return before 2.6M and after 5.1M), so its learning rate is 1e-4. V-trace
-steps over 10x as many frames a second as MuZero, so it logs every 0.2 s (not 5): as many frames
-per record or fewer.
+steps about 25x as many frames a second as MuZero, so it logs every 0.2 s (not 5): about as many
+frames per record.
 
 Prints one JSON line per run: its env and mode, the frames it trained, `final_return` (the
 episode-weighted mean return of the self-play episodes that ended in the last 10% of the frames
@@ -34,6 +34,11 @@ spaced marks), `random_return` (a uniformly random legal-action policy's mean ov
 clock at its last record); then one line with MuZero's final return over V-trace's at those
 equal frames. The returns are the training (self-play) episodes' own: MuZero's act by a
 25-simulation search sampled at temperature 1 with Dirichlet noise, V-trace's sample its policy.
+
+2026-12-06, 2 cores of an Intel Xeon: 3,800,064 frames each, MuZero in 616 s, V-trace in 25 s;
+random 1,118 (1,000 episodes); over the last 10% of frames MuZero 2,217 and V-trace 3,150 (0.70x).
+MuZero passed 2,000 by 0.4M frames and stayed at 2,000-2,400; V-trace stayed at random's until
+0.75M, then passed 3,000 by 1.5M frames.
 """
 
 from __future__ import annotations
@@ -146,6 +151,7 @@ def plot(runs: list[dict], random: float, path: str) -> None:
     """Both runs' self-play return against frames, the random policy's as a dashed line."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
 
     fig = Figure(figsize=(8, 4.8), constrained_layout=True)
     FigureCanvasAgg(fig)
@@ -170,6 +176,7 @@ def plot(runs: list[dict], random: float, path: str) -> None:
         fontsize="medium",
     )
     ax.set_xlim(0, max(run["frames"] for run in runs))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1e6:g}M"))
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small", loc="upper left")
     fig.savefig(path, dpi=100)
