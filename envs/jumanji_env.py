@@ -203,7 +203,8 @@ def _observer(name: str, observation: Any, num_actions: int) -> Callable:
         raise UsageError(
             f"{name}: its observation's action_mask has shape {list(masks[0].shape)}, which does "
             f"not match its {num_actions} actions: it must have {num_actions} entries, one per "
-            "action (a MultiDiscrete space's: one per combination, in the action spec's shape)"
+            "action (a MultiDiscrete space's: one per combination, in the action spec's shape; "
+            "one mask per agent is a multi-agent environment, which is not supported)"
         )
     if len(masks) == len(leaves):
         raise UsageError(f"{name}: its observation holds nothing but an action_mask")
