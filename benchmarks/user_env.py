@@ -167,6 +167,7 @@ def emit(line: dict, out: list[dict]) -> None:
 
 
 def main(argv=None) -> list[dict]:
+    global USER
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=1000, help="env steps per jitted scan")
@@ -184,7 +185,6 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--user", default=USER, help="the py: side (default: %(default)s)")
     parser.add_argument("--user-options", default="{}", help="its env.options, as JSON")
     args = parser.parse_args(argv)
-    global USER
     USER = args.user
     OPTIONS[USER] = json.loads(args.user_options)
     out: list[dict] = []
