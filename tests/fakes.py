@@ -682,7 +682,8 @@ def make_jumanji_continuous() -> JumanjiCorridor:
 
 # A user's own environments by import path (`py:tests.fakes:...`): what a module returns that is
 # not an environment, a callable that raises, and gymnax-API environments that break a rule.
-from examples.cartpole_gymnax import CartPole  # noqa: E402
+# gymnax is imported in the factories: importing it makes JAX arrays, which would start JAX's
+# backend in every process that imports this module (a job's processes must not before they join).
 
 
 def make_raising_env(**options):
@@ -693,35 +694,33 @@ def make_not_an_env():
     return {"reset": None}
 
 
-class _UntraceableCartPole(CartPole):
-    def step_env(self, key, state, action, params):
-        if state.position[0] > 0:  # Python control flow on a traced value
-            action = 1 - action
-        return super().step_env(key, state, action, params)
+def _broken_cartpole(rule: str):
+    from examples.cartpole_gymnax import CartPole
 
+    class BrokenCartPole(CartPole):
+        def step_env(self, key, state, action, params):
+            if rule == "untraceable" and state.position[0] > 0:  # Python `if` on a traced value
+                action = 1 - action
+            obs, state, reward, done, info = super().step_env(key, state, action, params)
+            if rule == "changing":  # [5] after reset's [4]
+                obs = jnp.concatenate([obs, obs[:1]])
+            if rule == "nan":
+                reward = jnp.where(state.time >= 3, jnp.nan, reward)
+            return obs, state, reward, done, info
 
-class _ChangingCartPole(CartPole):
-    def step_env(self, key, state, action, params):
-        obs, state, reward, done, info = super().step_env(key, state, action, params)
-        return jnp.concatenate([obs, obs[:1]]), state, reward, done, info  # [5] after reset's [4]
-
-
-class _NanRewardCartPole(CartPole):
-    def step_env(self, key, state, action, params):
-        obs, state, reward, done, info = super().step_env(key, state, action, params)
-        return obs, state, jnp.where(state.time >= 3, jnp.nan, reward), done, info
+    return BrokenCartPole()
 
 
 def make_untraceable_cartpole():
-    return _UntraceableCartPole()
+    return _broken_cartpole("untraceable")
 
 
 def make_changing_cartpole():
-    return _ChangingCartPole()
+    return _broken_cartpole("changing")
 
 
 def make_nan_reward_cartpole():
-    return _NanRewardCartPole()
+    return _broken_cartpole("nan")
 
 
 # --- envs: a user's own Gymnasium environments (`py:tests.fakes:make_gym_corridor`, ...) -------
