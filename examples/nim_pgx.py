@@ -6,7 +6,8 @@ perfect play takes `pile % 4` stones. Train AlphaZero on it, with the game's own
 search's exact model, and play it in the arena (from this checkout's root, or with this folder on
 PYTHONPATH):
 
-    podracer train --config tic_tac_toe_alphazero env.name=py:examples.nim_pgx:make --run-dir runs/nim
+    podracer train --config tic_tac_toe_alphazero --run-dir runs/nim \
+        env.name=py:examples.nim_pgx:make
     podracer arena --game py:examples.nim_pgx:make --players ckpt:runs/nim,mcts:200,random,human
 
 `make(**env.options)` returns the game; Podracer recognises pgx's API by its methods (`init`,
