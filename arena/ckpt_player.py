@@ -34,6 +34,7 @@ import pyspiel
 
 from arena.players import BatchedPlayer, PlayerSpec, _float, _int, _no_settings, register_player
 from configs import ExperimentConfig, UsageError
+from configs.experiment import USER_ENV_PREFIX
 from envs import EnvSpec
 from selfplay import Agent, make_agent
 from selfplay.checkpoints import checkpoint_step
@@ -95,7 +96,7 @@ def _check_game(config: ExperimentConfig, game: pyspiel.Game, text: str) -> None
     """UsageError unless the run trained on the arena's game (by OpenSpiel's canonical name; a
     game of the user's by its import path and options)."""
     family, _, name = config.env.name.partition(":")
-    if family == "py":
+    if family == USER_ENV_PREFIX:
         played = (getattr(game, "podracer_name", None), getattr(game, "podracer_options", None))
         if played != (config.env.name, config.env.options):
             raise UsageError(

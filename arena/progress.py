@@ -37,6 +37,7 @@ from arena.evaluate import EvaluationStopped, evaluate_policy
 from arena.matches import game_seed, play_games, player_seed
 from arena.players import check_distinct, make_player, parse_spec, split_specs
 from configs import ExperimentConfig, UsageError
+from configs.experiment import USER_ENV_PREFIX
 from envs import EnvSpec, make_env
 from selfplay.agent import make_agent
 from selfplay.evaluation import greedy_config
@@ -65,7 +66,7 @@ def elo_difference(wins: int, draws: int, games: int) -> float:
 
 def _board_game(config: ExperimentConfig) -> pyspiel.Game:
     family, _, name = config.env.name.partition(":")
-    if family == "py":  # a two-player game of the user's, in pgx's API
+    if family == USER_ENV_PREFIX:  # a two-player game of the user's, in pgx's API
         from envs.user_openspiel import openspiel_game
 
         return openspiel_game(config.env.name, config.env.options)

@@ -9,7 +9,7 @@ import importlib.util
 from typing import Any
 
 from configs.errors import UsageError
-from configs.experiment import MAX_SEED
+from configs.experiment import MAX_SEED, USER_ENV_PREFIX
 from envs.base import FAMILIES, JAX_FAMILIES, BatchedEnv, EnvSpec
 
 __all__ = [
@@ -22,9 +22,6 @@ __all__ = [
     "parse_env_name",
     "require_family",
 ]
-
-# The prefix of a user's own environment by import path.
-USER_PREFIX = "py"
 
 
 # Each family's library and the install extra that brings it.
@@ -52,14 +49,14 @@ def parse_env_name(name: str) -> tuple[str, str]:
     """`(family, id)` of `"<family>:<id>"`, or `("py", "<module>:<callable>")` of a user's own;
     UsageError, one line, for anything else, or for a family whose library is not installed."""
     family, sep, env_id = name.partition(":") if isinstance(name, str) else ("", "", "")
-    if not sep or family not in (*FAMILIES, USER_PREFIX) or not env_id:
+    if not sep or family not in (*FAMILIES, USER_ENV_PREFIX) or not env_id:
         raise UsageError(
             f"bad environment name {name!r}: expected '<family>:<id>' with family one of "
             f"{', '.join(FAMILIES)} (e.g. openspiel:connect_four, pgx:tic_tac_toe, "
             "envpool:CartPole-v1, gymnax:Breakout-MinAtar, gymnasium:CartPole-v1, "
             "jumanji:Snake-v1), or your own as 'py:<module>:<callable>'"
         )
-    if family != USER_PREFIX:
+    if family != USER_ENV_PREFIX:
         require_family(family)
     return family, env_id
 
@@ -69,7 +66,7 @@ def env_family(name: str, options: dict[str, Any] | None = None) -> str:
     environment speaks (importing and building it, once a process). UsageError as
     `parse_env_name`, or `envs.user.load_user_env` for a user's environment."""
     family, _ = parse_env_name(name)
-    if family != USER_PREFIX:
+    if family != USER_ENV_PREFIX:
         return family
     from envs.user import load_user_env
 
@@ -80,7 +77,7 @@ def _source(name: str, options: dict[str, Any]) -> tuple[str, Any, dict[str, Any
     """`(family, source, adapter options)`: a family's id and its options as given, or a user's
     environment (`envs.user.UserEnv`) with none left (its callable took them)."""
     family, env_id = parse_env_name(name)
-    if family != USER_PREFIX:
+    if family != USER_ENV_PREFIX:
         return family, env_id, options
     from envs.user import load_user_env
 

@@ -29,6 +29,7 @@ import numpy as np
 import pyspiel
 
 from configs import ExperimentConfig, UsageError, from_dict
+from configs.experiment import USER_ENV_PREFIX
 from envs import EnvSpec, env_seed, env_spec
 from selfplay.agent import ActOutput, Agent, make_agent
 from selfplay.checkpoints import checkpoint_step, restore_params
@@ -163,7 +164,7 @@ class BoardActor:
             self._translate = game_name
         elif self._family == "pgx":
             self._replay = _pgx_replay(game_name)
-        elif self._family != "py":  # a user's game keeps its pgx state (`PgxGameState`)
+        elif self._family != USER_ENV_PREFIX:  # a user's game keeps its pgx state (`PgxGameState`)
             raise UsageError(
                 f"only a run on a board game (openspiel:, pgx:, py: in pgx's API) plays from "
                 f"OpenSpiel states, not one on {config.env.name}"
@@ -191,7 +192,7 @@ class BoardActor:
             observation, legal_mask, _ = self._observer.observe(states)  # [N, ...], [N, A]
             env_state = None
             observation, legal_mask = _pad_rows(observation, rows), _pad_rows(legal_mask, rows)
-        elif self._family == "py":  # the user's game's own pgx states, stacked
+        elif self._family == USER_ENV_PREFIX:  # the user's game's own pgx states, stacked
             padded = [state.pgx_state for state in states]
             padded += [padded[0]] * (rows - count)
             env_state = jax.tree.map(lambda *leaves: np.stack(leaves), *padded)
