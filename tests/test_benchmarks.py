@@ -14,7 +14,7 @@ import types
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PACKAGES = ("search", "muzero", "configs", "selfplay", "arena", "podracer")
+PACKAGES = ("search", "muzero", "configs", "envs", "selfplay", "arena", "podracer")
 DOTTED = re.compile(rf"^(?:{'|'.join(PACKAGES)})(?:\.\w+)+$")
 
 
