@@ -144,7 +144,8 @@ def run(args) -> int:
 
     make_evaluator = None
     with collector_paused():
-        if config.evaluation.every_s > 0:  # the arena's players and match code
+        evaluation = config.evaluation
+        if evaluation.every_s > 0 or evaluation.at_frames:  # the arena's players and match code
             extras.require("openspiel", "evaluation during training (or set evaluation.every_s=0)")
             from arena import RunEvaluator as make_evaluator
         from selfplay.files import WriteFailed

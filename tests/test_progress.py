@@ -149,23 +149,22 @@ def test_one_player_evaluation_plays_greedy_episodes():
 
 def test_each_frame_mark_is_evaluated_once_even_the_one_the_run_stops_at(tmp_path):
     # evaluation.at_frames: the greedy return by frames, as the sample-efficiency benchmark
-    # reads it; the last mark is the run's end, evaluated before the run returns.
-    config = configs.load_config(
-        "gymnax_cartpole_vtrace",
-        [
-            "network.mlp_sizes=[8]",
-            "evaluation.games=2",
-            "evaluation.every_s=0",
-            "evaluation.at_frames=[2048,6144]",
-            "learner.max_frames=6144",
-            "learner.max_updates=0",
-            "learner.max_seconds=0",
-            "devices.cpu_devices=0",
-        ],
-    )
-    result = train(config, tmp_path / "run", progress=False, make_evaluator=progress.RunEvaluator)
-    assert result.stopped_by == "max_frames"
-    marks = [r for r in _records(tmp_path / "run") if "eval/frames" in r]
+    # reads it; the last mark is the run's end, evaluated before the run returns. Through the
+    # command: with evaluation.every_s=0 it once built no evaluator, and the marks went unplayed.
+    overrides = [
+        "network.mlp_sizes=[8]",
+        "evaluation.games=2",
+        "evaluation.every_s=0",
+        "evaluation.at_frames=[2048,6144]",
+        "learner.max_frames=6144",
+        "learner.max_updates=0",
+        "learner.max_seconds=0",
+        "devices.cpu_devices=0",
+    ]
+    run = tmp_path / "run"
+    args = ["train", "--config", "gymnax_cartpole_vtrace", "--run-dir", str(run), "--quiet"]
+    assert cli.main([*args, "--no-plot", *overrides]) == 0
+    marks = [r for r in _records(run) if "eval/frames" in r]
     assert len(marks) == 2 and all(r["eval/return"] >= 1 for r in marks)
     assert marks[0]["eval/frames"] >= 2048 and marks[1]["eval/frames"] >= 6144
     assert marks[1]["eval/frames"] - marks[0]["eval/frames"] >= 6144 - 2048 - 1
