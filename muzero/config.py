@@ -116,6 +116,12 @@ class NetworkConfig:
     # Normalization inside each residual block: "layer" (LayerNorm over channels, stateless)
     # or "none" (plain pre-activation blocks).
     block_norm: Literal["layer", "none"] = "layer"
+    # An MLP latent's dynamics adds its output to the latent it was given (a residual step, as
+    # LightZero's MLP model), instead of replacing it.
+    dynamics_residual: bool = False
+    # The last layer of the policy, value and reward heads starts at zero: every prediction
+    # starts uniform (value and reward 0), so the first searches and bootstraps are unbiased.
+    zero_init_heads: bool = False
     # The dtype of activations and convolutions: "bfloat16" halves their memory and runs on the
     # tensor cores of GPUs and TPUs. Parameters, optimizer state, the output heads, the losses
     # and the search's value arithmetic stay float32 either way, so checkpoints do not change.
@@ -173,7 +179,8 @@ class NetworkConfig:
             check(
                 _is_int(getattr(self, name)) and getattr(self, name) >= 0, name, "an integer >= 0"
             )
-        check(isinstance(self.downsample, bool), "downsample", "a bool")
+        for name in ("downsample", "dynamics_residual", "zero_init_heads"):
+            check(isinstance(getattr(self, name), bool), name, "a bool")
         check(positive_ints(self.mlp_sizes), "mlp_sizes", "a tuple of integers > 0")
         check(
             positive_ints(self.impala_channels) and len(self.impala_channels) > 0,

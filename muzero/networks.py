@@ -469,6 +469,7 @@ class _Head(nn.Module):
     head_channels: int
     hidden: int
     dtype: Any = jnp.float32
+    zero_init: bool = False
 
     @nn.compact
     def __call__(self, x):
@@ -476,7 +477,8 @@ class _Head(nn.Module):
             x = nn.relu(nn.Conv(self.head_channels, (1, 1), dtype=self.dtype)(x))
         x = x.reshape((x.shape[0], -1))
         x = nn.relu(nn.Dense(self.hidden, dtype=self.dtype)(x))
-        return nn.Dense(self.outputs, dtype=jnp.float32)(x)
+        init = nn.initializers.zeros if self.zero_init else nn.linear.default_kernel_init
+        return nn.Dense(self.outputs, dtype=jnp.float32, kernel_init=init)(x)
 
 
 class _Trunk(nn.Module):
@@ -544,9 +546,13 @@ class _MuZeroModule(nn.Module):
                 cfg.value_prefix_hidden, param_dtype=jnp.float32
             )
             self.prefix_norm = nn.LayerNorm(dtype=dtype)
-            self.prefix_head = _Head(self.reward_bins, cfg.head_channels, cfg.head_hidden, dtype)
+            self.prefix_head = _Head(
+                self.reward_bins, cfg.head_channels, cfg.head_hidden, dtype, cfg.zero_init_heads
+            )
         else:
-            self.reward_head = _Head(self.reward_bins, cfg.head_channels, cfg.head_hidden, dtype)
+            self.reward_head = _Head(
+                self.reward_bins, cfg.head_channels, cfg.head_hidden, dtype, cfg.zero_init_heads
+            )
         if self.projection:  # SimSiam's projector and predictor (EfficientZero)
             self.projector = _Projection(
                 (cfg.projection_hidden, cfg.projection_size), final_norm=True, dtype=dtype
@@ -554,8 +560,12 @@ class _MuZeroModule(nn.Module):
             self.predictor = _Projection(
                 (cfg.predictor_hidden, cfg.projection_size), final_norm=False, dtype=dtype
             )
-        self.policy_head = _Head(self.num_actions, cfg.head_channels, cfg.head_hidden, dtype)
-        self.value_head = _Head(self.value_bins, cfg.head_channels, cfg.head_hidden, dtype)
+        self.policy_head = _Head(
+            self.num_actions, cfg.head_channels, cfg.head_hidden, dtype, cfg.zero_init_heads
+        )
+        self.value_head = _Head(
+            self.value_bins, cfg.head_channels, cfg.head_hidden, dtype, cfg.zero_init_heads
+        )
 
     def __call__(self, obs, action):
         latent = self.represent(obs)
@@ -578,9 +588,10 @@ class _MuZeroModule(nn.Module):
     def _transition_unscaled(self, latent, action):
         one_hot = jax.nn.one_hot(action, self.num_actions, dtype=latent.dtype)  # [B, A]
         if vector_latent(self.torso):
-            return self.dynamics_out(
+            out = self.dynamics_out(
                 self.dynamics_mlp(self.dynamics_in(jnp.concatenate([latent, one_hot], axis=-1)))
             )
+            return latent + out if self.config.dynamics_residual else out
         mode = self.config.action_planes
         if mode == "auto" and self.config.downsample:
             mode = "constant"  # the latent is a downsampled frame, not a board
@@ -682,6 +693,10 @@ class _PolicyValueModule(nn.Module):
                 nn.Dense(self.value_bins, dtype=jnp.float32)(x),
             )
         return (
-            _Head(self.num_actions, cfg.head_channels, cfg.head_hidden, dtype)(x),
-            _Head(self.value_bins, cfg.head_channels, cfg.head_hidden, dtype)(x),
+            _Head(self.num_actions, cfg.head_channels, cfg.head_hidden, dtype, cfg.zero_init_heads)(
+                x
+            ),
+            _Head(self.value_bins, cfg.head_channels, cfg.head_hidden, dtype, cfg.zero_init_heads)(
+                x
+            ),
         )

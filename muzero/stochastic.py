@@ -235,7 +235,7 @@ class _StochasticModule(nn.Module):
             ]
 
         def head(outputs):
-            return _Head(outputs, cfg.head_channels, cfg.head_hidden, dtype)
+            return _Head(outputs, cfg.head_channels, cfg.head_hidden, dtype, cfg.zero_init_heads)
 
         self.policy_head, self.value_head = head(self.num_actions), head(self.value_bins)
         self.chance_head, self.afterstate_value_head = head(self.num_codes), head(self.value_bins)

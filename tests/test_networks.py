@@ -184,6 +184,8 @@ def test_paper_sizes_are_available():
         ({"transform_eps": 0.0}, "transform_eps"),
         ({"latent_scaling": "tanh"}, "latent_scaling"),
         ({"block_norm": "batch"}, "block_norm"),
+        ({"dynamics_residual": 1}, "dynamics_residual"),
+        ({"zero_init_heads": "yes"}, "zero_init_heads"),
     ],
 )
 def test_bad_config_names_the_field(overrides, field):
@@ -252,6 +254,35 @@ def test_latent_scaling_and_block_norm_options():
     assert any("LayerNorm" in k for k in paths(with_norm))
     assert not any("LayerNorm" in k for k in paths(without))
     assert len(paths(without)) < len(paths(with_norm))
+
+
+def test_zero_initialised_heads_and_a_residual_dynamics():
+    """zero_init_heads: every head's first prediction is uniform (value and reward 0);
+    dynamics_residual: the MLP dynamics' next latent is the latent plus what it adds, so with
+    the added part's weights at zero the latent passes through unchanged."""
+    config = dataclasses.replace(
+        TINY, torso="mlp", latent_scaling="none", zero_init_heads=True, dynamics_residual=True
+    )
+    nets = make_muzero_networks(config, (5,), A)
+    params = jax.jit(nets.init)(KEY)
+    obs = jax.random.normal(KEY, (B, 5))
+    actions = jnp.arange(B) % A
+    latent = jax.jit(nets.represent)(params, obs)
+    reward_logits, next_latent = jax.jit(nets.dynamics)(params, latent, actions)
+    policy_logits, value_logits = jax.jit(nets.predict)(params, latent)
+    for logits in (reward_logits, policy_logits, value_logits):
+        assert not np.asarray(logits).any()
+    np.testing.assert_allclose(config.value_transform().decode_logits(value_logits), 0.0, atol=1e-5)
+    assert not np.allclose(next_latent, latent)  # the dynamics adds something at init
+    zeroed = jax.tree_util.tree_map_with_path(
+        lambda path, x: jnp.zeros_like(x) if "dynamics_out" in jax.tree_util.keystr(path) else x,
+        params,
+    )
+    _, passed = jax.jit(nets.dynamics)(zeroed, latent, actions)
+    np.testing.assert_allclose(passed, latent, rtol=1e-6)
+    plain = make_muzero_networks(dataclasses.replace(config, dynamics_residual=False), (5,), A)
+    _, replaced = jax.jit(plain.dynamics)(zeroed, latent, actions)
+    assert not np.asarray(replaced).any()  # without the residual: only the (zero) output
 
 
 def test_a_bfloat16_network_has_the_same_parameters_and_searches_like_the_float32_one():
