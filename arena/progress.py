@@ -38,12 +38,19 @@ from arena.matches import game_seed, play_games, player_seed
 from arena.players import check_distinct, make_player, parse_spec, split_specs
 from configs import ExperimentConfig, UsageError
 from configs.experiment import USER_ENV_PREFIX
-from envs import EnvSpec, make_env
+from envs import EnvSpec, env_spec, make_env
 from selfplay.agent import make_agent
 from selfplay.evaluation import greedy_config
 from selfplay.lifetime import StopSignal
 
-__all__ = ["DEFAULT_MCTS", "RunEvaluator", "default_opponents", "elo_difference"]
+__all__ = [
+    "DEFAULT_MCTS",
+    "RunEvaluator",
+    "default_opponents",
+    "elo_difference",
+    "one_player_protocol",
+    "preset_protocols",
+]
 
 # Simulations of the default MCTS opponent per OpenSpiel game (short name); others get 100.
 DEFAULT_MCTS = {"tic_tac_toe": 50, "connect_four": 200, "go": 100}
@@ -80,6 +87,80 @@ def _board_game(config: ExperimentConfig) -> pyspiel.Game:
     return pyspiel.load_game(name)
 
 
+def one_player_protocol(config: ExperimentConfig, spec: EnvSpec) -> str:
+    """What a one-player run's returns measure, in words a peer's figure can be set beside: how
+    the evaluator acts and on which episodes, when it plays, what its frames count, and what the
+    self-play return is."""
+    evaluation, search = config.evaluation, config.search
+    simulations = evaluation.num_simulations or search.num_simulations
+    if config.mode == "vtrace":
+        acting = "greedy: the policy's most probable action, no search"
+        training = "the sampled policy"
+    elif search.algorithm == "gumbel_muzero":
+        acting = f"greedy: the search's choice without Gumbel noise, {simulations} simulations"
+        training = f"Gumbel noise (scale {search.gumbel_scale:g})"
+    else:
+        acting = (
+            f"greedy: the most visited action of a search without root noise, {simulations} "
+            f"simulations"
+        )
+        training = (
+            f"root noise (fraction {search.dirichlet_fraction:g}), actions sampled at "
+            f"temperature {search.temperature:g}"
+        )
+    limit = (
+        f"cut at the time limit of {spec.max_episode_steps} steps (a truncation)"
+        if spec.max_episode_steps
+        else "with no time limit"
+    )
+    when = []
+    if evaluation.every_s > 0:
+        when.append(f"every {evaluation.every_s:g} s (the newest parameters)")
+    if evaluation.at_frames:
+        marks = ", ".join(f"{m:,}" for m in evaluation.at_frames)
+        when.append(f"at frames {marks} (the parameters of the first update at or past each)")
+    atari = spec.family == "envpool" and is_atari57(spec.env_id)
+    skip = config.env.options.get("frame_skip", 4) if atari else 1
+    frames = (
+        f"agent steps over all environments, each {skip} emulator frames"
+        if skip > 1
+        else "environment steps over all environments"
+    )
+    game = ""
+    if atari:
+        options = config.env.options
+        game = (
+            f" (the game score, unclipped, of whole games; up to {options.get('noop_max', 30)} "
+            f"no-ops at the start, sticky actions with probability "
+            f"{options.get('repeat_action_probability', 0.0):g})"
+        )
+    return (
+        f"{acting}; {evaluation.games} whole episodes of {spec.name}{game}, {limit}, seeded "
+        f"with the run's seed (the same episodes every time); {' and '.join(when) or 'never'}. "
+        f"Frames: {frames}. The self-play return: the training episodes ({training}) that ended "
+        f"in each metrics window."
+    )
+
+
+def preset_protocols() -> list[str]:
+    """One Markdown line per one-player preset: its name and `one_player_protocol` (the docs'
+    results page lists them; `python -m arena.progress` prints them)."""
+    import configs.presets
+
+    lines = []
+    for name in configs.presets.names():
+        config = configs.presets.get(name)
+        if config.name != name:
+            continue  # an earlier name of a preset listed under its own
+        try:
+            spec = env_spec(config.env.name, **config.env.options)
+        except ModuleNotFoundError:  # an extra this install lacks: its envs are not listed
+            continue
+        if spec.num_players == 1:
+            lines.append(f"- `{name}`: {one_player_protocol(config, spec)}")
+    return lines
+
+
 class RunEvaluator:
     """Evaluates a run's parameters (see the module docstring); built before the run starts, so
     that a bad opponent spec is refused with one line before anything is trained."""
@@ -93,6 +174,8 @@ class RunEvaluator:
         self.two_player = spec.num_players == 2
         # Greedy: no root noise, no random moves, the most visited move.
         self.agent = make_agent(greedy_config(config, self.simulations), spec)
+        # What the figures measure (written to the run directory's evaluation.txt).
+        self.protocol = "" if self.two_player else one_player_protocol(config, spec)
         self.games = (
             evaluation.games + evaluation.games % 2 if self.two_player else evaluation.games
         )
@@ -202,3 +285,7 @@ class RunEvaluator:
             values["eval/human_normalized"] = result.normalized.mean.value
         values["eval"] = f"return {result.summary.mean.value:.4g}"
         return values
+
+
+if __name__ == "__main__":
+    print("\n".join(preset_protocols()))

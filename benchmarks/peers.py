@@ -203,7 +203,16 @@ def _thread_env() -> dict[str, str]:
     return env
 
 
-def _line(system: str, args, seed: int, marks: list[dict], started: float, sampler, total: dict):
+def _line(
+    system: str,
+    args,
+    seed: int,
+    marks: list[dict],
+    started: float,
+    sampler,
+    total: dict,
+    protocol: str = "",
+):
     """One JSON line from a run's marks: dicts of steps, updates, return and wall time `at`."""
     reached = next((m for m in marks if m["eval_return"] >= TARGET), None)
     best = max(marks, key=lambda m: m["eval_return"], default=None)
@@ -215,15 +224,12 @@ def _line(system: str, args, seed: int, marks: list[dict], started: float, sampl
         return round(mark["at"] - started, 1), None if cpu is None else round(cpu, 1)
 
     wall, cpu = at(reached)
-    protocol = (
-        "LightZero MuZeroEvaluator: 3 episodes (n_evaluator_episode=3), greedy (no root noise, "
-        "most visited action), 25 simulations, eval envs seeded with the run's seed, the same "
-        "each time; every eval_freq=100 updates (after each 8-episode collection)"
-        if system == "lightzero"
-        else f"podracer RunEvaluator: {args.eval_games} episodes, greedy (no root noise, most "
-        f"visited action), the run's 25 simulations, envs seeded with the run's seed, the same "
-        f"each time; parameters of the first update at or past every {args.mark_every} frames"
-    )
+    if system == "lightzero":
+        protocol = (
+            "LightZero MuZeroEvaluator: 3 episodes (n_evaluator_episode=3), greedy (no root "
+            "noise, most visited action), 25 simulations, eval envs seeded with the run's seed, "
+            "the same each time; every eval_freq=100 updates (after each 8-episode collection)"
+        )
     return {
         "benchmark": "peers",
         "system": system,
@@ -387,7 +393,10 @@ def run_podracer(args, seed: int) -> dict:
         "loadavg_1m": round(os.getloadavg()[0], 2),
         "run_dir": run_dir,
     }
-    return _line("podracer", args, seed, marks, started, sampler, total)
+    # The run's own account of its evaluation (arena.progress.one_player_protocol).
+    protocol_file = os.path.join(run_dir, "evaluation.txt")
+    protocol = open(protocol_file).read().strip() if os.path.exists(protocol_file) else ""
+    return _line("podracer", args, seed, marks, started, sampler, total, protocol)
 
 
 def summary(lines: list[dict]) -> dict:

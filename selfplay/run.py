@@ -44,7 +44,13 @@ from envs import EnvSpec
 from selfplay.actors import ACTOR_STAGES
 from selfplay.agent import Agent
 from selfplay.checkpoints import Checkpointer, ReplayWriter, config_differences, load_replay
-from selfplay.files import RunLock, WriteFailed, describe_write_error, probe_writable
+from selfplay.files import (
+    RunLock,
+    WriteFailed,
+    describe_write_error,
+    probe_writable,
+    write_atomically,
+)
 from selfplay.lifetime import (
     StopSignal,
     ThreadGroup,
@@ -65,6 +71,7 @@ from selfplay.replay import SequenceReplay
 
 __all__ = [
     "LIMITS",
+    "EVALUATION_FILE",
     "Evaluator",
     "MUST_MATCH",
     "RunResult",
@@ -78,6 +85,9 @@ __all__ = [
     "split_cpu",
     "start_run",
 ]
+
+# The evaluator's protocol (what its figures measure) in the run directory.
+EVALUATION_FILE = "evaluation.txt"
 
 # Config keys a checkpoint must share with the run that resumes it: they fix the state's shapes.
 MUST_MATCH = ("mode", "env.name", "network", "optimizer.optimizer")
@@ -197,6 +207,9 @@ class Evaluator(Protocol):
     """Plays a run's parameters against fixed opponents (`arena.RunEvaluator` is one)."""
 
     every_s: float  # seconds between evaluations
+    # What its figures measure, in words (written to the run directory's evaluation.txt); "":
+    # nothing to write.
+    protocol: str
 
     def evaluate(self, params: Any, step: int, stop: StopSignal) -> dict[str, Any]:
         """The figures of `params` (taken at `step`), to log; it returns early, with what it
@@ -531,6 +544,10 @@ def _open(
                 "logging.wandb=true needs the wandb package: pip install 'podracer[wandb]'"
             )
         run_dir = prepare_run_dir(run_dir, config, write=lead, lock=lock)
+        if evaluator is not None and getattr(evaluator, "protocol", ""):
+            path = pathlib.Path(run_dir) / EVALUATION_FILE
+            text = (evaluator.protocol + "\n").encode()
+            write_atomically(path, path.with_suffix(".tmp"), lambda f: f.write(text), str(path))
     except UsageError as error:
         refused = error
     share_usage_error(refused)  # whichever process refused, every process exits with its line

@@ -58,3 +58,15 @@ def test_every_public_name_of_search_is_on_the_api_page():
     page = (ROOT / "docs" / "reference" / "search.md").read_text()
     missing = [name for name in search.__all__ if f"::: search.{name}\n" not in page]
     assert not missing, f"public names of search not on docs/reference/search.md: {missing}"
+
+
+def test_the_results_page_says_what_each_one_player_presets_returns_measure():
+    from arena.progress import preset_protocols
+
+    page = (ROOT / "docs" / "results.md").read_text()
+    missing = [line for line in preset_protocols() if line not in page]
+    assert not missing, (
+        "docs/results.md lacks these presets' evaluation protocols (as they are now): run "
+        "`python -m arena.progress` and paste its lines under 'What the returns measure':\n"
+        + "\n".join(missing)
+    )

@@ -147,6 +147,27 @@ def test_one_player_evaluation_plays_greedy_episodes():
     assert evaluator.evaluate(params, 0, stopped) == {}
 
 
+def test_the_one_player_protocol_says_how_the_agent_acts_which_episodes_and_frames():
+    def protocol(name, *overrides):
+        config = configs.load_config(name, list(overrides))
+        return progress.one_player_protocol(config, env_spec(config.env.name, **config.env.options))
+
+    muzero = protocol("cartpole_muzero", "evaluation.games=3", "search.num_simulations=7")
+    assert muzero.startswith("greedy: the most visited action of a search without root noise, 7")
+    assert "3 whole episodes of envpool:CartPole-v1, cut at the time limit of 500 steps" in muzero
+    assert "every 60 s" in muzero and "Frames: environment steps" in muzero
+    capped = protocol(
+        "cartpole_muzero", 'env.options={"max_episode_steps": 200}', "evaluation.every_s=0"
+    )
+    assert "time limit of 200 steps" in capped and "never" in capped
+    gumbel = protocol("minatar_efficientzero", "evaluation.at_frames=[100000]")
+    assert gumbel.startswith("greedy: the search's choice without Gumbel noise, 16 simulations")
+    assert "at frames 100,000 (the parameters of the first update at or past each)" in gumbel
+    atari = protocol("atari_vtrace")
+    assert "the game score, unclipped, of whole games; up to 30 no-ops" in atari
+    assert "each 4 emulator frames" in atari
+
+
 def test_each_frame_mark_is_evaluated_once_even_the_one_the_run_stops_at(tmp_path):
     # evaluation.at_frames: the greedy return by frames, as the sample-efficiency benchmark
     # reads it; the last mark is the run's end, evaluated before the run returns. Through the
@@ -168,6 +189,9 @@ def test_each_frame_mark_is_evaluated_once_even_the_one_the_run_stops_at(tmp_pat
     assert len(marks) == 2 and all(r["eval/return"] >= 1 for r in marks)
     assert marks[0]["eval/frames"] >= 2048 and marks[1]["eval/frames"] >= 6144
     assert marks[1]["eval/frames"] - marks[0]["eval/frames"] >= 6144 - 2048 - 1
+    protocol = (run / "evaluation.txt").read_text()  # what the returns measure, beside them
+    assert protocol.startswith("greedy: the policy's most probable action")
+    assert "2 whole episodes of gymnax:CartPole-v1" in protocol and "2,048, 6,144" in protocol
 
 
 def test_a_mark_the_actors_pass_in_the_round_that_stops_the_run_is_evaluated():
