@@ -4,10 +4,13 @@
     .venv/bin/python benchmarks/peers.py --systems podracer --seeds 0 --podracer-set \\
         replay.samples_per_insert=8
 
-Why: issue 84. LightZero's own `cartpole_muzero_config` reaches an evaluation return of 200 on
-CartPole-v0 within a few thousand environment steps on a 2-core CPU (3,237-5,383 for seeds 0-2
-on 2026-12-06, torch 2.12.1); this measures ours on the same task, seeds and evaluation protocol,
-so that the gap is a number the project can track.
+Why: people choose MuZero for how much it learns from each step of an expensive environment.
+LightZero's own `cartpole_muzero_config` reaches an evaluation return of 200 on CartPole-v0
+within a few thousand environment steps on a 2-core CPU (3,237-5,383 for seeds 0-2 on
+2026-12-06, torch 2.12.1); this measures ours on the same task, seeds and evaluation protocol
+(`cartpole_muzero`: a median of 3,008 that day, in a third of the wall time), so that the
+difference is a number the project tracks. `--podracer-set` runs ours with overrides (how the
+table of changes in BENCHMARKS.md was measured).
 
 What runs, per seed (`--seeds`), each in a process of its own, one after the other:
 
@@ -38,7 +41,8 @@ The evaluation protocols (written into every line):
   each collection of 8 episodes and its 100 updates), at the collector's env steps then.
 - ours: `--eval-games` (3 by default, as LightZero's) episodes of the greedy agent (no root noise,
   the most visited action, the run's 25 simulations), CartPole-v1 capped at 200 steps, seeded with
-  the run's seed, the same at every evaluation; at the frame marks.
+  the run's seed, the same at every evaluation; at the frame marks. Each line carries the run's
+  own account (its `evaluation.txt`, `arena.progress.one_player_protocol`).
 
 Each line (one per system and seed): `steps_to_195` (the environment steps of the first
 evaluation with a mean return >= 195; null if none), `wall_s_to_195` (seconds from the process's

@@ -342,7 +342,11 @@ def cartpole_vtrace() -> ExperimentConfig:
     )
 
 
-@preset("cpu", "MuZero from rewards: REACHES")
+@preset(
+    "cpu",
+    "CartPole at 200 steps: a greedy 195 after a median 3,008 environment steps (LightZero's "
+    "own config: 4,705), 187 s on 2 cores",
+)
 def cartpole_muzero() -> ExperimentConfig:
     """MuZero learning CartPole from its rewards (envpool, Sebulba): a learned reward model, the
     categorical value transform and n-step targets with a discount, as on Atari; and what makes it
