@@ -39,6 +39,7 @@ from arena.players import check_distinct, make_player, parse_spec, split_specs
 from configs import ExperimentConfig, UsageError
 from configs.experiment import USER_ENV_PREFIX
 from envs import EnvSpec, env_spec, make_env
+from envs.base import ATARI_OPTIONS
 from selfplay.agent import make_agent
 from selfplay.evaluation import greedy_config
 from selfplay.lifetime import StopSignal
@@ -120,7 +121,8 @@ def one_player_protocol(config: ExperimentConfig, spec: EnvSpec) -> str:
         marks = ", ".join(f"{m:,}" for m in evaluation.at_frames)
         when.append(f"at frames {marks} (the parameters of the first update at or past each)")
     atari = spec.family == "envpool" and is_atari57(spec.env_id)
-    skip = config.env.options.get("frame_skip", 4) if atari else 1
+    options = {**ATARI_OPTIONS, **config.env.options}  # envpool's defaults where not given
+    skip = options["frame_skip"] if atari else 1
     frames = (
         f"agent steps over all environments, each {skip} emulator frames"
         if skip > 1
@@ -128,11 +130,9 @@ def one_player_protocol(config: ExperimentConfig, spec: EnvSpec) -> str:
     )
     game = ""
     if atari:
-        options = config.env.options
         game = (
-            f" (the game score, unclipped, of whole games; up to {options.get('noop_max', 30)} "
-            f"no-ops at the start, sticky actions with probability "
-            f"{options.get('repeat_action_probability', 0.0):g})"
+            f" (the game score, unclipped, of whole games; up to {options['noop_max']} no-ops at "
+            f"the start, sticky actions with probability {options['repeat_action_probability']:g})"
         )
     return (
         f"{acting}; {evaluation.games} whole episodes of {spec.name}{game}, {limit}, seeded "

@@ -32,6 +32,7 @@ import numpy as np
 from configs.experiment import JAX_FAMILIES  # the config checks runtimes against them
 
 __all__ = [
+    "ATARI_OPTIONS",
     "FAMILIES",
     "JAX_FAMILIES",
     "BatchedEnv",
@@ -48,6 +49,23 @@ __all__ = [
 # environment (`py:<module>:<callable>`) is run by the adapter of the API it speaks, whose family
 # its spec names.
 FAMILIES = ("openspiel", "pgx", "envpool", "gymnax", "gymnasium", "jumanji")
+
+
+# envpool's Atari options and defaults (envpool/atari/atari_env.h), which the presets pass.
+ATARI_OPTIONS: dict[str, Any] = {
+    "episodic_life": False,
+    "reward_clip": False,
+    "repeat_action_probability": 0.0,
+    "noop_max": 30,
+    "frame_skip": 4,
+    "stack_num": 4,
+    "img_height": 84,
+    "img_width": 84,
+    "gray_scale": True,
+    "use_fire_reset": True,
+    "full_action_space": False,
+    "max_episode_steps": 27_000,
+}
 
 
 class TimeStep(NamedTuple):

@@ -53,6 +53,7 @@ import numpy as np
 
 from configs.errors import UsageError
 from envs.base import (
+    ATARI_OPTIONS,
     EnvSpec,
     SyncSendRecv,
     TimeStep,
@@ -64,21 +65,6 @@ from envs.user import UserEnv
 
 __all__ = ["GymnasiumEnv"]
 
-# envpool's Atari options and defaults (envpool/atari/atari_env.h), which the presets pass.
-ATARI_OPTIONS: dict[str, Any] = {
-    "episodic_life": False,
-    "reward_clip": False,
-    "repeat_action_probability": 0.0,
-    "noop_max": 30,
-    "frame_skip": 4,
-    "stack_num": 4,
-    "img_height": 84,
-    "img_width": 84,
-    "gray_scale": True,
-    "use_fire_reset": True,
-    "full_action_space": False,
-    "max_episode_steps": 27_000,
-}
 _ATARI_ENTRY_POINT = "ale_py.env:AtariEnv"
 
 
