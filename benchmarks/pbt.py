@@ -1,44 +1,46 @@
-"""Population Based Training against independent seeds, from the same untuned point.
+"""Population Based Training against random search and the hand-tuned preset, at equal frames.
 
-    .venv/bin/python benchmarks/pbt.py --game SpaceInvaders --png docs/pbt_spaceinvaders.png
+    .venv/bin/python benchmarks/pbt.py --png docs/pbt_breakout_vtrace.png
 
-Trains a population of `--population` members of `--preset` on MinAtar `--game` with `podracer
-pbt`'s library (`selfplay.pbt_tune.run_population`, Ray on this machine), each member
-`--frames` frames in intervals of `--interval-frames`, exploring `--explore`; then `--seeds`
-independent runs of the same config (seeds 0, 1, ...), each `--frames` frames: the same frames in
-all (population x frames). `--set` overrides every run's config; by default the untuned point of
-issue 56: `minatar_efficientzero` with uniform windows (`replay.priority_alpha=0`), exploring the
-priority and importance exponents, the learning rate and the consistency weight.
+The default (`--engine program`): V-trace on MinAtar `--game` (`minatar_breakout_vtrace`'s
+settings) from wide windows (`--explore`: the learning rate, the entropy cost and the baseline
+cost, each over three orders of magnitude), for each of `--meta-seeds`:
+  - PBT: a population of `--population` members in one program (`selfplay.population`), each
+    `--frames` frames, a decision every `--interval-frames`;
+  - random search: the same program without exploits: the same members, the same first values
+    (drawn from the same windows with the same seed), the same frames, never taking each
+    other's states: what a user would otherwise do with the same frames;
+  - the hand-tuned preset, one run of `--frames` (`podracer train`'s loop, seed = meta-seed).
+One JSON line per meta-seed: each member's return at the end (the episode-weighted mean return
+of the self-play episodes in the last 10% of its frames, as benchmarks/sample_efficiency.py
+measures it), the best of each arm, whether PBT's best beats random search's, and PBT's best over
+the preset's; then a summary line with the issue's bars. `--png` draws, for the first meta-seed,
+every member's return and values over frames (PBT beside random search) and the preset's curve.
 
-One JSON line per member and per seed: the self-play return at the end (the mean return of the
-episodes that ended in the last 10% of the frames, weighted by episodes, as
-benchmarks/sample_efficiency.py measures it), its ratio to the best seed's (measured in the same
-invocation), the explored values at the end, the wall time; then one line for the comparison:
-the best member's return, the best and the mean seed's, and the ratio of the best member's to the
-best seed's. `--png` draws every member's and seed's return over frames, and each explored value
-of every member over frames, in one figure. The full comparison is 4M frames (4 members and 4
-seeds of 500k); the seeds train beside the population, each its own `podracer train` process,
-`--seeds-at-once` at a time. On this project's 2-core CPU (2026-11-27) that is about 6 hours:
-one run alone made 181 frames/s over its first 160 s (the default engine and mctx's alike), three
-at once (the population's two members of one core each and one seed) 55-70 each over 80
-minutes, six at once 33 each. A machine with a core per run (8) is where it belongs.
+A check of the script end to end (about 3 minutes on 2 cores), writing to a temporary folder:
 
-A check of the script end to end, 4 to 6 minutes on
-a busy 2-core CPU (2026-11-27, load 5-9, XLA_FLAGS as tests/conftest.py sets them), writing to a
-temporary folder (its PNG is not a result):
+    .venv/bin/python benchmarks/pbt.py --frames 20480 --interval-frames 5120 --meta-seeds 0 \
+        --run-root /tmp/pbt --png /tmp/pbt/pbt.png
 
-    .venv/bin/python benchmarks/pbt.py --frames 6000 --interval-frames 3000 --population 2 \
-        --seeds 1 --run-root /tmp/pbt --png /tmp/pbt/pbt.png --set replay.priority_alpha=0 \
-        network.mlp_sizes=[32,32] network.latent_size=32 network.head_hidden=16 \
-        network.projection_hidden=16 network.projection_size=16 network.predictor_hidden=16 \
-        network.value_prefix_hidden=16 network.channels=4 search.num_simulations=4 \
-        search.max_num_considered_actions=4 reanalyse.num_simulations=2 learner.batch_size=16 \
-        replay.min_size=256 replay.samples_per_insert=1 actors.envs_per_thread=8
+`--engine ray` runs the older comparison on Ray Tune: a population of `--preset` (default
+`minatar_efficientzero` with uniform windows) against `--seeds` independent seeds, each its own
+process; on this 2-core CPU it needs about 6 hours (one run alone made 181 frames/s, six at once
+33 each, 2026-11-27). Its end-to-end check (4 to 6 minutes on a busy 2-core CPU):
+
+    .venv/bin/python benchmarks/pbt.py --engine ray --frames 6000 --interval-frames 3000 \
+        --population 2 --seeds 1 --run-root /tmp/pbt --png /tmp/pbt/pbt.png \
+        --set replay.priority_alpha=0 network.mlp_sizes=[32,32] network.latent_size=32 \
+        network.head_hidden=16 network.projection_hidden=16 network.projection_size=16 \
+        network.predictor_hidden=16 network.value_prefix_hidden=16 network.channels=4 \
+        search.num_simulations=4 search.max_num_considered_actions=4 \
+        reanalyse.num_simulations=2 learner.batch_size=16 replay.min_size=256 \
+        replay.samples_per_insert=1 actors.envs_per_thread=8
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -61,6 +63,12 @@ assert _spec is not None and _spec.loader is not None
 sample_efficiency = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sample_efficiency)
 
+PROGRAM_PRESET = "minatar_breakout_vtrace"
+PROGRAM_EXPLORE = (
+    "optimizer.learning_rate=1e-5:1e-2:log",
+    "loss.entropy_cost=1e-4:1e-1:log",
+    "loss.baseline_cost=0.01:10:log",
+)
 EXPLORE = (
     "replay.priority_alpha=0:1",
     "replay.priority_beta=0:1",
@@ -117,9 +125,11 @@ def plot(path: str, members: dict, seeds: dict, lines: list[dict], explore, titl
 
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--game", default="SpaceInvaders", choices=sample_efficiency.MINATAR)
-    parser.add_argument("--preset", default="minatar_efficientzero")
+    parser.add_argument("--engine", choices=("program", "ray"), default="program")
+    parser.add_argument("--game", default=None, choices=sample_efficiency.MINATAR)
+    parser.add_argument("--preset", default=None)
     parser.add_argument("--population", type=int, default=4)
+    parser.add_argument("--meta-seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument(
         "--seeds-at-once",
@@ -127,13 +137,21 @@ def main(argv=None) -> list[dict]:
         default=None,
         help="seeds training at a time beside the population (default: all)",
     )
-    parser.add_argument("--frames", type=int, default=500_000)
-    parser.add_argument("--interval-frames", type=int, default=100_000)
-    parser.add_argument("--explore", nargs="+", default=list(EXPLORE))
-    parser.add_argument("--set", nargs="*", default=["replay.priority_alpha=0"])
+    parser.add_argument("--frames", type=int, default=None)
+    parser.add_argument("--interval-frames", type=int, default=None)
+    parser.add_argument("--explore", nargs="+", default=None)
+    parser.add_argument("--set", nargs="*", default=None)
     parser.add_argument("--run-root", default="runs/pbt_benchmark")
     parser.add_argument("--png", default=None)
     args = parser.parse_args(argv)
+    if args.engine == "program":
+        return program_main(args)
+    args.game = args.game or "SpaceInvaders"
+    args.preset = args.preset or "minatar_efficientzero"
+    args.frames = args.frames or 500_000
+    args.interval_frames = args.interval_frames or 100_000
+    args.explore = args.explore or list(EXPLORE)
+    args.set = ["replay.priority_alpha=0"] if args.set is None else args.set
     overrides = [
         f"env.name=gymnax:{args.game}-MinAtar",
         "evaluation.every_s=0",
@@ -231,6 +249,151 @@ def main(argv=None) -> list[dict]:
         plot(args.png, members, seeds, lines, settings.explore, title)
         print(json.dumps({"benchmark": "pbt", "png": args.png}), flush=True)
     return [*results, summary]
+
+
+def program_main(args) -> list[dict]:
+    """PBT in one program against random search in one program and the preset, per meta-seed."""
+    from selfplay.run import split_cpu
+
+    game = args.game or "Breakout"
+    preset = args.preset or PROGRAM_PRESET
+    frames = args.frames or 1_000_000
+    interval = args.interval_frames or 100_000
+    base = configs.load_config(preset, [f"env.name=gymnax:{game}-MinAtar", *(args.set or [])])
+    split_cpu(base.devices.cpu_devices)  # before JAX starts: the members over both cores
+    from selfplay.population import run_in_program
+    from selfplay.train import train
+
+    root = os.path.join(args.run_root, f"{game}-{time.strftime('%m%d-%H%M%S')}")
+    lines, plotted = [], None
+    for meta_seed in args.meta_seeds:
+        config = base.replace(seed=meta_seed)
+        settings = pbt.PopulationSettings(
+            config,
+            args.population,
+            interval,
+            frames,
+            tuple(pbt.parse_explore(e, config) for e in args.explore or PROGRAM_EXPLORE),
+        )
+        pbt.check_settings(settings)
+        arms: dict[str, dict] = {}
+        for arm, exploit in (("pbt", True), ("random_search", False)):
+            run_dir = os.path.join(root, f"meta_{meta_seed}", arm)
+            started = time.monotonic()
+            result = run_in_program(settings, run_dir, exploit=exploit, progress=False)
+            seconds = time.monotonic() - started
+            returns = [
+                final_return(read_metrics(pbt.member_dir(run_dir, i)), result.frames)
+                for i in range(args.population)
+            ]
+            arms[arm] = {
+                "returns": [None if r is None else round(r, 3) for r in returns],
+                "best": max((r for r in returns if r is not None), default=None),
+                "final_values": result.values.tolist(),
+                "frames_per_member": result.frames,
+                "seconds": round(seconds, 1),
+                "frames_per_s": round(args.population * result.frames / seconds, 1),
+                "run_dir": run_dir,
+            }
+        preset_dir = os.path.join(root, f"meta_{meta_seed}", "preset")
+        tuned = config.replace(
+            learner=dataclasses.replace(
+                config.learner, max_frames=frames, max_seconds=0.0, max_updates=0
+            ),
+            evaluation=dataclasses.replace(config.evaluation, every_s=0.0),
+        )
+        outcome = train(tuned, preset_dir, progress=False, plot=False)
+        preset_return = final_return(read_metrics(preset_dir), outcome.frames)
+        pbt_best, random_best = arms["pbt"]["best"], arms["random_search"]["best"]
+        line = {
+            "benchmark": "pbt",
+            "engine": "program",
+            "game": game,
+            "preset": preset,
+            "meta_seed": meta_seed,
+            "population": args.population,
+            "frames": frames,
+            "interval_frames": interval,
+            "explore": list(args.explore or PROGRAM_EXPLORE),
+            **{f"{arm}_{k}": v for arm, fields in arms.items() for k, v in fields.items()},
+            "preset_return": None if preset_return is None else round(preset_return, 3),
+            "pbt_beats_random_search": (
+                pbt_best is not None and random_best is not None and pbt_best > random_best
+            ),
+            "pbt_best_over_preset": _ratio(pbt_best, preset_return),
+            "random_best_over_preset": _ratio(random_best, preset_return),
+            "loadavg_1m": round(os.getloadavg()[0], 2),
+        }
+        print(json.dumps(line), flush=True)
+        lines.append(line)
+        if plotted is None:
+            plotted = (arms, preset_dir, settings)
+    wins = sum(line["pbt_beats_random_search"] for line in lines)
+    ratios = [line["pbt_best_over_preset"] for line in lines if line["pbt_best_over_preset"]]
+    summary = {
+        "benchmark": "pbt",
+        "engine": "program",
+        "game": game,
+        "meta_seeds": len(lines),
+        "pbt_wins": wins,
+        "bar_wins": f">= 2 of {len(lines)}",
+        "median_pbt_best_over_preset": sorted(ratios)[len(ratios) // 2] if ratios else None,
+        "bar_over_preset": 0.9,
+        "met": wins >= 2 and bool(ratios) and sorted(ratios)[len(ratios) // 2] >= 0.9,
+        "run_dir": root,
+    }
+    print(json.dumps(summary), flush=True)
+    if args.png and plotted is not None:
+        arms, preset_dir, settings = plotted
+        plot_program(args.png, arms, read_metrics(preset_dir), settings, game)
+        print(json.dumps({"benchmark": "pbt", "png": args.png}), flush=True)
+    return [*lines, summary]
+
+
+def plot_program(path: str, arms: dict, preset: list[dict], settings, game: str) -> None:
+    """Every member's return and values over frames, PBT's and random search's side by side,
+    the preset's return on both."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = 1 + len(settings.explore)
+    figure, axes = plt.subplots(rows, 2, figsize=(12, 2.6 * rows + 1), sharex=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for column, arm in enumerate(("pbt", "random_search")):
+        run_dir = arms[arm]["run_dir"]
+        events = pbt.read_events(run_dir)
+        for i in range(settings.population):
+            records = read_metrics(pbt.member_dir(run_dir, i))
+            color = colors[i % len(colors)]
+            axes[0, column].plot(*curve(records), color=color, label=f"member {i}")
+            for row, spec in enumerate(settings.explore, start=1):
+                xs = [0] + [r["frames"] for r in records]
+                ys = [r[f"explore/{spec.key}"] for r in records]
+                if ys:
+                    axes[row, column].step(xs, [ys[0], *ys], where="pre", color=color)
+                axes[row, column].set_yscale("log" if spec.log else "linear")
+                axes[row, column].set_ylabel(spec.key.split(".")[-1], fontsize=8)
+        for e in (e for e in events if e["event"] == "exploit"):
+            for row in range(1, rows):
+                axes[row, column].axvline(e["frames"], color="black", alpha=0.1)
+        axes[0, column].plot(*curve(preset), color="black", linestyle="--", label="preset")
+        axes[0, column].set_title(
+            f"{'PBT' if arm == 'pbt' else 'random search'}: best {arms[arm]['best']:.2f}"
+            if arms[arm]["best"] is not None
+            else arm
+        )
+        axes[0, column].set_ylabel("self-play return")
+        axes[0, column].legend(fontsize=7, ncol=2)
+        axes[-1, column].set_xlabel("frames (each member's)")
+    figure.suptitle(
+        f"V-trace on MinAtar {game}: {settings.population} members, PBT and random search "
+        f"from the same windows and first values"
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
 
 
 def train_seed(config, run_dir: str) -> int:

@@ -54,6 +54,7 @@ _SOURCES = {
     "augment_alphazero_batch": "muzero.symmetries",
     "with_symmetries": "muzero.symmetries",
     "LossConfig": "muzero.config",
+    "switched_on": "muzero.config",
     "make_muzero_loss": "muzero.losses",
     "make_alphazero_loss": "muzero.losses",
     "make_muzero_priority_fn": "muzero.losses",
@@ -93,6 +94,7 @@ _SOURCES = {
 
 __all__ = [
     "NetworkConfig",
+    "switched_on",
     "MuZeroNetworks",
     "AlphaZeroNetworks",
     "ActorCriticNetworks",
@@ -194,6 +196,7 @@ if TYPE_CHECKING:
         OptimizerConfig,
         ReanalyseConfig,
         StochasticConfig,
+        switched_on,
     )
     from muzero.distributed import (
         AXIS,

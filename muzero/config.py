@@ -13,7 +13,23 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from muzero.transforms import ValueTransform
 
-__all__ = ["LossConfig", "NetworkConfig", "OptimizerConfig", "ReanalyseConfig", "StochasticConfig"]
+__all__ = [
+    "LossConfig",
+    "NetworkConfig",
+    "OptimizerConfig",
+    "ReanalyseConfig",
+    "StochasticConfig",
+    "switched_on",
+]
+
+
+def switched_on(weight) -> bool:
+    """Whether a weight (or probability) > 0 turns its part of the agent on. A value that is no
+    Python number is a member's own in a population trained as one program
+    (`selfplay.population`), an array known only when it runs: on, for a population explores a
+    part's weight only where every member has it on, and a probability of 0 draws nothing."""
+    return not isinstance(weight, int | float) or weight > 0
+
 
 REANALYSE_VALUES = ("stored", "target_network", "search")
 

@@ -20,7 +20,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from muzero.config import LossConfig
+from muzero.config import LossConfig, switched_on
 from muzero.networks import AlphaZeroNetworks, MuZeroNetworks
 from muzero.types import AlphaZeroBatch, MuZeroBatch
 
@@ -70,7 +70,7 @@ def make_muzero_loss(networks: MuZeroNetworks, config: LossConfig) -> LossFn:
     """
     k_steps = config.unroll_steps
     horizon = config.value_prefix_horizon
-    consistency = config.consistency_weight > 0
+    consistency = switched_on(config.consistency_weight)
     value_tf, reward_tf = networks.value_transform, networks.reward_transform
     if bool(horizon) != (networks.value_prefix is not None):
         raise ValueError(

@@ -1,8 +1,10 @@
-"""`podracer pbt`: Population Based Training on Ray Tune, each member an ordinary run."""
+"""`podracer pbt`: Population Based Training, the members of an Anakin preset in one program
+(`selfplay.population`), or on Ray Tune with each member an ordinary run (`selfplay.pbt_tune`)."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import pathlib
 import time
 
@@ -13,10 +15,12 @@ from podracer import extras
 __all__ = ["make_parser", "run"]
 
 _EXAMPLES = """examples:
-  podracer pbt --config gymnax_cartpole_vtrace --population 4 --interval-frames 50000 \\
-      --max-frames 500000 --explore optimizer.learning_rate=1e-4:3e-3:log \\
-      --explore loss.entropy_cost=0.001:0.05:log --run-dir runs/pbt
+  podracer pbt --config minatar_breakout_vtrace --population 8 --interval-frames 100000 \\
+      --max-frames 2000000 --explore optimizer.learning_rate=1e-5:1e-2:log \\
+      --explore loss.entropy_cost=1e-4:1e-1:log --run-dir runs/pbt
+                                                    # an Anakin preset: one program (--in-process)
   podracer pbt --run-dir runs/pbt                   # again: resumes the whole population
+  podracer pbt --ray --config cartpole_vtrace ...   # Ray Tune, each member its own run
   podracer pbt --address auto ...                   # on the Ray cluster this node belongs to
 """
 
@@ -25,12 +29,15 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="podracer pbt",
         description=(
-            "Population Based Training on Ray Tune: --population runs of --config, each in "
-            "DIR/member_<i>, train --interval-frames at a time; after each interval Ray Tune's "
-            "PBT has a member of the bottom quarter take over a top member's checkpoint and "
-            "perturb the --explore fields (x0.8 or x1.2, or drawn again, within the bounds). "
+            "Population Based Training: --population members of --config train "
+            "--interval-frames at a time; after each interval the bottom quarter take over a "
+            "top member's parameters and perturb the --explore fields (x0.8 or x1.2, or drawn "
+            "again, within the bounds), as Ray Tune's PBT does. An Anakin preset on one "
+            "machine runs as one program (--in-process, the default there: the members stacked "
+            "in one jit, their explored fields arrays, one checkpoint in DIR/checkpoints); "
+            "otherwise each member is an ordinary run in DIR/member_<i> on Ray Tune (--ray). "
             "Fitness: the self-play return (one player), the in-run evaluation against the "
-            "bots (two players). Every decision is a line of DIR/pbt.jsonl."
+            "bots (two players, --ray). Every decision is a line of DIR/pbt.jsonl."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=_EXAMPLES
@@ -64,6 +71,22 @@ def make_parser() -> argparse.ArgumentParser:
         help="an existing Ray cluster ('auto', or HOST:PORT); DIR must be on storage every "
         "node sees (default: Ray on this machine alone)",
     )
+    engine = parser.add_mutually_exclusive_group()
+    engine.add_argument(
+        "--in-process",
+        dest="engine",
+        action="store_const",
+        const="in_process",
+        help="the members in one program on this machine (Anakin presets; the default there)",
+    )
+    engine.add_argument(
+        "--ray",
+        dest="engine",
+        action="store_const",
+        const="ray",
+        help="each member an ordinary run on Ray Tune (the default for Sebulba presets, "
+        "two-player games and --address)",
+    )
     parser.add_argument(
         "--max-failures",
         type=int,
@@ -83,6 +106,8 @@ def make_parser() -> argparse.ArgumentParser:
 def run(args) -> int:
     settings, run_dir = _settings(args)
     extras.require("train", "podracer pbt")
+    if _engine(args, settings, run_dir) == "in_process":
+        return _run_in_process(settings, run_dir)
     extras.require("pbt", "podracer pbt")
     make_evaluator = None
     if settings.two_player:  # the fitness is the evaluation against the bots
@@ -112,6 +137,68 @@ def run(args) -> int:
         lines.append(f"  resume with: podracer pbt --run-dir {run_dir}")
     print("\n".join(lines), flush=True)
     return 0 if result.finished else (1 if failed else 130)
+
+
+def _engine(args, settings, run_dir: pathlib.Path) -> str:
+    """ "in_process" or "ray": a resumed population's own (its start line says), else the flag,
+    else one program wherever it can run as one."""
+    from selfplay.pbt import check_in_program, read_events
+
+    started = [e for e in read_events(run_dir) if e.get("event") == "start"]
+    if started:
+        saved = "in_process" if started[0].get("in_program") else "ray"
+        if args.engine not in (None, saved):
+            where = "in one process" if saved == "in_process" else "on Ray"
+            raise UsageError(
+                f"{run_dir} holds a population run {where}: resume it without "
+                f"--{args.engine.replace('_', '-')}"
+            )
+        return saved
+    if args.engine == "in_process":
+        if args.address:
+            raise UsageError("--in-process runs on this machine: drop --address, or use --ray")
+        check_in_program(settings)
+        return "in_process"
+    if args.engine == "ray" or args.address:
+        return "ray"
+    try:
+        check_in_program(settings)
+    except UsageError:
+        return "ray"
+    return "in_process"
+
+
+def _run_in_process(settings, run_dir: pathlib.Path) -> int:
+    from selfplay.run import split_cpu
+
+    split_cpu(settings.config.devices.cpu_devices)  # before JAX starts
+    from selfplay.population import run_in_program
+    from selfplay.train import enable_compilation_cache
+
+    enable_compilation_cache()
+    print(
+        f"podracer pbt: {settings.population} members of {settings.config.name} "
+        f"({settings.config.mode} on {settings.config.env.name}) in one program, "
+        f"{settings.interval_frames:,} frames per interval, {settings.max_frames:,} each "
+        f"-> {run_dir}",
+        flush=True,
+    )
+    result = run_in_program(settings, run_dir)
+    scores = [f if f == f else -math.inf for f in result.fitness]
+    best = max(range(settings.population), key=lambda i: scores[i])
+    values = ", ".join(
+        f"{e.key}={v:.3g}" for e, v in zip(settings.explore, result.values[best], strict=True)
+    )
+    lines = [
+        f"podracer pbt: {'finished' if result.finished else 'stopped'} at {result.frames:,} "
+        f"frames per member; best member {best}: fitness {result.fitness[best]:.4g} ({values})",
+        f"  members: {run_dir}/member_<i>; decisions: {run_dir}/pbt.jsonl; the population's "
+        f"checkpoints: {run_dir}/checkpoints",
+    ]
+    if not result.finished:
+        lines.append(f"  resume with: podracer pbt --run-dir {run_dir}")
+    print("\n".join(lines), flush=True)
+    return 0 if result.finished else 130
 
 
 def _settings(args):

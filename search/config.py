@@ -39,7 +39,9 @@ class SearchConfig:
     dirichlet_alpha: float = 0.3
     # Share of Dirichlet noise in the root prior; 0 turns exploration noise off (PUCT only).
     dirichlet_fraction: float = 0.25
-    # Acting temperature over visit counts (PUCT only); 0 is greedy.
+    # Acting temperature over visit counts (PUCT only); 0 is greedy. A number, or a traced
+    # scalar array (each member's own where a population trains as one program), which
+    # `select_action` takes as it is and the caller checks.
     temperature: float = 1.0
     # Selection at the decision nodes of "stochastic_muzero" (the others ignore it; for a
     # deterministic model Gumbel's is algorithm "gumbel_muzero"): "puct" (the paper's and
@@ -96,7 +98,8 @@ class SearchConfig:
             _check_number(self, name, minimum=0.0, strict=name in ("pb_c_base", "dirichlet_alpha"))
         _check_number(self, "dirichlet_fraction", minimum=0.0)
         _check(self.dirichlet_fraction <= 1.0, self, "dirichlet_fraction", "must be in [0, 1]")
-        _check_number(self, "temperature", minimum=0.0)
+        if not _is_traced(self.temperature):
+            _check_number(self, "temperature", minimum=0.0)
         _check_number(self, "gumbel_scale", minimum=0.0)
         _check_number(self, "qtransform_min_value")
         _check_number(self, "qtransform_max_value")
@@ -145,6 +148,11 @@ class SearchConfig:
 def _check(ok: bool, config: SearchConfig, field: str, message: str) -> None:
     if not ok:
         raise ValueError(f"SearchConfig.{field} {message}, got {getattr(config, field)!r}")
+
+
+def _is_traced(value) -> bool:
+    """A JAX array or tracer (anything with a dtype), not a Python number."""
+    return hasattr(value, "dtype") and not isinstance(value, int | float)
 
 
 def _check_int(config: SearchConfig, field: str, minimum: int) -> None:

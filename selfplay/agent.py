@@ -29,7 +29,14 @@ from envs import EnvSpec
 from selfplay.programs import AGENT_FREE_FIELDS, ProgramCache, built_once, program_key
 from selfplay.replay import FifoQueue, Store, make_sequence_replay
 
-__all__ = ["ActOutput", "Agent", "accelerator_paths", "compiler_options", "make_agent"]
+__all__ = [
+    "ActOutput",
+    "Agent",
+    "accelerator_paths",
+    "build_agent",
+    "compiler_options",
+    "make_agent",
+]
 
 
 class ActOutput(NamedTuple):
@@ -102,6 +109,12 @@ def make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
     return _AGENTS.get((key, spec), lambda: _make_agent(config, spec))
 
 
+def build_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
+    """`make_agent` without its cache, for a config whose explored fields may be traced arrays:
+    a member of a population built inside the population's program (`selfplay.population`)."""
+    return _make_agent(config, spec)
+
+
 def _make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
     two_player = spec.num_players == 2
     if config.mode == "vtrace" and two_player:
@@ -114,7 +127,7 @@ def _make_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
             f"loss.two_player is {config.loss.two_player} but {spec.name} is a "
             f"{spec.num_players}-player game; set loss.two_player={two_player}"
         )
-    if config.mode == "vtrace" and config.actors.random_move_prob > 0:
+    if config.mode == "vtrace" and muzero.switched_on(config.actors.random_move_prob):
         raise UsageError(
             "actors.random_move_prob is for the search agents (muzero, alphazero); "
             "V-trace already samples its moves from its policy: set it to 0"
@@ -232,7 +245,7 @@ def _select(key, out: search.SearchOutput, config: ExperimentConfig, legal_mask,
         temperature = jnp.where(greedy, 0.0, config.search.temperature)[:, None]  # [B, 1]
         action = search.select_action(key, out.visit_counts, temperature, ~legal_mask)
     prob = config.actors.random_move_prob
-    if prob > 0:
+    if muzero.switched_on(prob):
         explore_key, random_key = jax.random.split(jax.random.fold_in(key, 1))
         uniform_legal = jnp.where(legal_mask, 0.0, -jnp.inf)  # [B, A]
         random_action = jax.random.categorical(random_key, uniform_legal).astype(action.dtype)
@@ -249,7 +262,7 @@ def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> 
         spec.observation_shape,
         spec.num_actions,
         value_prefix=horizon > 0,
-        projection=loss.consistency_weight > 0,
+        projection=muzero.switched_on(loss.consistency_weight),
     )
     root_fn = muzero.make_root_fn(networks, value_prefix_horizon=horizon)
     recurrent_fn = muzero.make_recurrent_fn(
@@ -285,7 +298,7 @@ def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> 
             bootstrap_value=fresh.bootstrap_value,
             window_td_steps=fresh.window_td_steps,
             value_prefix_horizon=horizon,
-            unroll_observations=loss.consistency_weight > 0,
+            unroll_observations=muzero.switched_on(loss.consistency_weight),
         )
         priorities = muzero.value_priorities(window.search_value[0], batch.value_target[:, 0])
         return batch, priorities

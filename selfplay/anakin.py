@@ -348,7 +348,7 @@ class _RingData(NamedTuple):
         # of T): the oldest go first.
         slot = (index * self.plan.moves) % self.plan.ring
         ring, priorities = write_ring(
-            carry.ring, carry.priorities, trajectory, slot, 0, self.alpha > 0
+            carry.ring, carry.priorities, trajectory, slot, 0, muzero.switched_on(self.alpha)
         )
         return carry._replace(ring=ring, priorities=priorities)
 
@@ -358,7 +358,7 @@ class _RingData(NamedTuple):
         plan, priorities = self.plan, carry.priorities
 
         def draw(sample_key):
-            if self.alpha > 0:
+            if muzero.switched_on(self.alpha):
                 beta = muzero.annealed_beta(self.beta, self.anneal_updates, state.step)
                 return plan.sample_prioritised(
                     sample_key, index, priorities.window, self.alpha, beta
@@ -368,7 +368,14 @@ class _RingData(NamedTuple):
 
         key = jax.random.fold_in(carry.sample_key, update_index)
         return learn_from_ring(
-            self.agent, self.update, state, carry.ring, priorities, key, draw, self.alpha > 0
+            self.agent,
+            self.update,
+            state,
+            carry.ring,
+            priorities,
+            key,
+            draw,
+            muzero.switched_on(self.alpha),
         )
 
 
@@ -415,11 +422,13 @@ def _tail_of(example: muzero.Trajectory, length: int) -> muzero.Trajectory:
     return jax.tree.map(lambda x: jnp.zeros((length,) + x.shape[1:], x.dtype), example)
 
 
-def _episode_metrics(ends, rewards: jax.Array) -> dict[str, jax.Array]:
+def _episode_metrics(ends, rewards: jax.Array, axis_name: str | None) -> dict[str, jax.Array]:
     """The number, returns and lengths of the episodes that ended, and the sum of the rewards
-    [T, B] (not finite where one is not: the host checks it), summed over the mesh."""
+    [T, B] (not finite where one is not: the host checks it), summed over the mesh (over
+    `axis_name`; None: this device's own)."""
     sums = jnp.concatenate([episode_sums(ends), rewards.sum()[None].astype(jnp.float32)])
-    sums = jax.lax.psum(sums, muzero.AXIS)
+    if axis_name is not None:
+        sums = jax.lax.psum(sums, axis_name)
     return {
         "episodes": sums[0],
         "episode_return_sum": sums[1],
@@ -461,7 +470,12 @@ def _learn_once_filled(learn_step, plan: AnakinPlan, state, index, carry: Anakin
 
 
 def make_anakin_iteration(
-    config: ExperimentConfig, agent: Agent, plan: AnakinPlan, functions, update: muzero.UpdateFn
+    config: ExperimentConfig,
+    agent: Agent,
+    plan: AnakinPlan,
+    functions,
+    update: muzero.UpdateFn,
+    axis_name: str | None = muzero.AXIS,
 ):
     """`(init_carry, iteration, learn_step)`, pure, for one device in a named-axis context.
 
@@ -477,7 +491,8 @@ def make_anakin_iteration(
     carry) -> (state, priorities, metrics)` for u = 0 .. U - 1 itself, putting each update's
     `priorities` into the carry the next one takes: the same updates, in separate calls (see
     `learn_in_jit`). `update` is the pure update with `axis_name` (its `pmean` keeps the
-    replicas equal).
+    replicas equal); with `axis_name` None the iteration is one learner's alone, outside any
+    named-axis context (a member of a population, `selfplay.population`), as its update is.
     """
     replay = config.replay
     data: _RingData | _BatchData = (
@@ -526,7 +541,7 @@ def make_anakin_iteration(
         carry = data.record(carry, trajectory, index)._replace(
             env=env_state, timestep=timestep, key=key, sample_key=sample_key
         )
-        metrics = _episode_metrics(ends, trajectory.reward)
+        metrics = _episode_metrics(ends, trajectory.reward, axis_name)
         if not learn:
             return state, carry, metrics
         state, priorities, learned = _learn_once_filled(data.learn_step, plan, state, index, carry)

@@ -35,6 +35,8 @@ from configs import MUTABLE, ExperimentConfig, UsageError
 
 __all__ = [
     "EXPLORE_SYNTAX",
+    "IN_PROGRAM_FIELDS",
+    "check_in_program",
     "Explore",
     "PopulationSettings",
     "adopt",
@@ -50,6 +52,22 @@ __all__ = [
     "write_settings",
 ]
 
+# The `configs.MUTABLE` fields a population in one program explores as arrays: every one Anakin
+# reads as a number. Not: `replay.samples_per_insert` (the updates per iteration) and
+# `reanalyse.fraction` (how many windows are searched again), which shape the program; the
+# search's tree settings (Dirichlet noise, PUCT's constant, Gumbel's scale), which the search
+# takes as constants of its program.
+IN_PROGRAM_FIELDS = frozenset(configs.MUTABLE) - {
+    "replay.samples_per_insert",
+    "reanalyse.fraction",
+    "search.dirichlet_alpha",
+    "search.dirichlet_fraction",
+    "search.pb_c_init",
+    "search.gumbel_scale",
+}
+# Fields whose 0 builds another program (the consistency loss's projector, prioritised windows):
+# explored in one program only within > 0, from a config that has them on.
+_ON_ONLY = ("loss.consistency_weight", "replay.priority_alpha")
 EXPLORE_SYNTAX = "KEY=LOW:HIGH or KEY=LOW:HIGH:log (e.g. optimizer.learning_rate=1e-4:3e-3:log)"
 SETTINGS_FILE = "pbt.json"
 LOG_FILE = "pbt.jsonl"
@@ -179,6 +197,33 @@ def check_settings(settings: PopulationSettings) -> None:
         raise UsageError(f"--explore names a field twice: {', '.join(keys)}")
     if settings.max_failures < 0:
         raise UsageError(f"--max-failures must be >= 0, got {settings.max_failures}")
+
+
+def check_in_program(settings: PopulationSettings) -> None:
+    """UsageError, one line, where a population cannot run as one program."""
+    config = settings.config
+    if config.runtime != "anakin":
+        raise UsageError(
+            f"--in-process runs Anakin presets; {config.name} runs on {config.runtime}: use --ray"
+        )
+    if settings.two_player:
+        raise UsageError(
+            f"--in-process ranks members by their self-play return; {config.env.name} is a "
+            f"two-player game, whose fitness is the evaluation against the bots: use --ray"
+        )
+    for explore in settings.explore:
+        if explore.key not in IN_PROGRAM_FIELDS:
+            raise UsageError(
+                f"--explore {explore.key} shapes the program (or the search's tree) and cannot "
+                f"differ between the members of one program: use --ray, or explore one of "
+                f"{', '.join(sorted(IN_PROGRAM_FIELDS))}"
+            )
+        if explore.key in _ON_ONLY and (explore.low <= 0 or _field_value(config, explore.key) <= 0):
+            raise UsageError(
+                f"--explore {explore.key}: in one program it needs LOW > 0 and a config with it "
+                f"on (0 builds another program), got {explore.low}:{explore.high} from "
+                f"{_field_value(config, explore.key)}"
+            )
 
 
 def interval_config(
