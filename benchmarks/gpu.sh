@@ -127,6 +127,7 @@ GO9="$C4 env.name=pgx:go_9x9"
 ALL="env search_checks search_graphs bars_c4_b4096 bars_c4_graphs search_profile learner atari"
 ALL="$ALL bars_c4 bars_go9 search_engines search selfplay anakin"
 ALL="$ALL atari_muzero vtrace_threads vtrace_async muzero_batch prefetch go9 go9_anakin atari100k"
+ALL="$ALL population"
 for name in ${@:-$ALL}; do
     case $name in
     env) step env 90 bash -c env_check ;;
@@ -252,6 +253,11 @@ for name in ${@:-$ALL}; do
         # on this card can be projected.
         step atari100k 330 "$PY" benchmarks/atari.py --modes muzero \
             --muzero-preset atari100k_efficientzero --seconds 60 --warmup 90 --progress ;;
+    population)
+        # Issue 81: populations of 1, 8 and 32 MinAtar V-trace members in one program on one
+        # card (vmapped there), frames/s from launch (compiles included) at 200k frames each.
+        step population 300 "$PY" benchmarks/population_speed.py --program-only \
+            --populations 1 8 32 --frames 200000 --rounds 1 --set devices.cpu_devices=0 ;;
     learn_start) learn_start pong_vtrace atari_vtrace actors.envs_per_thread=32 ;;
     learn_start_muzero)
         # shellcheck disable=SC2086

@@ -315,7 +315,8 @@ def run_in_program(
 ) -> PopulationResult:
     """Trains (or resumes) the population of `settings` in `run_dir` as one program; with
     `exploit=False`, random search (the members never take each other's states). Stops at
-    `max_frames`, or on `stop` (SIGINT, SIGTERM) after saving the population."""
+    `max_frames`, or on `stop` (SIGINT, SIGTERM) after saving the population. With `progress`,
+    a line per interval: each member's fitness."""
     check_in_program(settings)
     root = pathlib.Path(run_dir)
     config, n = settings.config, settings.population
@@ -427,6 +428,8 @@ def run_in_program(
                         time.monotonic() - start,
                     )
                     episodes[:] = 0
+                    if progress:
+                        _print_interval(frames, fitness, time.monotonic() - start)
                     if exploit and frames < settings.max_frames:
                         states, carries, values = _exploit(
                             settings,
@@ -459,6 +462,17 @@ def run_in_program(
         },
     )
     return PopulationResult(frames, fitness, values, finished, stopped_by)
+
+
+def _print_interval(frames: int, fitness: np.ndarray, seconds: float) -> None:
+    ranked = np.where(np.isnan(fitness), -np.inf, fitness)
+    best = int(np.argmax(ranked))
+    print(
+        f"podracer pbt: {frames:,} frames per member after {seconds:,.0f} s: fitness "
+        + " ".join(f"{f:.3g}" for f in fitness)
+        + f" (best: member {best})",
+        flush=True,
+    )
 
 
 def _values_dicts(keys: Sequence[str], values: np.ndarray) -> list[dict[str, float]]:
