@@ -463,7 +463,7 @@ def test_a_ray_cluster_of_two_hosts_spreads_members_and_restarts_one_whose_host_
     # second; a node cut off from the head ends itself (and its workers) after 5 s.
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
            "RAY_worker_niceness": "0", "RAY_health_check_period_ms": "1000",
-           "RAY_health_check_timeout_ms": "1000", "RAY_health_check_failure_threshold": "3",
+           "RAY_health_check_timeout_ms": "2000", "RAY_health_check_failure_threshold": "5",
            "RAY_gcs_rpc_server_reconnect_timeout_s": "5"}  # fmt: skip
     # Short folders: a node's Unix sockets live under its temp dir (at most 107 characters).
     temp = [tempfile.mkdtemp(prefix="ray", dir="/tmp") for _ in range(2)]
