@@ -124,7 +124,7 @@ GO9="$C4 env.name=pgx:go_9x9"
 # the start) and `bars_go9 learner` (395 s): next, what those figures asked for,
 # `env search_checks search_graphs bars_c4_b4096 bars_c4_graphs` (about 9 minutes), then
 # `search_profile learner atari`.
-ALL="env search_checks search_graphs bars_c4_b4096 bars_c4_graphs search_profile learner atari"
+ALL="env search_fixed search_checks search_graphs bars_c4_b4096 bars_c4_graphs search_profile learner atari"
 ALL="$ALL bars_c4 bars_go9 search_engines search selfplay anakin"
 ALL="$ALL atari_muzero vtrace_threads vtrace_async muzero_batch prefetch go9 go9_anakin atari100k"
 ALL="$ALL population"
@@ -160,6 +160,13 @@ for name in ${@:-$ALL}; do
         step search_graphs 150 "$PY" benchmarks/search.py --algorithm muzero gumbel_muzero \
             --batch-size 1024 --simulations 32 --rounds 5 --min-seconds 0.5 --clock wall \
             --reuse-games 0 --graphs on --levels-per-check 1 2 ;;
+    search_fixed)
+        # Issue 83: the descent and backup with known trip counts (levels_per_check 0: no host
+        # wait at all), against the engine as it is (1), with and without XLA's command buffers
+        # for loops; both searches (and raw mctx) at max_depth 12, 32 and 50 simulations.
+        step search_fixed 300 "$PY" benchmarks/search.py --algorithm muzero gumbel_muzero \
+            --batch-size 1024 --simulations 32 --rounds 5 --min-seconds 0.5 --clock wall \
+            --reuse-games 0 --levels-per-check 1 0 --max-depth 12 --graphs both ;;
     bars_c4_b4096)
         # The runtimes at pgx's loop's batch (4,096; the configuration's is 256): the same
         # positions learned from, in 16 times fewer updates, as the loop does.

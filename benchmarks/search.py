@@ -22,7 +22,8 @@ with other jobs, `--clock cpu` times this process's CPU seconds instead of wall 
 picks the engine of ours (`SearchConfig.engine`: "podracer", `search.engine`; or "mctx", mctx's own
 loop under our masks); the reference is always raw mctx. `--levels-per-check 1 2 4` prints a line
 per value of `SearchConfig.descent_levels_per_check` (the levels our engine descends between two
-checks of whether a row continues: each check is a wait on the host on a GPU). `--graphs on`
+checks of whether a row continues: each check is a wait on the host on a GPU; 0 checks never:
+every simulation descends `--max-depth` levels in a loop of known trip count). `--graphs on`
 compiles both searches with XLA's command buffers for loops (`GRAPH_COMPILER_OPTIONS`: the loops
 run as CUDA graphs, without the host between levels), `both` a line with and one without.
 
@@ -156,6 +157,7 @@ def make_searches(
                 recurrent_fn,
                 num_simulations,
                 invalid_actions=invalid,
+                max_depth=config.max_depth,
                 dirichlet_fraction=config.dirichlet_fraction,
                 dirichlet_alpha=config.dirichlet_alpha,
                 pb_c_init=config.pb_c_init,
@@ -174,6 +176,7 @@ def make_searches(
                 recurrent_fn.chance_fn,
                 num_simulations,
                 invalid_actions=invalid,
+                max_depth=config.max_depth,
                 dirichlet_fraction=config.dirichlet_fraction,
                 dirichlet_alpha=config.dirichlet_alpha,
                 pb_c_init=config.pb_c_init,
@@ -191,6 +194,7 @@ def make_searches(
                 recurrent_fn,
                 num_simulations,
                 invalid_actions=invalid,
+                max_depth=config.max_depth,
                 max_num_considered_actions=config.max_num_considered_actions,
                 gumbel_scale=config.gumbel_scale,
             )
@@ -236,6 +240,7 @@ def throughput(
     engine: str = "podracer",
     levels_per_check: int = 1,
     graphs: bool = False,
+    max_depth: int | None = None,
 ) -> dict:
     ours, reference, params, root_fn = make_searches(
         algorithm,
@@ -243,6 +248,7 @@ def throughput(
         engine,
         GRAPH_COMPILER_OPTIONS if graphs else None,
         descent_levels_per_check=levels_per_check,
+        max_depth=max_depth,
     )
     root, invalid = connect_four_roots(root_fn, params, batch_size)
     warm_key = jax.random.PRNGKey(1)
@@ -265,6 +271,7 @@ def throughput(
         "algorithm": algorithm,
         "engine": engine,
         "levels_per_check": levels_per_check,
+        "max_depth": max_depth,
         "graphs": graphs,
         "ours": round(ours_rate, 2),
         "mctx": round(mctx_rate, 2),
@@ -928,7 +935,15 @@ def main(argv=None) -> None:
         nargs="+",
         default=[1],
         help="SearchConfig.descent_levels_per_check of ours: one throughput (or profile) line "
-        "per value, each against raw mctx",
+        "per value, each against raw mctx (0: no check, loops of known trip counts to "
+        "--max-depth)",
+    )
+    parser.add_argument(
+        "--max-depth",
+        type=int,
+        default=None,
+        help="SearchConfig.max_depth of both searches (mctx's max_depth too; default: the "
+        "simulations)",
     )
     parser.add_argument(
         "--graphs",
@@ -958,8 +973,8 @@ def main(argv=None) -> None:
     for name in ("batch_size", "simulations", "rounds"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be >= 1")
-    if min(args.levels_per_check) < 1:
-        raise SystemExit("--levels-per-check must be >= 1")
+    if min(args.levels_per_check) < 0:
+        raise SystemExit("--levels-per-check must be >= 0")
 
     groups = {"all": ["muzero", "gumbel_muzero", "stochastic_muzero"], "none": []}
     algorithms = [a for name in args.algorithm for a in groups.get(name, [name])]
@@ -976,6 +991,7 @@ def main(argv=None) -> None:
                     args.engine,
                     levels,
                     graphs,
+                    args.max_depth,
                 )
                 print(json.dumps(line), flush=True)
     if args.profile:

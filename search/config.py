@@ -71,14 +71,17 @@ class SearchConfig:
     # descends. On a GPU each check copies a flag to the host and waits for it (XLA runs a loop
     # whose stop depends on data that way), leaving the card idle; more levels per check mean
     # fewer waits, at the cost of computing up to that many levels more for rows that stopped
-    # (their results are unchanged). The tree is the same for any value.
+    # (their results are unchanged). 0: no check at all: every simulation descends `max_depth`
+    # levels (at most the tree's size) in a loop with a known trip count, rows that stopped
+    # masked, and backs up in a loop of known trip count too, so the card never waits on the
+    # host; set `max_depth` near the depth a search reaches. The tree is the same for any value.
     descent_levels_per_check: int = 1
 
     def __post_init__(self):
         _check(self.algorithm in ALGORITHMS, self, "algorithm", f"must be one of {ALGORITHMS}")
         _check(self.engine in ENGINES, self, "engine", f"must be one of {ENGINES}")
         _check_int(self, "num_simulations", minimum=1)
-        _check_int(self, "descent_levels_per_check", minimum=1)
+        _check_int(self, "descent_levels_per_check", minimum=0)
         if self.max_depth is not None:
             _check_int(self, "max_depth", minimum=1)
         _check(

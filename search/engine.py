@@ -127,7 +127,9 @@ def run_simulations(
       first_new_node: [B] or a number: the slot of each row's first new node (1 for a fresh
         tree); simulation `s` writes its node at `first_new_node + s`.
       levels_per_check: cycles of `interior_rules` the descent takes between two checks of
-        whether any row still descends (`SearchConfig.descent_levels_per_check`).
+        whether any row still descends (`SearchConfig.descent_levels_per_check`); 0: no check,
+        `max_depth` levels (at most the tree's size) in a loop of known trip count, and the
+        backup's returns in one too.
     Returns:
       The grown tree.
     """
@@ -152,7 +154,10 @@ def run_simulations(
         )
         new_node = first_new_node + sim
         leaf = jnp.where(path.next_node == UNVISITED, new_node, path.next_node)  # [B]
-        return rng_key, _expand_and_backup(params, expand_key, tree, recurrent_fn, path, leaf)
+        fixed = levels_per_check == 0
+        return rng_key, _expand_and_backup(
+            params, expand_key, tree, recurrent_fn, path, leaf, fixed_trip_count=fixed
+        )
 
     _, tree = jax.lax.fori_loop(0, num_simulations, simulation, (rng_key, tree))
     return tree
@@ -212,7 +217,9 @@ def _descend(
     The tree goes through the loop unchanged and the caller updates the tree that comes out:
     XLA then updates it in place instead of copying every array the loop reads. Each iteration
     takes `levels_per_check` cycles of the interior rules: a level where no row continues
-    changes nothing but the depth counter (past the path, which the backup does not read).
+    changes nothing but the depth counter (past the path, which the backup does not read). With
+    `levels_per_check` 0 the loop takes one cycle an iteration for as many as `path_length`
+    levels need, a trip count known when it compiles: no check of the rows at all.
     """
     batch_size, num_nodes = tree.node_values.shape
     state = _Descent(
@@ -234,6 +241,16 @@ def _descend(
                 state = _level(tree, state, rule, max_depth, at_root=False)
         return state, tree
 
+    if levels_per_check == 0:
+        cycles = -(-(path_length - 1) // len(interior_rules))  # every level below the root's
+
+        def descend_cycle(_, carry):
+            state, tree = carry
+            for rule in interior_rules:
+                state = _level(tree, state, rule, max_depth, at_root=False)
+            return state, tree
+
+        return jax.lax.fori_loop(0, cycles, descend_cycle, (state, tree))
     return jax.lax.while_loop(lambda c: jnp.any(c[0].continuing), descend_levels, (state, tree))
 
 
@@ -279,8 +296,12 @@ _UNROLLED_BACKUP_LEVELS = 64
 _UNROLLED_BACKUP_ON_CPU = False
 
 
-def _expand_and_backup(params, key, tree: Tree, recurrent_fn, path: _Descent, leaf) -> Tree:
-    """mctx's `expand` and `backward` of one simulation, as one set of scatters.
+def _expand_and_backup(
+    params, key, tree: Tree, recurrent_fn, path: _Descent, leaf, fixed_trip_count: bool = False
+) -> Tree:
+    """mctx's `expand` and `backward` of one simulation, as one set of scatters (with
+    `fixed_trip_count`, the returns in a loop over every level of the path array, whose trip
+    count is known when it compiles).
 
     The backup's arithmetic is mctx's, level by level from the leaf up: the return
     `reward + discount * return`, the node's new value `(value * visits + return) / (visits +
@@ -316,7 +337,9 @@ def _expand_and_backup(params, key, tree: Tree, recurrent_fn, path: _Descent, le
     # [B, D], the return through edge (n_d, a_d), from the deepest level any row reached up.
     top = jnp.minimum(path.depth, nodes.shape[1])
     args = (rewards, discounts, inside, step.value, top)
-    if nodes.shape[1] > _UNROLLED_BACKUP_LEVELS:
+    if fixed_trip_count:
+        returns = _returns_in_a_fixed_loop(*args)
+    elif nodes.shape[1] > _UNROLLED_BACKUP_LEVELS:
         returns = _returns_in_a_loop(*args)
     elif _UNROLLED_BACKUP_ON_CPU:
         returns = _returns_unrolled(*args)
@@ -380,6 +403,27 @@ def _returns_in_a_loop(rewards, discounts, inside, leaf_value, top) -> chex.Arra
     _, _, returns = jax.lax.while_loop(
         lambda c: c[0] > 0, level_up, (top, leaf_value, jnp.zeros_like(rewards))
     )
+    return returns
+
+
+def _returns_in_a_fixed_loop(rewards, discounts, inside, leaf_value, top) -> chex.Array:
+    """`_returns_unrolled`'s sums in a `fori_loop` over every level (D, known when it
+    compiles): no loop whose stop depends on data, and a body that compiles once."""
+    del top
+    depth = rewards.shape[1]
+
+    def level_up(i, carry):  # level d = D - 1 - i
+        leaf_return, returns = carry
+        d = depth - 1 - i
+
+        def column(x):
+            return jax.lax.dynamic_index_in_dim(x, d, axis=1, keepdims=False)
+
+        updated = column(rewards) + column(discounts) * leaf_return
+        returns = jax.lax.dynamic_update_index_in_dim(returns, updated, d, axis=1)
+        return jnp.where(column(inside), updated, leaf_return), returns
+
+    _, returns = jax.lax.fori_loop(0, depth, level_up, (leaf_value, jnp.zeros_like(rewards)))
     return returns
 
 

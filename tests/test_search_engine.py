@@ -66,6 +66,10 @@ def _random_invalid(key, batch_size):
         ("gumbel_muzero", "puct", 8, 16, 2, True, False, True, 1),
         ("stochastic_muzero", "puct", 5, 12, None, True, False, False, 1),
         ("stochastic_muzero", "gumbel", 4, 16, 4, False, False, True, 3),
+        # No checks: a descent and a backup of known trip counts (issue 83's GPU path).
+        ("muzero", "puct", 7, 16, None, True, False, False, 0),
+        ("gumbel_muzero", "puct", 8, 16, 5, True, False, False, 0),
+        ("stochastic_muzero", "puct", 5, 12, 6, True, False, False, 0),
     ],
 )
 def test_engines_agree_on_learned_models(
@@ -84,7 +88,8 @@ def test_engines_agree_on_learned_models(
     keys take its threefry): the same bits either way. `backup_unrolled`: the backup in the
     straight-line code that accelerators run (on a CPU: a loop over the levels reached).
     `levels_per_check`: the descent's levels between two checks of whether a row continues
-    (the levels past every row's path change nothing)."""
+    (the levels past every row's path change nothing); 0, no check: every level to max_depth
+    in a loop of known trip count, and the backup's returns in one too."""
     monkeypatch.setattr(engine, "_UNROLLED_BACKUP_ON_CPU", backup_unrolled)
     key = jax.random.PRNGKey(batch_size)
     if algorithm == "stochastic_muzero":
