@@ -173,20 +173,21 @@ _PROGRAMS = ProgramCache()
 
 
 def make_population_program(
-    config: ExperimentConfig, keys: Sequence[str], population: int
+    config: ExperimentConfig, keys: Sequence[str], population: int, batched: bool | None = None
 ) -> PopulationProgram:
     """The population's jitted programs: each member the Anakin iteration of `config` with the
     `keys` fields its own row of a [N, K] values array, on one device of the mesh (the members
     split over as many of `devices.learner_devices`, all local devices by default, as divide
-    them evenly), its block of members batched there (`_over_members`)."""
+    them evenly), its block of members vmapped there or side by side (`_over_members`; None:
+    vmapped on accelerators and for MLP networks)."""
     return _PROGRAMS.get(
-        (program_key(config), tuple(keys), population),
-        lambda: _make_population_program(config, tuple(keys), population),
+        (program_key(config), tuple(keys), population, batched),
+        lambda: _make_population_program(config, tuple(keys), population, batched),
     )
 
 
 def _make_population_program(
-    config: ExperimentConfig, keys: tuple[str, ...], population: int
+    config: ExperimentConfig, keys: tuple[str, ...], population: int, batched: bool | None
 ) -> PopulationProgram:
     devices = _devices(config)
     # Each device holds whole members: as many devices as divide the population evenly.
@@ -236,7 +237,8 @@ def _make_population_program(
         return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
 
     inside = learn_in_jit(config, devices)
-    batched = accelerator_paths(config, devices)
+    if batched is None:
+        batched = accelerator_paths(config, devices) or not _convolutional(config, spec)
     init = jax.jit(
         split(_over_members(init_member, (0, 0), batched), (members, members), (members, members))
     )
@@ -265,13 +267,22 @@ def _row(m: int, x: jax.Array) -> jax.Array:
     return x[m]
 
 
+def _convolutional(config: ExperimentConfig, spec) -> bool:
+    """Whether the agent's network convolves (every torso but the MLP, which "auto" picks for
+    vector observations)."""
+    torso = config.network.torso
+    return not (torso == "mlp" or (torso == "auto" and len(spec.observation_shape) == 1))
+
+
 def _over_members(fn, in_axes: tuple[int | None, ...], batched: bool):
     """`fn` of one member made a function of a device's block of members (the arguments with
-    axis 0 gain a leading [m] axis, as do the outputs): vmapped where `batched` (accelerators:
-    one batched program fills the card), else the m members' programs side by side in the one
-    program. On XLA:CPU a vmapped member's convolutions with their own weights become grouped
-    convolutions that ran at half the frames/s of the members' own (8 MinAtar V-trace members
-    on 2 CPU devices: 3,550 frames/s against 10,360), and `lax.map` is a loop, slower still."""
+    axis 0 gain a leading [m] axis, as do the outputs): vmapped where `batched` (accelerators,
+    and MLP networks on a CPU: one batched program), else the m members' programs side by side
+    in the one program. On XLA:CPU a vmapped member's convolutions with their own weights become
+    grouped convolutions, which ran at a third of the frames/s of the members' own (8 MinAtar
+    V-trace members on 2 CPU devices: 3,550 frames/s against 10,360); its batched matmuls are
+    faster than the members' own (the same members with an MLP torso: 335k against 288k;
+    CartPole: 656k against 444k), and `lax.map` is a loop, slower than either."""
     if batched:
         return jax.vmap(fn, in_axes=in_axes)
 

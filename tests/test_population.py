@@ -62,11 +62,11 @@ def test_explore_perturbs_or_draws_again_within_the_windows():
     assert outcomes == {0.8, 1.2, "drawn"}
 
 
-def _member_against_plain(config, keys, values):
+def _member_against_plain(config, keys, values, batched=None):
     """One iteration and one update of member 0 of a population of 2 (values as arrays), and of
     the plain Anakin iteration of the config with member 0's values written in, from the same
     state, carry and keys."""
-    program = population.make_population_program(config, keys, 2)
+    program = population.make_population_program(config, keys, 2, batched)
     values = np.asarray(values, np.float32)  # [2, K]
     member_keys = jax.random.split(jax.random.PRNGKey(3), 2)
     states, carries = program.init(values, member_keys)
@@ -101,10 +101,12 @@ def _member_against_plain(config, keys, values):
     return jax.tree.map(lambda x: x[0], after.params), expected.params
 
 
-def test_a_vtrace_member_trains_as_its_values_written_in_its_config():
+@pytest.mark.parametrize("batched", [True, False])  # vmapped, or side by side (convolutions)
+def test_a_vtrace_member_trains_as_its_values_written_in_its_config(batched):
     config = _vtrace()
     keys = ["optimizer.learning_rate", "loss.entropy_cost", "loss.baseline_cost"]
-    got, expected = _member_against_plain(config, keys, [[3e-3, 0.05, 0.7], [1e-4, 1e-3, 0.1]])
+    values = [[3e-3, 0.05, 0.7], [1e-4, 1e-3, 0.1]]
+    got, expected = _member_against_plain(config, keys, values, batched)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-7), got, expected)
 
 
