@@ -63,7 +63,6 @@ from selfplay.pbt import (
     check_in_program,
     log_event,
     member_dir,
-    read_events,
     write_settings,
 )
 from selfplay.programs import ProgramCache, program_key
@@ -72,6 +71,7 @@ from selfplay.run import _fresh_state, _optimizer, saved_state
 __all__ = [
     "IN_PROGRAM_FIELDS",
     "PopulationProgram",
+    "PopulationResult",
     "check_in_program",
     "draw_values",
     "exploit_pairs",
@@ -202,11 +202,10 @@ def _make_population_program(
 
     def member_parts(values):  # values [K]: this member's
         chosen = {key: values[i] for i, key in enumerate(keys)}
-        agent = build_agent(with_values(config, chosen), spec)
+        member_config = with_values(config, chosen)
+        agent = build_agent(member_config, spec)
         update = muzero.make_update(agent.loss_fn, optimizer, target=agent.target)
-        return make_anakin_iteration(
-            with_values(config, chosen), agent, plan, functions, update, axis_name=None
-        )
+        return make_anakin_iteration(member_config, agent, plan, functions, update, axis_name=None)
 
     def with_rate(state, values):
         if LEARNING_RATE in keys:
@@ -392,13 +391,15 @@ def run_in_program(
     fitness = np.full(n, np.nan)
     # The first iterations only fill the ring; a resumed population starts its rings afresh.
     fill = 0
+    device_values = None
     try:
         with handle_signals(stop):
             while frames < settings.max_frames:
                 if stop:
                     stopped_by = stop.reason
                     break
-                device_values = jax.device_put(values.astype(np.float32), sharding)
+                if device_values is None:  # the values changed: at the start, after an exploit
+                    device_values = jax.device_put(values.astype(np.float32), sharding)
                 learning = fill >= plan.min_iterations
                 states, carries, out = program.iterate(
                     device_values, states, np.int32(fill), carries
@@ -454,6 +455,7 @@ def run_in_program(
                             rng,
                             sharding,
                         )
+                        device_values = None
                     _save(checkpointer, states, values, rng, frames, index, config_dict)
     finally:
         for logger in loggers:
@@ -598,6 +600,3 @@ def _save(checkpointer, states, values, rng, frames, index, config_dict) -> None
     checkpointer.save(
         index, state, config_dict, {"frames": frames, "index": index, "time": time.time()}
     )
-
-
-__all__ += ["PopulationResult", "read_events"]
