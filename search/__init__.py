@@ -10,6 +10,10 @@ Public API (one page: search/README.md):
 * `StochasticModel(decision_fn, chance_fn)`: a model with chance outcomes, searched by
   `SearchConfig(algorithm="stochastic_muzero")` (Stochastic MuZero's learned model, or
   `make_exact_stochastic_model`: AlphaZero's exact model of a game with chance).
+* `SearchConfig(algorithm="sampled_muzero", num_samples=K)` with `run(..., sample_fn=...)`:
+  Sampled MuZero over K actions per node drawn by the caller (continuous or very large action
+  spaces); `sample_categorical(rng_key, logits, K, replace=...)`: the `sample_fn` of a discrete
+  space.
 * `select_action(rng_key, visit_probs, temperature)`: sample with a temperature, or greedy at 0.
 * `mask_invalid_logits(logits, invalid_actions)`: how a model marks illegal actions in the tree.
 
@@ -25,6 +29,7 @@ from typing import TYPE_CHECKING
 # Each public name and the module that defines it, imported on first use.
 _SOURCES = {
     "PredictionFn": "search.exact_model",
+    "SampleFn": "search.policy",
     "SearchConfig": "search.config",
     "SearchOutput": "search.policy",
     "StepFn": "search.exact_model",
@@ -35,12 +40,14 @@ _SOURCES = {
     "make_exact_recurrent_fn": "search.exact_model",
     "mask_invalid_logits": "search.policy",
     "reuse_subtree": "search.reuse",
+    "sample_categorical": "search.sampled",
     "run": "search.policy",
     "select_action": "search.policy",
 }
 
 __all__ = [
     "PredictionFn",
+    "SampleFn",
     "SearchConfig",
     "SearchOutput",
     "StepFn",
@@ -52,6 +59,7 @@ __all__ = [
     "mask_invalid_logits",
     "reuse_subtree",
     "run",
+    "sample_categorical",
     "select_action",
 ]
 
@@ -79,6 +87,7 @@ if TYPE_CHECKING:
         make_exact_stochastic_model,
     )
     from search.policy import (
+        SampleFn,
         SearchOutput,
         StochasticModel,
         mask_invalid_logits,
@@ -86,3 +95,4 @@ if TYPE_CHECKING:
         select_action,
     )
     from search.reuse import reuse_subtree
+    from search.sampled import sample_categorical

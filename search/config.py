@@ -7,7 +7,7 @@ import math
 
 __all__ = ["ALGORITHMS", "DECISION_SELECTIONS", "ENGINES", "QTRANSFORMS", "SearchConfig"]
 
-ALGORITHMS = ("muzero", "gumbel_muzero", "stochastic_muzero")
+ALGORITHMS = ("muzero", "gumbel_muzero", "stochastic_muzero", "sampled_muzero")
 ENGINES = ("podracer", "mctx")
 DECISION_SELECTIONS = ("puct", "gumbel")
 QTRANSFORMS = ("by_parent_and_siblings", "by_min_max", "completed_by_mix_value")
@@ -15,6 +15,7 @@ _DEFAULT_QTRANSFORM = {
     "muzero": "by_parent_and_siblings",
     "gumbel_muzero": "completed_by_mix_value",
     "stochastic_muzero": "by_parent_and_siblings",
+    "sampled_muzero": "by_parent_and_siblings",
 }
 
 
@@ -25,10 +26,14 @@ class SearchConfig:
     # "muzero": PUCT at every node (MuZero/AlphaZero); "gumbel_muzero": Gumbel MuZero;
     # "stochastic_muzero": decision nodes (PUCT, or Gumbel's: `decision_selection`) and chance
     # nodes between them (Stochastic MuZero; AlphaZero with chance outcomes), for a model given
-    # as `search.StochasticModel`.
+    # as `search.StochasticModel`; "sampled_muzero": PUCT over `num_samples` actions each node
+    # draws from the caller's `sample_fn` (Sampled MuZero: continuous or very large spaces).
     algorithm: str = "muzero"
     # Simulations per search; each adds (at most) one node to the tree.
     num_simulations: int = 32
+    # K, the actions each node of a "sampled_muzero" search draws (its children); the others
+    # ignore it. The paper's Pendulum and MuJoCo runs take 20 or fewer.
+    num_samples: int = 16
     # Deepest a simulation may go, in edges from the root; None means num_simulations.
     max_depth: int | None = None
     # PUCT constant c1 (MuZero paper, Appendix B).
@@ -81,6 +86,7 @@ class SearchConfig:
         _check(self.algorithm in ALGORITHMS, self, "algorithm", f"must be one of {ALGORITHMS}")
         _check(self.engine in ENGINES, self, "engine", f"must be one of {ENGINES}")
         _check_int(self, "num_simulations", minimum=1)
+        _check_int(self, "num_samples", minimum=1)
         _check_int(self, "descent_levels_per_check", minimum=0)
         if self.max_depth is not None:
             _check_int(self, "max_depth", minimum=1)

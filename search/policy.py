@@ -34,6 +34,7 @@ improved policy.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import chex
@@ -42,10 +43,21 @@ import jax.numpy as jnp
 import mctx
 import numpy as np
 
-from search import _inputs, _mctx_internals, engine, selection
+from search import _inputs, _mctx_internals, engine, sampled, selection
 from search.config import SearchConfig
 
-__all__ = ["SearchOutput", "StochasticModel", "mask_invalid_logits", "run", "select_action"]
+__all__ = [
+    "SampleFn",
+    "SearchOutput",
+    "StochasticModel",
+    "mask_invalid_logits",
+    "run",
+    "select_action",
+]
+
+# (params, rng_key, embedding [B, ...], K) -> (actions [B, K, ...], log_probs [B, K]) or
+# (actions, log_probs, proposal_log_probs [B, K]): Sampled MuZero's draws at a state
+SampleFn = Callable[..., tuple]
 
 
 class StochasticModel(NamedTuple):
@@ -80,6 +92,12 @@ class SearchOutput(NamedTuple):
     #                       stochastic_muzero: the afterstate's value)
     tree: mctx.Tree  # the whole tree: pass to `reuse_subtree` to continue from a child
     #                  (stochastic_muzero: A + C children per node, decision and chance nodes)
+    # sampled_muzero: the K children of the root are its sampled actions, so `action_weights`
+    # (the improved policy: the visit distribution over them), `visit_counts` and `q_values`
+    # are [B, K]; `action` is the chosen action itself ([B, ...]: a vector in a box), at slot
+    # `action_slot`; `tree.embeddings` are `search.sampled.SampledNode`s. None otherwise.
+    sampled_actions: chex.Array | None = None  # [B, K, ...] the root's sampled actions
+    action_slot: chex.Array | None = None  # [B] int32, the chosen action's slot among them
 
 
 def mask_invalid_logits(logits: chex.Array, invalid_actions: chex.Array | None) -> chex.Array:
@@ -177,6 +195,8 @@ def run(
     *,
     invalid_actions: chex.Array | None = None,
     tree: mctx.Tree | None = None,
+    sample_fn: SampleFn | None = None,
+    action_bounds: tuple[Any, Any] | None = None,
 ) -> SearchOutput:
     """Runs one batched search from `root` (or continues `tree`) and picks an action per row.
 
@@ -197,11 +217,36 @@ def run(
         were legal, as pgx marks a finished game.
       tree: a tree to continue, from `reuse_subtree` (muzero algorithm only). Its root row must
         describe the same state as `root`; a row with no nodes starts fresh from `root`.
+      sample_fn: algorithm "sampled_muzero" only, and needed there: `(params, rng_key,
+        embedding, K) -> (actions [B, K, ...], log_probs [B, K])`, K actions drawn from a
+        proposal beta at a state and the model's log pi of each; or a third output,
+        `proposal_log_probs` [B, K], log beta where beta is not pi (a constant per row for a set
+        drawn without replacement; `search.sample_categorical` returns all three). Actions are
+        integer indices or float vectors. `root.prior_logits` is then ignored (may be None), and
+        `recurrent_fn` takes the actions themselves ([B, ...]); its `prior_logits` are ignored.
+      action_bounds: (low, high), broadcast against one action: where `sample_fn`'s root
+        samples are concrete (not under `jit`), samples outside them are refused naming the
+        rows, as NaN samples are at any time they are concrete.
     Returns:
       `SearchOutput`. With `tree=None`, `action` and `action_weights` equal those of
       `mctx.muzero_policy` / `mctx.gumbel_muzero_policy` / `mctx.stochastic_muzero_policy`
       given the same key and settings.
     """
+    if (config.algorithm == "sampled_muzero") != (sample_fn is not None):
+        raise ValueError(
+            "search.run: algorithm 'sampled_muzero' searches the actions a sample_fn draws, and "
+            f"only it takes one; got algorithm {config.algorithm!r} with sample_fn "
+            f"{'given' if sample_fn is not None else 'None'}"
+        )
+    if sample_fn is not None:
+        if tree is not None or invalid_actions is not None:
+            raise ValueError(
+                "search.run: algorithm 'sampled_muzero' takes neither tree= nor invalid_actions= "
+                "(a sample_fn draws legal actions only; mask its logits)"
+            )
+        return _sampled_muzero(
+            params, rng_key, root, recurrent_fn, sample_fn, config, action_bounds
+        )
     chex.assert_rank(root.prior_logits, 2)
     batch_size, num_actions = root.prior_logits.shape
     chex.assert_shape(root.value, (batch_size,))
@@ -252,6 +297,89 @@ def run(
         )
     return _muzero(
         params, rng_key, root, recurrent_fn, config, qtransform, invalid_actions, max_depth, tree
+    )
+
+
+def _sampled_muzero(
+    params, rng_key, root, recurrent_fn, sample_fn, config: SearchConfig, action_bounds
+) -> SearchOutput:
+    """Sampled MuZero: MuZero's search (`_muzero`: PUCT, Dirichlet noise over the root's K
+    children, masks, either engine) over a tree whose K children per node are the actions the
+    node drew, with the corrected prior (`search.sampled`). Each node keeps its draws beside its
+    embedding (`SampledNode`); the model steps with the action in the chosen slot.
+
+    The key `_muzero` gets is `rng_key` itself, so that with K = A actions drawn without
+    replacement (every action once, in order) the search is MuZero's from the same key; the
+    root's draws take a key folded from it, each expansion splits its own.
+    """
+    value = _inputs.as_array(root.value)
+    chex.assert_rank(value, 1)
+    _inputs.check_floating("search.run", "root.value", value)
+    batch_size = value.shape[0]
+    num_samples = config.num_samples
+
+    def draw(params, key, embedding, concrete_checks: bool):
+        drawn = sample_fn(params, key, embedding, num_samples)
+        if not isinstance(drawn, tuple) or len(drawn) not in (2, 3):
+            raise ValueError(
+                "search.run: sample_fn must return (actions, log_probs) or (actions, log_probs, "
+                f"proposal_log_probs), got {type(drawn).__name__}"
+            )
+        actions, log_probs, proposal = drawn if len(drawn) == 3 else (*drawn, drawn[1])
+        actions, log_probs, proposal = map(_inputs.as_array, (actions, log_probs, proposal))
+        sampled.check_samples(
+            "search.run",
+            actions,
+            log_probs,
+            proposal,
+            (batch_size, num_samples),
+            action_bounds if concrete_checks else None,
+        )
+        prior_logits, repeat = sampled.corrected_prior_logits(actions, log_probs, proposal)
+        return actions, prior_logits.astype(value.dtype), repeat
+
+    root_actions, root_logits, repeat = draw(
+        params, jax.random.fold_in(rng_key, 1), root.embedding, True
+    )
+    model_step = _inputs.checked_step(
+        "search.run", "recurrent_fn", recurrent_fn, value, root.embedding
+    )
+
+    def tree_step(params, key, slot, node: sampled.SampledNode):
+        model_key, sample_key = jax.random.split(key)
+        output, embedding = model_step(
+            params, model_key, sampled.take_slot(node.actions, slot), node.embedding
+        )
+        actions, prior_logits, _ = draw(params, sample_key, embedding, False)
+        output = mctx.RecurrentFnOutput(
+            reward=output.reward,
+            discount=output.discount,
+            prior_logits=prior_logits,
+            value=output.value,
+        )
+        return output, sampled.SampledNode(embedding, actions)
+
+    tree_root = mctx.RootFnOutput(
+        prior_logits=root_logits,
+        value=value,
+        embedding=sampled.SampledNode(root.embedding, root_actions),
+    )
+    max_depth = config.max_depth or config.num_simulations
+    output = _muzero(
+        params,
+        rng_key,
+        tree_root,
+        tree_step,
+        config,
+        _make_qtransform(config),
+        repeat,
+        max_depth,
+        None,
+    )
+    return output._replace(
+        action=sampled.take_slot(root_actions, output.action),
+        sampled_actions=root_actions,
+        action_slot=output.action,
     )
 
 
