@@ -454,6 +454,92 @@ def gymnax_cartpole_muzero() -> ExperimentConfig:
     )
 
 
+@preset("cpu", "Anakin on gymnax's Pendulum: see BENCHMARKS.md (Continuous control)")
+def pendulum_vtrace() -> ExperimentConfig:
+    """V-trace with a squashed Gaussian policy (`muzero.BoxPolicy`) on gymnax's Pendulum-v1, in
+    the Anakin runtime on both cores of a CPU: the model-free baseline of
+    `pendulum_sampled_muzero`, at the same frames."""
+    return ExperimentConfig(
+        name="pendulum_vtrace",
+        mode="vtrace",
+        runtime="anakin",
+        env=EnvConfig(name="gymnax:Pendulum-v1"),
+        network=NetworkConfig(mlp_sizes=(64, 64), value_support=0, reward_support=0),
+        loss=LossConfig(discount=0.99, entropy_cost=1e-3, baseline_cost=0.5),
+        optimizer=OptimizerConfig(
+            learning_rate=1e-3, max_grad_norm=40.0, schedule="linear", decay_steps=6_000
+        ),
+        actors=ActorConfig(threads_per_device=1, envs_per_thread=16, unroll_length=32),
+        learner=LearnerConfig(
+            batch_size=16,
+            max_updates=0,
+            max_frames=200_000,
+            max_seconds=3_600.0,
+            checkpoint_every=1_000,
+        ),
+        evaluation=EvaluationConfig(every_s=60.0, games=8),
+        devices=DevicesConfig(cpu_devices=2),
+    )
+
+
+@preset("cpu", "Anakin on gymnax's Pendulum: see BENCHMARKS.md (Continuous control)")
+def pendulum_sampled_muzero() -> ExperimentConfig:
+    """Sampled MuZero on gymnax's Pendulum-v1 (a box of one torque in [-2, 2]) in the Anakin
+    runtime on both cores of a CPU: each node of the search draws K = 20 torques from the
+    network's squashed Gaussian (the paper's and LightZero's Pendulum setting), searches them
+    with PUCT over the corrected prior, and the policy learns the search's visits over them with
+    an entropy bonus; EfficientZero's consistency loss and a target network's value bootstraps,
+    as `cartpole_muzero` learns CartPole."""
+    return ExperimentConfig(
+        name="pendulum_sampled_muzero",
+        mode="muzero",
+        runtime="anakin",
+        env=EnvConfig(name="gymnax:Pendulum-v1"),
+        search=SearchConfig(
+            algorithm="sampled_muzero",
+            num_samples=20,
+            num_simulations=25,
+            dirichlet_alpha=0.3,
+            dirichlet_fraction=0.25,
+            temperature=1.0,
+        ),
+        network=NetworkConfig(
+            mlp_sizes=(64, 64),
+            latent_size=64,
+            head_hidden=64,
+            value_support=50,
+            reward_support=10,
+            latent_scaling="none",
+            dynamics_residual=True,
+            zero_init_heads=True,
+        ),
+        loss=LossConfig(
+            unroll_steps=5,
+            td_steps=5,
+            discount=0.99,
+            value_loss_weight=0.25,
+            consistency_weight=2.0,
+            entropy_cost=5e-3,
+        ),
+        optimizer=OptimizerConfig(learning_rate=3e-3, max_grad_norm=5.0),
+        actors=ActorConfig(threads_per_device=1, envs_per_thread=8, unroll_length=16),
+        replay=ReplayConfig(
+            capacity=100_000, min_size=1_000, samples_per_insert=4.0, priority_alpha=0.0
+        ),
+        reanalyse=ReanalyseConfig(value="target_network"),
+        learner=LearnerConfig(
+            batch_size=128,
+            max_updates=0,
+            max_frames=200_000,
+            max_seconds=3_600.0,
+            checkpoint_every=500,
+            target_update_every=100,
+        ),
+        evaluation=EvaluationConfig(every_s=60.0, games=8),
+        devices=DevicesConfig(cpu_devices=2),
+    )
+
+
 @preset("cpu", "Anakin on MinAtar Breakout: above 10 after 10 minutes on 2 cores, 15.4 at 30")
 def minatar_breakout_vtrace() -> ExperimentConfig:
     """V-trace on MinAtar's Breakout (gymnax, Anakin): a small residual network on the 10x10

@@ -91,7 +91,7 @@ class EnvSpec:
 
     name: str  # the full name given to make_env, e.g. "openspiel:connect_four", "py:my_envs:make"
     family: str  # one of FAMILIES: the adapter's (a `py:` environment's: the API it speaks)
-    num_actions: int  # size A of the discrete action space
+    num_actions: int  # size A of the discrete action space; a box's dimensions D
     observation_shape: tuple[int, ...]  # shape of one observation, channels-last for images
     observation_dtype: str  # numpy dtype name of observations: "float32", or "uint8" for Atari
     num_players: int  # 1 (single-agent) or 2 (sequential, two-player zero-sum)
@@ -107,6 +107,15 @@ class EnvSpec:
     # model must represent: an exact model splits the rules there (pgx's 2048 and backgammon),
     # a learned one needs Stochastic MuZero's afterstates and chance codes.
     chance: bool = False
+    # A box of continuous actions: (low, high), one bound per dimension (D = num_actions); its
+    # actions are float vectors [B, D] within them and its legal mask [B, D] is all True. None:
+    # discrete actions, integers in [0, num_actions).
+    action_bounds: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+
+    @property
+    def is_box(self) -> bool:
+        """Whether the actions are continuous vectors (`action_bounds`), not indices."""
+        return self.action_bounds is not None
 
     @property
     def env_id(self) -> str:
@@ -126,6 +135,16 @@ class EnvSpec:
         if not 0.0 <= self.discount <= 1.0:
             raise ValueError(f"EnvSpec.discount must be in [0, 1], got {self.discount}")
         np.dtype(self.observation_dtype)  # raises TypeError on a bad name
+        if self.action_bounds is not None:
+            low, high = self.action_bounds
+            if not (len(low) == len(high) == self.num_actions) or not all(
+                np.isfinite(lo) and np.isfinite(hi) and lo < hi
+                for lo, hi in zip(low, high, strict=True)
+            ):
+                raise ValueError(
+                    f"EnvSpec.action_bounds must be finite low < high for each of the "
+                    f"{self.num_actions} dimensions, got {self.action_bounds}"
+                )
 
 
 @runtime_checkable

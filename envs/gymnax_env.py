@@ -39,6 +39,7 @@ import chex
 import gymnax
 import jax
 import jax.numpy as jnp
+import numpy as np
 from gymnax.environments import spaces
 
 from configs.caching import built_once
@@ -90,11 +91,7 @@ def _load(source: str | UserEnv, max_episode_steps: int | None) -> _Loaded:
     else:
         (env, params), name = _make(source), f"gymnax:{source}"
     action_space = env.action_space(params)
-    if not isinstance(action_space, spaces.Discrete):
-        raise UsageError(
-            f"{name} has a {type(action_space).__name__} action space: continuous actions are "
-            "not supported yet (Sampled MuZero will take them); only discrete actions"
-        )
+    action_bounds = _box_bounds(name, action_space)
     if max_episode_steps is not None:
         params = params.replace(max_steps_in_episode=max_episode_steps)
     observation_space = env.observation_space(params)
@@ -122,7 +119,8 @@ def _load(source: str | UserEnv, max_episode_steps: int | None) -> _Loaded:
     spec = EnvSpec(
         name=name,
         family="gymnax",
-        num_actions=int(action_space.n),
+        num_actions=len(action_bounds[0]) if action_bounds else int(action_space.n),
+        action_bounds=action_bounds,
         observation_shape=tuple(int(d) for d in obs.shape),
         observation_dtype="float32",
         num_players=1,
@@ -132,6 +130,27 @@ def _load(source: str | UserEnv, max_episode_steps: int | None) -> _Loaded:
         max_episode_steps=int(params.max_steps_in_episode),
     )
     return _Loaded(env, params, observe, spec)
+
+
+def _box_bounds(name: str, action_space) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """None for a discrete space; a box's (low, high) per dimension (Sampled MuZero's and the
+    Gaussian V-trace's); UsageError for another space or a box they cannot parametrise."""
+    if isinstance(action_space, spaces.Discrete):
+        return None
+    if not isinstance(action_space, spaces.Box):
+        raise UsageError(
+            f"{name} has a {type(action_space).__name__} action space; the agents take a "
+            "Discrete space or a Box"
+        )
+    shape = tuple(action_space.shape)
+    low = np.broadcast_to(np.asarray(action_space.low, np.float64), shape).reshape(-1)
+    high = np.broadcast_to(np.asarray(action_space.high, np.float64), shape).reshape(-1)
+    if len(shape) != 1 or not (np.isfinite(low).all() and np.isfinite(high).all()):
+        raise UsageError(
+            f"{name} has a Box action space of shape {shape} with bounds {low.tolist()}.."
+            f"{high.tolist()}; the agents take a box of one axis with finite bounds"
+        )
+    return tuple(float(x) for x in low), tuple(float(x) for x in high)
 
 
 def _make(env_id: str) -> tuple[Any, Any]:
@@ -221,17 +240,21 @@ def _functions(loaded: _Loaded, num_envs: int) -> GymnaxFunctions:
         env_state = GymnaxEnvState(state, key, zeros_f, zeros_i)
         return env_state, timestep(raw_obs, zeros_f, no, no, zeros_f, zeros_i)
 
+    box = loaded.spec.is_box
+
     def step(env_state: GymnaxEnvState, actions: jax.Array) -> tuple[GymnaxEnvState, TimeStep]:
-        chex.assert_shape(actions, (num_envs,))
+        # a box's actions [B, D] as they are (gymnax clips them to its bounds), indices [B]
+        chex.assert_shape(actions, (num_envs, num_actions) if box else (num_envs,))
+        actions = actions.astype(jnp.float32) if box else actions.astype(jnp.int32)
         chex.assert_shape([env_state.episode_return, env_state.episode_length], (num_envs,))
         key, step_key = jax.random.split(env_state.key)
         raw_obs, state, reward, terminated, time_up, _ = vstep(
-            jax.random.split(step_key, num_envs), env_state.env, actions.astype(jnp.int32), params
+            jax.random.split(step_key, num_envs), env_state.env, actions, params
         )  # raw_obs and state are already the next episode's where the episode ended
         terminated = terminated.astype(bool)  # [B]
         done = terminated | time_up  # [B]
         truncated = time_up & ~terminated  # [B], reaching the limit on a terminal step terminates
-        reward = reward.astype(jnp.float32)  # [B]
+        reward = reward.astype(jnp.float32).reshape(num_envs)  # [B] (a box's env: [B, 1])
         ep_return = env_state.episode_return + reward
         ep_length = env_state.episode_length + 1
         ended_return, ended_length, ep_return, ep_length = end_episodes(ep_return, ep_length, done)

@@ -14,6 +14,8 @@ _SOURCES = {
     "AlphaZeroNetworks": "muzero.networks",
     "ActorCriticNetworks": "muzero.networks",
     "make_muzero_networks": "muzero.networks",
+    "BoxPolicy": "muzero.policies",
+    "CategoricalPolicy": "muzero.policies",
     "make_alphazero_networks": "muzero.networks",
     "make_actor_critic_networks": "muzero.networks",
     "make_root_fn": "muzero.networks",
@@ -93,6 +95,8 @@ _SOURCES = {
 }
 
 __all__ = [
+    "BoxPolicy",
+    "CategoricalPolicy",
     "NetworkConfig",
     "switched_on",
     "MuZeroNetworks",
@@ -237,6 +241,7 @@ if TYPE_CHECKING:
         make_root_fn,
         scale_latent,
     )
+    from muzero.policies import BoxPolicy, CategoricalPolicy
     from muzero.reanalyse import BatchContext, Reanalysed, reanalyse_window
     from muzero.stochastic import (
         StochasticBatch,

@@ -260,7 +260,8 @@ class LossConfig:
     policy_loss_weight: float = 1.0  # Weight of the policy cross-entropy.
     dynamics_gradient_scale: float = 0.5  # Gradient into the latent kept at each unroll step.
     baseline_cost: float = 0.5  # V-trace: weight of the value loss 0.5 * (v_s - V(x))^2.
-    entropy_cost: float = 0.01  # V-trace: weight of the policy-entropy bonus.
+    # V-trace and Sampled MuZero: weight of the policy-entropy bonus.
+    entropy_cost: float = 0.01
     clip_rho_threshold: float = 1.0  # V-trace: clip of the importance ratio in the value target.
     clip_pg_rho_threshold: float = 1.0  # V-trace: clip of the importance ratio in the gradient.
     vtrace_lambda: float = 1.0  # V-trace: lambda mixing n-step and 1-step targets.

@@ -4,7 +4,7 @@ All functions are time-major over a batch: `[T, B]`. The formulas follow `rlax.v
 checks they agree); they are written here so product code does not depend on rlax.
 """
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import chex
 import jax
@@ -97,9 +97,15 @@ def vtrace_td_error_and_advantage(
     return VTraceOutput(errors, pg_advantage, q_estimate)
 
 
-def make_vtrace_loss(networks: ActorCriticNetworks, config: LossConfig) -> LossFn:
+def make_vtrace_loss(
+    networks: ActorCriticNetworks, config: LossConfig, box_policy: Any = None
+) -> LossFn:
     """IMPALA's loss on a `VTraceBatch` [T, B]: policy gradient with V-trace advantages, value
     loss to the V-trace targets, and an entropy bonus.
+
+    With `box_policy` (a `muzero.BoxPolicy`) the policy is its squashed Gaussian over a box: the
+    network's outputs are its parameters [.., 2D], `behaviour_logits` the acting network's, the
+    actions [T, B, D] vectors, and the entropy the Gaussian's before the squash.
 
     `loss = pg_loss + baseline_cost * 0.5 * mean(errors^2) - entropy_cost * entropy`, averaged
     over the T - 1 learned steps and B; the last step supplies only the bootstrap value.
@@ -109,7 +115,7 @@ def make_vtrace_loss(networks: ActorCriticNetworks, config: LossConfig) -> LossF
 
     def loss_fn(params, batch: VTraceBatch, key):
         del key
-        t, b = batch.action.shape
+        t, b = batch.action.shape[:2]
         chex.assert_shape([batch.reward, batch.discount], (t, b))
         chex.assert_rank(batch.behaviour_logits, 3)
         if t < 2:
@@ -129,10 +135,17 @@ def make_vtrace_loss(networks: ActorCriticNetworks, config: LossConfig) -> LossF
         next_values = jnp.concatenate([values[1:], bootstrap_value[None]], axis=0)  # [T-1, B]
 
         action = batch.action[:-1]  # [T-1, B]
-        log_pi = jax.nn.log_softmax(logits)  # [T-1, B, A]
-        log_mu = jax.nn.log_softmax(batch.behaviour_logits[:-1].astype(jnp.float32))
-        log_pi_a = jnp.take_along_axis(log_pi, action[..., None], axis=-1)[..., 0]
-        log_mu_a = jnp.take_along_axis(log_mu, action[..., None], axis=-1)[..., 0]
+        behaviour = batch.behaviour_logits[:-1].astype(jnp.float32)
+        if box_policy is None:
+            log_pi = jax.nn.log_softmax(logits)  # [T-1, B, A]
+            log_mu = jax.nn.log_softmax(behaviour)
+            log_pi_a = jnp.take_along_axis(log_pi, action[..., None], axis=-1)[..., 0]
+            log_mu_a = jnp.take_along_axis(log_mu, action[..., None], axis=-1)[..., 0]
+            entropy = jnp.mean(-jnp.sum(jnp.exp(log_pi) * log_pi, axis=-1))
+        else:  # action [T-1, B, D]: the density of each under the two Gaussians
+            log_pi_a = box_policy.log_prob(logits, action[..., None, :])[..., 0]  # [T-1, B]
+            log_mu_a = box_policy.log_prob(behaviour, action[..., None, :])[..., 0]
+            entropy = jnp.mean(box_policy.entropy(logits))
         rho = jnp.exp(jax.lax.stop_gradient(log_pi_a) - log_mu_a)  # [T-1, B]
 
         discount_t = config.discount * batch.discount[:-1].astype(jnp.float32)
@@ -155,7 +168,6 @@ def make_vtrace_loss(networks: ActorCriticNetworks, config: LossConfig) -> LossF
 
         pg_loss = -jnp.mean(log_pi_a * out.pg_advantage)
         value_loss = 0.5 * jnp.mean(jnp.square(out.errors))
-        entropy = jnp.mean(-jnp.sum(jnp.exp(log_pi) * log_pi, axis=-1))
         loss = pg_loss + config.baseline_cost * value_loss - config.entropy_cost * entropy
         metrics = {
             "loss": loss,

@@ -49,7 +49,9 @@ def policy_cross_entropy(logits: chex.Array, target: chex.Array) -> chex.Array:
     return -jnp.sum(jax.lax.stop_gradient(target) * jax.nn.log_softmax(logits), axis=-1)
 
 
-def make_muzero_loss(networks: MuZeroNetworks, config: LossConfig) -> LossFn:
+def make_muzero_loss(
+    networks: MuZeroNetworks, config: LossConfig, sampled_policy: Any = None
+) -> LossFn:
     """MuZero's loss on a `MuZeroBatch`: policy, value and reward at K + 1 unroll steps.
 
     The K dynamics steps are a Python loop (K is static): on XLA's CPU backend the gradient
@@ -67,6 +69,12 @@ def make_muzero_loss(networks: MuZeroNetworks, config: LossConfig) -> LossFn:
       the real observation's latent (`batch.unroll_observation[:, k - 1]`, stop-gradient, the
       same parameters: SimSiam), weighted 1/K like the other later steps; the networks need
       `project` and `predict_projection`.
+
+    Sampled MuZero (`sampled_policy`: a `muzero.BoxPolicy` or `CategoricalPolicy`, and the
+    batch's `policy_actions`): the policy loss at step k is the paper's,
+    `-sum_s target_s log pi(a_s)` over the S actions the search drew there, and
+    `config.entropy_cost` weighs a bonus of the policy's entropy at the steps inside the episode
+    (a Gaussian's would otherwise shrink onto the searched samples).
     """
     k_steps = config.unroll_steps
     horizon = config.value_prefix_horizon
@@ -85,28 +93,39 @@ def make_muzero_loss(networks: MuZeroNetworks, config: LossConfig) -> LossFn:
     def loss_fn(params, batch: MuZeroBatch, key):
         del key
         n = batch.action.shape[0]
-        chex.assert_shape(batch.action, (n, k_steps))
+        chex.assert_axis_dimension(batch.action, 1, k_steps)  # [N, K] (a box's: [N, K, D])
         chex.assert_shape(
             [batch.value_target, batch.reward_target, batch.policy_mask], (n, k_steps + 1)
         )
         chex.assert_rank(batch.policy_target, 3)
         chex.assert_shape(batch.importance_weight, (n,))
+        if (sampled_policy is None) != (batch.policy_actions is None):
+            raise ValueError(
+                "a Sampled MuZero batch (policy_actions) needs the loss's sampled_policy, and "
+                "only it does"
+            )
 
         latent = networks.represent(params, batch.observation)
         if consistency:
             target_projection = _consistency_targets(params, batch, networks)  # [N, K, P]
         carry = networks.prefix_carry(n) if networks.prefix_carry is not None else None
-        value_loss = reward_loss = policy_loss = consistency_loss = jnp.zeros((n,))
+        value_loss = reward_loss = policy_loss = consistency_loss = entropy = jnp.zeros((n,))
         reward_logits = None
         for k in range(k_steps + 1):
             policy_logits, value_logits = networks.predict(params, latent)  # [N, A], [N, V]
             step_scale = 1.0 if k == 0 else 1.0 / k_steps
             value_loss += step_scale * value_tf.loss(value_logits, batch.value_target[:, k])
-            policy_loss += (
-                step_scale
-                * batch.policy_mask[:, k]
-                * policy_cross_entropy(policy_logits, batch.policy_target[:, k])
-            )
+            if sampled_policy is None:
+                step_policy_loss = policy_cross_entropy(policy_logits, batch.policy_target[:, k])
+            else:  # [N, S] log pi of the drawn actions, weighed by the search's policy over them
+                assert batch.policy_actions is not None
+                log_probs = sampled_policy.log_prob(policy_logits, batch.policy_actions[:, k])
+                target = jax.lax.stop_gradient(batch.policy_target[:, k])
+                step_policy_loss = -jnp.sum(target * log_probs, axis=-1)
+                entropy += (
+                    step_scale * batch.policy_mask[:, k] * sampled_policy.entropy(policy_logits)
+                )
+            policy_loss += step_scale * batch.policy_mask[:, k] * step_policy_loss
             if k > 0:
                 reward_loss += step_scale * reward_tf.loss(reward_logits, batch.reward_target[:, k])
             if k > 0 and consistency:
@@ -118,6 +137,8 @@ def make_muzero_loss(networks: MuZeroNetworks, config: LossConfig) -> LossFn:
                 root_policy_logits, root_value_logits = policy_logits, value_logits
             if k < k_steps:
                 action = batch.action[:, k]
+                if sampled_policy is not None:
+                    action = sampled_policy.dynamics_input(action)
                 if networks.value_prefix is not None:
                     assert networks.prefix_carry is not None
                     if k % horizon == 0:
@@ -134,6 +155,8 @@ def make_muzero_loss(networks: MuZeroNetworks, config: LossConfig) -> LossFn:
             + config.policy_loss_weight * policy_loss
             + config.consistency_weight * consistency_loss
         )  # [N]
+        if sampled_policy is not None:
+            per_example = per_example - config.entropy_cost * entropy
         weight = batch.importance_weight
         loss = jnp.mean(weight * per_example)
         root_value = value_tf.decode_logits(root_value_logits)
@@ -142,7 +165,11 @@ def make_muzero_loss(networks: MuZeroNetworks, config: LossConfig) -> LossFn:
             "value_loss": jnp.mean(weight * value_loss),
             "reward_loss": jnp.mean(weight * reward_loss),
             "policy_loss": jnp.mean(weight * policy_loss),
-            "policy_entropy": jnp.mean(logits_entropy(root_policy_logits)),
+            "policy_entropy": jnp.mean(
+                logits_entropy(root_policy_logits)
+                if sampled_policy is None
+                else sampled_policy.entropy(root_policy_logits)
+            ),
             "value_prediction": jnp.mean(root_value),
             "value_target": jnp.mean(batch.value_target[:, 0]),
             "value_abs_error": jnp.mean(jnp.abs(root_value - batch.value_target[:, 0])),
@@ -166,7 +193,7 @@ def _consistency_targets(params, batch: MuZeroBatch, networks: MuZeroNetworks) -
             "unroll_observations=True)"
         )
     n, k = observation.shape[:2]
-    chex.assert_shape(batch.action, (n, k))
+    chex.assert_equal_shape_prefix([batch.action, observation], 2)  # [N, K] or [N, K, D]
     flat = observation.reshape((n * k,) + observation.shape[2:])
     projection = networks.project(params, networks.represent(params, flat))  # [N * K, P]
     return jax.lax.stop_gradient(projection.reshape((n, k, -1)))

@@ -124,6 +124,7 @@ def make_muzero_networks(
     *,
     value_prefix: bool = False,
     projection: bool = False,
+    action_dims: int = 0,
 ) -> MuZeroNetworks:
     """MuZero's representation, dynamics and prediction for observations of one example's shape.
 
@@ -132,11 +133,14 @@ def make_muzero_networks(
         MLP for [D]; "mlp" takes planes too (flattened); "resnet_mlp" flattens the resnet's
         features of planes into a vector latent; "impala" is not a MuZero torso.
       observation_shape: the shape of one observation, without the batch axis.
-      num_actions: A, the number of actions (policy logits and dynamics' action input).
+      num_actions: A, the number of actions (policy logits and dynamics' action input); with
+        `action_dims`, the policy head's outputs (a box policy's: `muzero.BoxPolicy`).
       value_prefix: an LSTM value-prefix head instead of the per-step reward head
         (EfficientZero; `LossConfig.value_prefix_horizon`).
       projection: the consistency loss's projector and predictor (EfficientZero;
         `LossConfig.consistency_weight`).
+      action_dims: D > 0 for a box of continuous actions: the dynamics take the action vector
+        [B, D] (scaled to [-1, 1]) instead of an index's one-hot (Sampled MuZero).
     """
     torso = _choose_torso(config, observation_shape, allow_impala=False)
     value_transform, reward_transform = config.value_transform(), config.reward_transform()
@@ -148,19 +152,22 @@ def make_muzero_networks(
         reward_transform.num_bins,
         value_prefix,
         projection,
+        action_dims,
     )
     obs_shape = tuple(observation_shape)
+    action_shape = (action_dims,) if action_dims else ()
 
     def init(key):
         obs = jnp.zeros((1,) + obs_shape, jnp.float32)
-        return module.init(key, obs, jnp.zeros((1,), jnp.int32))
+        action = jnp.zeros((1,) + action_shape, jnp.float32 if action_dims else jnp.int32)
+        return module.init(key, obs, action)
 
     def represent(params, obs):
         _check_obs(obs, obs_shape)
         return module.apply(params, obs, method=_MuZeroModule.represent)
 
     def check_action(latent, action):
-        chex.assert_rank(action, 1)
+        chex.assert_rank(action, 1 + len(action_shape))
         chex.assert_equal_shape_prefix([latent, action], 1)
 
     def dynamics(params, latent, action):
@@ -522,6 +529,7 @@ class _MuZeroModule(nn.Module):
     reward_bins: int
     value_prefix: bool = False
     projection: bool = False
+    action_dims: int = 0  # D > 0: the dynamics take a box's action vectors, not indices
 
     def setup(self):
         cfg, dtype = self.config, _compute_dtype(self.config)
@@ -586,16 +594,21 @@ class _MuZeroModule(nn.Module):
         return self._scale(self.trunk(obs))
 
     def _transition_unscaled(self, latent, action):
-        one_hot = jax.nn.one_hot(action, self.num_actions, dtype=latent.dtype)  # [B, A]
+        if self.action_dims:  # a box's vector [B, D] in [-1, 1], as it is
+            action_input = action.astype(latent.dtype)
+        else:
+            action_input = jax.nn.one_hot(action, self.num_actions, dtype=latent.dtype)  # [B, A]
         if vector_latent(self.torso):
             out = self.dynamics_out(
-                self.dynamics_mlp(self.dynamics_in(jnp.concatenate([latent, one_hot], axis=-1)))
+                self.dynamics_mlp(
+                    self.dynamics_in(jnp.concatenate([latent, action_input], axis=-1))
+                )
             )
             return latent + out if self.config.dynamics_residual else out
         mode = self.config.action_planes
-        if mode == "auto" and self.config.downsample:
-            mode = "constant"  # the latent is a downsampled frame, not a board
-        planes = _action_planes(action, one_hot, latent.shape[:3], mode)
+        if mode == "auto" and (self.config.downsample or self.action_dims):
+            mode = "constant"  # a downsampled frame or a box's vector: no cell to mark
+        planes = _action_planes(action, action_input, latent.shape[:3], mode)
         x = self.dynamics_in(jnp.concatenate([latent, planes], axis=-1))
         for block in self.dynamics_blocks:
             x = block(x)

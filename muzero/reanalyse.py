@@ -35,8 +35,10 @@ from muzero.types import Trajectory
 __all__ = ["BatchContext", "Reanalysed", "SearchFn", "ValueFn", "reanalyse_window"]
 
 Params = Any
-# search_fn(params, key, positions [M, ...], legal_mask [M, A]) -> (policy [M, A], value [M])
-SearchFn = Callable[[Params, jax.Array, Any, chex.Array], tuple[chex.Array, chex.Array]]
+# search_fn(params, key, positions [M, ...], legal_mask [M, A]) -> (policy [M, A], value [M]),
+# or with a third output, Sampled MuZero's drawn actions [M, S, ...] that its policy [M, S]
+# weighs (which replace the window's `sampled_actions`)
+SearchFn = Callable[[Params, jax.Array, Any, chex.Array], tuple]
 # value_fn(params, positions [M, ...]) -> value [M] (the network's, for the player to move)
 ValueFn = Callable[[Params, Any], chex.Array]
 
@@ -89,7 +91,7 @@ def reanalyse_window(
       td_steps: n of the value targets.
       td_steps_decay_every: the off-policy correction's pace (`decayed_td_steps`); 0: off.
     """
-    length, batch = window.action.shape
+    length, batch = window.action.shape[:2]
     if unroll_steps + 1 > length:
         raise ValueError(f"windows of {length} steps cannot give {unroll_steps + 1} policy targets")
     searched = round(config.fraction * batch)  # static: the first `searched` windows
@@ -117,7 +119,7 @@ def reanalyse_window(
     policy_key, value_key = jax.random.split(context.key)
     steps = unroll_steps + 1
     chosen = lambda x: x[:steps, :searched]  # noqa: E731 - [K+1, M, ...]
-    policy, _ = search_fn(
+    policy, _, *drawn = search_fn(
         search_params,
         policy_key,
         _flat(jax.tree.map(chosen, search_positions)),
@@ -125,6 +127,13 @@ def reanalyse_window(
     )  # [(K+1) * M, A]
     policy = policy.reshape((steps, searched, -1)).astype(window.search_policy.dtype)
     window = window._replace(search_policy=window.search_policy.at[:steps, :searched].set(policy))
+    if drawn and window.sampled_actions is not None:  # the actions the fresh policy weighs
+        actions = drawn[0].reshape((steps, searched) + drawn[0].shape[1:])
+        window = window._replace(
+            sampled_actions=window.sampled_actions.at[:steps, :searched].set(
+                actions.astype(window.sampled_actions.dtype)
+            )
+        )
     if config.value == "search":
         # Each reanalysed window's step k bootstraps from a fresh search at step k + n.
         horizon = (
@@ -135,7 +144,7 @@ def reanalyse_window(
         rows = jnp.minimum(jnp.arange(steps)[:, None] + horizon[None, :], length - 1)  # [K+1, M]
         columns = jnp.broadcast_to(jnp.arange(searched)[None, :], rows.shape)
         at_rows = lambda x: x[rows, columns]  # noqa: E731 - [K+1, M, ...]
-        _, values = search_fn(
+        _, values, *_ = search_fn(
             search_params,
             value_key,
             _flat(jax.tree.map(at_rows, search_positions)),

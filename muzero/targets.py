@@ -212,9 +212,10 @@ def muzero_batch(
     """
     k, n = unroll_steps, td_steps
     length = k + n + 1
-    chex.assert_rank([window.action, window.reward, window.discount, window.search_value], 2)
+    chex.assert_rank([window.reward, window.discount, window.search_value], 2)
     chex.assert_rank(window.search_policy, 3)
-    chex.assert_equal_shape([window.action, window.reward, window.discount, window.search_value])
+    chex.assert_equal_shape([window.reward, window.discount, window.search_value])
+    chex.assert_equal_shape_prefix([window.action, window.reward], 2)  # a box's: [L, N, D]
     if window.action.shape[0] != length:
         raise ValueError(
             f"windows must have length unroll_steps + td_steps + 1 = {length}, got "
@@ -264,15 +265,22 @@ def muzero_batch(
             )
         unroll_observation = batch_major(window.observation[1 : k + 1])  # [N, K, ...]
 
+    policy_actions = None
+    if window.sampled_actions is not None:  # [L, N, S, ...] -> [N, K+1, S, ...]
+        policy_actions = batch_major(window.sampled_actions[: k + 1])
+    action = window.action[:k]
     return MuZeroBatch(
         observation=jax.tree.map(lambda o: o[0], window.observation),
-        action=batch_major(window.action[:k].astype(jnp.int32)),
+        action=batch_major(
+            action if jnp.issubdtype(action.dtype, jnp.floating) else action.astype(jnp.int32)
+        ),
         value_target=batch_major(value_target),
         reward_target=batch_major(reward_target),
         policy_target=batch_major(policy_target),
         policy_mask=batch_major(alive[: k + 1]),
         importance_weight=jnp.asarray(importance_weight, jnp.float32),
         unroll_observation=unroll_observation,
+        policy_actions=policy_actions,
     )
 
 

@@ -23,10 +23,12 @@ class Trajectory(NamedTuple):
     """
 
     observation: chex.Array  # [T, B, ...] float32 or uint8; observation before acting at t.
-    action: chex.Array  # [T, B] int32; action taken at t.
+    action: chex.Array  # [T, B] int32 (a box: [T, B, D] float32); action taken at t.
     reward: chex.Array  # [T, B] float32; reward after action t, to the player who acted at t.
     discount: chex.Array  # [T, B] float32; 0 where the episode ended after step t, else env's.
-    search_policy: chex.Array  # [T, B, A] float32; search's policy target at t (visits/improved).
+    # [T, B, A] float32; search's policy target at t (visits/improved); Sampled MuZero: [T, B, K]
+    # over the K actions its search drew at t (`sampled_actions`).
+    search_policy: chex.Array
     search_value: chex.Array  # [T, B] float32; search's value of state t, for the player to move.
     legal_mask: chex.Array  # [T, B, A] bool; legal actions at t (all True for Atari).
     to_play: chex.Array  # [T, B] int32; player to move at t (0 in one-player games).
@@ -38,6 +40,9 @@ class Trajectory(NamedTuple):
     # The game's state before acting at t, a pytree with leaves [T, B, ...] (pgx): what
     # AlphaZero's reanalyse searches from with the exact rules. None: not kept.
     state: Any = None
+    # [T, B, K, ...] the K actions Sampled MuZero's search drew at t (the root's children),
+    # which `search_policy` weighs. None: a search over every action.
+    sampled_actions: chex.Array | None = None
 
 
 class MuZeroBatch(NamedTuple):
@@ -48,7 +53,7 @@ class MuZeroBatch(NamedTuple):
     """
 
     observation: chex.Array  # [N, ...] observation at the window's start.
-    action: chex.Array  # [N, K] int32; actions taken at steps 0..K-1.
+    action: chex.Array  # [N, K] int32 (a box: [N, K, D]); actions taken at steps 0..K-1.
     value_target: chex.Array  # [N, K+1] float32; n-step value target of step k (0 if absorbing).
     # [N, K+1] float32; reward of the transition into step k ([:, 0]: 0); with a value prefix,
     # the rewards summed since the prefix's last reset (muzero.targets.value_prefix_targets).
@@ -59,6 +64,9 @@ class MuZeroBatch(NamedTuple):
     # [N, K, ...] the real observations at steps 1..K (the consistency loss's targets); None
     # where the loss does not use them.
     unroll_observation: chex.Array | None = None
+    # [N, K+1, S, ...] Sampled MuZero: the S actions the search drew at step k, which
+    # `policy_target` [N, K+1, S] weighs. None: the policy target is over every action.
+    policy_actions: chex.Array | None = None
 
 
 class AlphaZeroBatch(NamedTuple):

@@ -42,10 +42,13 @@ __all__ = [
 class ActOutput(NamedTuple):
     """What an actor records for one step of B environments."""
 
-    action: chex.Array  # [B] int32
-    search_policy: chex.Array  # [B, A] policy target (visits / improved policy; V-trace: probs)
+    action: chex.Array  # [B] int32; a box's: [B, D] float32
+    search_policy: chex.Array  # [B, A] policy target (visits / improved policy; V-trace: probs);
+    #                            Sampled MuZero: [B, K] over `sampled_actions`
     search_value: chex.Array  # [B] value of the state for the player to move
-    behaviour_logits: chex.Array  # [B, A] logits of the policy that acted (V-trace)
+    behaviour_logits: chex.Array  # [B, A] logits of the policy that acted (V-trace); a box
+    #                               policy's outputs [B, 2D] (`muzero.BoxPolicy`)
+    sampled_actions: chex.Array | None = None  # [B, K, ...] Sampled MuZero's root children
 
 
 class Agent(NamedTuple):
@@ -256,31 +259,53 @@ def _select(key, out: search.SearchOutput, config: ExperimentConfig, legal_mask,
 
 def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> Agent:
     loss, horizon = config.loss, config.loss.value_prefix_horizon
+    policy = _sampled_policy(config, spec)
     networks = _networks(
         muzero.make_muzero_networks,
         config.network,
         spec.observation_shape,
-        spec.num_actions,
+        policy.num_outputs if policy is not None else spec.num_actions,
         value_prefix=horizon > 0,
         projection=muzero.switched_on(loss.consistency_weight),
+        action_dims=spec.num_actions if spec.is_box else 0,
     )
     root_fn = muzero.make_root_fn(networks, value_prefix_horizon=horizon)
     recurrent_fn = muzero.make_recurrent_fn(
         networks, discount=loss.discount, two_player=two_player, value_prefix_horizon=horizon
     )
     loss_fn = _augmented(
-        muzero.make_muzero_loss(networks, loss), config, spec, muzero.augment_muzero_batch
+        muzero.make_muzero_loss(networks, loss, sampled_policy=policy),
+        config,
+        spec,
+        muzero.augment_muzero_batch,
     )
-    act = _learned_model_act(config, root_fn, recurrent_fn)
-
     reanalyse_search = _reanalyse_search_config(config)
+    if policy is None:
+        act = _learned_model_act(config, root_fn, recurrent_fn)
 
-    def search_fn(params, key, observation, legal_mask):
-        root = root_fn(params, observation.astype(jnp.float32))
-        out = search.run(
-            params, key, root, recurrent_fn, reanalyse_search, invalid_actions=~legal_mask
-        )
-        return out.action_weights, out.root_value
+        def search_fn(params, key, observation, legal_mask):
+            root = root_fn(params, observation.astype(jnp.float32))
+            out = search.run(
+                params, key, root, recurrent_fn, reanalyse_search, invalid_actions=~legal_mask
+            )
+            return out.action_weights, out.root_value
+
+    else:
+        model = _sampled_model(root_fn, recurrent_fn, policy)
+        act = _sampled_act(config, model)
+
+        def search_fn(params, key, observation, legal_mask):
+            del legal_mask  # a sampled policy draws legal actions only
+            root = model.root_fn(params, observation.astype(jnp.float32))
+            out = search.run(
+                params,
+                key,
+                root,
+                model.recurrent_fn,
+                reanalyse_search,
+                sample_fn=model.sample_fn,
+            )
+            return out.action_weights, out.root_value, out.sampled_actions
 
     def value_fn(params, observation):
         latent = networks.represent(params, observation.astype(jnp.float32))
@@ -312,6 +337,105 @@ def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> 
         window_length=loss.window_length,
         uses_env_state=False,
     )
+
+
+def _sampled_policy(config: ExperimentConfig, spec: EnvSpec) -> Any:
+    """The policy Sampled MuZero draws from and learns (`muzero.BoxPolicy` over a box,
+    `muzero.CategoricalPolicy` over a discrete space), or None for a search over every action;
+    UsageError where the two do not fit."""
+    sampled = config.search.algorithm == "sampled_muzero"
+    if spec.is_box and not sampled:
+        hint = (
+            "mode=vtrace (its Gaussian policy)"
+            if config.mode != "vtrace"
+            else "a V-trace preset for boxes"
+        )
+        raise UsageError(
+            f"{spec.name} has continuous actions (a box of {spec.num_actions}); the searches "
+            f"over every action cannot take them: set search.algorithm=sampled_muzero, or use "
+            f"{hint}"
+        )
+    if not sampled:
+        return None
+    if config.mode != "muzero":
+        raise UsageError(
+            f"search.algorithm=sampled_muzero is a learned model's search: mode=muzero, got "
+            f"mode={config.mode}"
+        )
+    if spec.num_players != 1:
+        raise UsageError(
+            f"search.algorithm=sampled_muzero is for one-player environments; {spec.name} has "
+            f"{spec.num_players} players"
+        )
+    if config.learner.augment_symmetries:
+        raise UsageError(
+            "learner.augment_symmetries maps a board's action indices, not sampled actions: "
+            "turn it off with search.algorithm=sampled_muzero"
+        )
+    if muzero.switched_on(config.actors.random_move_prob):
+        raise UsageError(
+            "actors.random_move_prob draws uniform indices; Sampled MuZero explores through its "
+            "samples and the root's Dirichlet noise: set it to 0"
+        )
+    if spec.is_box:
+        assert spec.action_bounds is not None
+        return muzero.BoxPolicy(*spec.action_bounds)
+    if config.search.num_samples > spec.num_actions:
+        raise UsageError(
+            f"search.num_samples={config.search.num_samples} distinct actions of {spec.name}'s "
+            f"{spec.num_actions}: take at most {spec.num_actions}"
+        )
+    return muzero.CategoricalPolicy(spec.num_actions)
+
+
+class _SampledModel(NamedTuple):
+    """MuZero's learned model as Sampled MuZero's search takes it: each node's embedding is the
+    pair (the model's embedding, the policy head's outputs there), so that `sample_fn` draws
+    from the outputs the step already computed; the dynamics take a box's actions in [-1, 1]."""
+
+    root_fn: Callable
+    recurrent_fn: Callable
+    sample_fn: Callable
+
+
+def _sampled_model(root_fn, recurrent_fn, policy) -> _SampledModel:
+    def sampled_root_fn(params, observation):
+        root = root_fn(params, observation)
+        return root.replace(embedding=(root.embedding, root.prior_logits))
+
+    def sampled_recurrent_fn(params, rng_key, action, node):
+        output, embedding = recurrent_fn(
+            params, rng_key, policy.dynamics_input(action), node[0]
+        )
+        return output, (embedding, output.prior_logits)
+
+    def sample_fn(params, rng_key, node, num_samples):
+        del params
+        return policy.sample(rng_key, node[1], num_samples)
+
+    return _SampledModel(sampled_root_fn, sampled_recurrent_fn, sample_fn)
+
+
+def _sampled_act(config: ExperimentConfig, model: _SampledModel):
+    """`act` of Sampled MuZero: the search's K drawn actions, one of them played (by its visits
+    at the search's temperature; greedy: the most visited)."""
+
+    def act(params, key, observation, legal_mask, greedy, env_state=None):
+        del legal_mask, env_state
+        search_key, select_key = jax.random.split(key)
+        root = model.root_fn(params, observation)
+        out = search.run(
+            params, search_key, root, model.recurrent_fn, config.search, sample_fn=model.sample_fn
+        )
+        temperature = jnp.where(greedy, 0.0, config.search.temperature)[:, None]  # [B, 1]
+        slot = search.select_action(select_key, out.visit_counts, temperature)  # [B]
+        action = jax.vmap(lambda actions, k: actions[k])(out.sampled_actions, slot)
+        policy_outputs = root.embedding[1]  # [B, 2D] or [B, A]
+        return ActOutput(
+            action, out.action_weights, out.root_value, policy_outputs, out.sampled_actions
+        )
+
+    return act
 
 
 def _reanalyse_search_config(config: ExperimentConfig) -> search.SearchConfig:
@@ -552,17 +676,28 @@ def _search_agent(
 
 
 def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
+    if spec.is_box and config.search.algorithm == "sampled_muzero":
+        raise UsageError(
+            "search.algorithm=sampled_muzero is MuZero's search; mode=vtrace does not search: "
+            "set mode=muzero, or leave search.algorithm at its default"
+        )
+    # A box's policy: a squashed Gaussian (`muzero.BoxPolicy`), its 2D parameters from the head.
+    box = muzero.BoxPolicy(*spec.action_bounds) if spec.action_bounds is not None else None
     networks = _networks(
         muzero.make_actor_critic_networks,
         config.network,
         spec.observation_shape,
-        spec.num_actions,
+        box.num_outputs if box is not None else spec.num_actions,
     )
-    loss_fn = muzero.make_vtrace_loss(networks, config.loss)
+    loss_fn = muzero.make_vtrace_loss(networks, config.loss, box_policy=box)
 
     def act(params, key, observation, legal_mask, greedy, env_state=None):
         del env_state
         logits, value = networks.apply(params, observation)
+        if box is not None:  # [B, 2D] the Gaussian's parameters; the policy target is unused
+            sampled = box.sample(key, logits, 1)[0][:, 0]  # [B, D]
+            action = jnp.where(greedy[:, None], box.mode(logits), sampled)
+            return ActOutput(action, jnp.ones_like(value)[:, None], value, logits)
         logits = jnp.where(legal_mask, logits, jnp.finfo(logits.dtype).min)
         sampled = jax.random.categorical(key, logits).astype(jnp.int32)
         action = jnp.where(greedy, jnp.argmax(logits, axis=-1).astype(jnp.int32), sampled)

@@ -289,7 +289,7 @@ def write_ring(
         trajectory,
     )
     if prioritised:
-        fresh = jnp.full(trajectory.action.shape, priorities.largest)  # [T, b]
+        fresh = jnp.full(trajectory.reward.shape, priorities.largest)  # [T, b]
         window = jax.lax.dynamic_update_slice(priorities.window, fresh, (row, column))
         priorities = priorities._replace(window=window)
     return ring, priorities

@@ -75,7 +75,9 @@ def make_rollout(
                 observation=(
                     timestep.observation if timestep.observation.dtype == jnp.bool_ else observation
                 ),
-                action=out.action.astype(jnp.int32),
+                action=out.action.astype(
+                    jnp.float32 if jnp.issubdtype(out.action.dtype, jnp.floating) else jnp.int32
+                ),
                 reward=next_timestep.reward.astype(jnp.float32),
                 discount=jnp.where(next_timestep.done, 0.0, 1.0),
                 search_policy=out.search_policy.astype(jnp.float32),
@@ -86,6 +88,7 @@ def make_rollout(
                 policy_version=jnp.full(games, version, jnp.int32),
                 truncated=next_timestep.truncated.astype(jnp.float32),
                 state=record_state,
+                sampled_actions=out.sampled_actions,
             )
             ends = EpisodeEnds(
                 next_timestep.episode_end.astype(bool),

@@ -711,6 +711,18 @@ def _broken_cartpole(rule: str):
     return BrokenCartPole()
 
 
+def make_unbounded_box_cartpole():
+    """CartPole whose action space is a Box without finite bounds: no policy can cover it."""
+    from examples.cartpole_gymnax import CartPole
+    from gymnax.environments import spaces
+
+    class UnboundedBoxCartPole(CartPole):
+        def action_space(self, params=None):
+            return spaces.Box(-jnp.inf, jnp.inf, (1,), jnp.float32)
+
+    return UnboundedBoxCartPole()
+
+
 def make_untraceable_cartpole():
     return _broken_cartpole("untraceable")
 

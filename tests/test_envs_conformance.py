@@ -290,7 +290,6 @@ def test_illegal_or_malformed_actions_raise(rollout):
         ("envpool:Pendulum-v1", "only discrete actions"),
         ("gymnax:CartPole-v2", "did you mean CartPole-v1"),
         ("gymnax:breakout-minatar", "did you mean Breakout-MinAtar"),
-        ("gymnax:Pendulum-v1", "only discrete actions"),
         ("gymnasium:CartPole-v2", "did you mean CartPole-v1"),
         ("gymnasium:ALE/Pongg-v5", "did you mean ALE/Pong-v5"),
         ("gymnasium:Pendulum-v1", "Box action space: continuous actions are not supported yet"),

@@ -128,8 +128,6 @@ def test_minatar_observations_are_channels_last_float_planes():
     [
         ("gymnax:CartPol-v1", {}, "unknown gymnax env 'CartPol-v1': did you mean CartPole-v1"),
         ("gymnax:SpaceInvaders", {}, "did you mean SpaceInvaders-MinAtar"),
-        ("gymnax:Pendulum-v1", {}, "gymnax:Pendulum-v1 has a Box action space: continuous"),
-        ("gymnax:MountainCarContinuous-v0", {}, "only discrete actions"),
         ("gymnax:CartPole-v1", {"colour": "red"}, "unknown option.*colour.*max_episode_steps"),
         ("gymnax:CartPole-v1", {"max_episode_steps": 0}, "max_episode_steps must be an integer"),
         ("gymnax:CartPole-v1", {"max_episode_steps": 2.5}, "max_episode_steps must be an integer"),
@@ -145,7 +143,6 @@ def test_bad_names_and_options_give_one_line(name, options, fragment):
 
 def test_bad_arguments_to_the_pure_functions_give_one_line():
     for call, fragment in [
-        (lambda: gymnax_functions("Pendulum-v1", 2), "only discrete actions"),
         (lambda: gymnax_functions("CartPole-v1", 0), "num_envs"),
         (lambda: gymnax_functions("CartPole-v1", 2, -3), "max_episode_steps"),
         (lambda: gymnax_spec("Breakout"), "did you mean Breakout-MinAtar"),

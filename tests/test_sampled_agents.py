@@ -1,0 +1,171 @@
+"""Continuous actions in the agents: the squashed Gaussian (`muzero.BoxPolicy`), gymnax's boxes,
+Sampled MuZero's agent (act, targets, loss) and the Gaussian V-trace, and what is refused."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import configs
+import muzero
+from envs import env_spec
+from envs.gymnax_env import gymnax_functions
+from selfplay.agent import make_agent
+from selfplay.train import train
+
+TINY = [
+    "actors.envs_per_thread=4",
+    "actors.unroll_length=4",
+    "network.mlp_sizes=[16,16]",
+    "network.latent_size=16",
+    "network.head_hidden=16",
+    "learner.log_every_s=0.05",
+    "learner.checkpoint_every=10",
+    "evaluation.every_s=0",
+    "devices.cpu_devices=1",
+]
+SAMPLED = [
+    *TINY,
+    "search.num_samples=4",
+    "search.num_simulations=4",
+    "network.value_support=5",
+    "network.reward_support=2",
+    "loss.unroll_steps=2",
+    "loss.td_steps=2",
+    "learner.batch_size=8",
+    "replay.min_size=16",
+    "replay.samples_per_insert=1",
+]
+
+
+def test_the_squashed_gaussian_is_a_density_over_the_box_and_samples_inside_it():
+    policy = muzero.BoxPolicy((-2.0,), (2.0,))
+    outputs = jnp.array([[0.7, -0.4], [-1.2, -0.5]])  # mean, raw log-std per row
+    grid = jnp.linspace(-2.0, 2.0, 20001)[1:-1]  # [G]
+    density = jnp.exp(
+        policy.log_prob(outputs, jnp.broadcast_to(grid[None, :, None], (2, 19999, 1)))
+    )
+    np.testing.assert_allclose(jnp.sum(density, axis=-1) * (grid[1] - grid[0]), 1.0, atol=2e-3)
+    actions, log_probs = policy.sample(jax.random.PRNGKey(0), outputs, 512)  # [2, 512, 1]
+    assert actions.shape == (2, 512, 1) and bool(jnp.all(jnp.abs(actions) < 2.0))
+    np.testing.assert_allclose(log_probs, policy.log_prob(outputs, actions), rtol=1e-4, atol=1e-4)
+    # the samples' mean follows the mean output (tanh(0.7) * 2 > 0 > tanh(-1.2) * 2)
+    assert float(actions[0].mean()) > 0.5 > -0.5 > float(actions[1].mean())
+    with pytest.raises(ValueError, match="finite bounds low < high"):
+        muzero.BoxPolicy((1.0,), (1.0,))
+
+
+def test_gymnax_boxes_step_with_vectors_and_say_their_bounds():
+    spec = env_spec("gymnax:Pendulum-v1")
+    assert spec.is_box and spec.num_actions == 1 and spec.action_bounds == ((-2.0,), (2.0,))
+    assert env_spec("gymnax:MountainCarContinuous-v0").action_bounds == ((-1.0,), (1.0,))
+    assert not env_spec("gymnax:CartPole-v1").is_box
+    functions = gymnax_functions("Pendulum-v1", 3)
+    state, _ = functions.reset(jax.random.PRNGKey(0))
+    # all torque one way, then the other: different rewards from the same state
+    _, pushed = functions.step(state, jnp.full((3, 1), 2.0))
+    _, still = functions.step(state, jnp.zeros((3, 1)))
+    assert pushed.reward.shape == (3,) and pushed.legal_mask.shape == (3, 1)
+    assert not np.allclose(pushed.observation, still.observation)
+
+
+def _sampled_config(*extra):
+    return configs.load_config("pendulum_sampled_muzero", [*SAMPLED, *extra])
+
+
+def test_sampled_muzeros_agent_acts_in_the_box_and_learns_the_searchs_policy():
+    config = _sampled_config("reanalyse.fraction=0.5")
+    spec = env_spec(config.env.name)
+    agent = make_agent(config, spec)
+    params = jax.jit(agent.init)(jax.random.PRNGKey(0))
+    observation = jax.random.normal(jax.random.PRNGKey(1), (5, 3))
+    legal = jnp.ones((5, 1), bool)
+    out = agent.act(params, jax.random.PRNGKey(2), observation, legal, jnp.zeros(5, bool))
+    assert out.action.shape == (5, 1) and out.sampled_actions.shape == (5, 4, 1)
+    assert bool(jnp.all(jnp.abs(out.action) <= 2.0))
+    np.testing.assert_allclose(jnp.sum(out.search_policy, -1), 1.0, rtol=1e-5)
+    # the action played is one of the search's draws
+    assert bool(jnp.all(jnp.any(out.sampled_actions[..., 0] == out.action, axis=-1)))
+    greedy = agent.act(params, jax.random.PRNGKey(2), observation, legal, jnp.ones(5, bool))
+    # greedy: a most visited draw (ties broken at random)
+    chosen = greedy.sampled_actions[..., 0] == greedy.action  # [B, K]
+    weight = jnp.max(jnp.where(chosen, greedy.search_policy, -1.0), axis=-1)
+    np.testing.assert_allclose(weight, jnp.max(greedy.search_policy, axis=-1))
+
+    # a window of L = K + n + 1 steps, its batch and the paper's policy loss over the draws
+    length = config.loss.window_length
+    window = muzero.Trajectory(
+        observation=jax.random.normal(jax.random.PRNGKey(3), (length, 2, 3)),
+        action=jnp.tile(out.action[:2][None], (length, 1, 1)),
+        reward=-jnp.ones((length, 2)),
+        discount=jnp.ones((length, 2)),
+        search_policy=jnp.tile(out.search_policy[:2][None], (length, 1, 1)),
+        search_value=jnp.zeros((length, 2)),
+        legal_mask=jnp.ones((length, 2, 1), bool),
+        to_play=jnp.zeros((length, 2), jnp.int32),
+        behaviour_logits=jnp.zeros((length, 2, 2)),
+        policy_version=jnp.zeros((length, 2), jnp.int32),
+        sampled_actions=jnp.tile(out.sampled_actions[:2][None], (length, 1, 1, 1)),
+    )
+    context = muzero.BatchContext(params, params, jax.random.PRNGKey(5), jnp.int32(0))
+    batch, _ = agent.make_batch(window, jnp.ones(2), context)
+    # reanalyse (the preset's fraction 0.5: the first window) searched afresh: new draws
+    fresh, stored = batch.policy_actions[0, 0, :, 0], window.sampled_actions[0, 0, :, 0]
+    assert not np.allclose(fresh, stored)
+    np.testing.assert_array_equal(
+        batch.policy_actions[1, 0, :, 0], window.sampled_actions[0, 1, :, 0]
+    )
+    assert batch.policy_actions.shape == (2, config.loss.unroll_steps + 1, 4, 1)
+    assert batch.action.shape == (2, config.loss.unroll_steps, 1)
+    (loss, metrics), grads = jax.value_and_grad(agent.loss_fn, has_aux=True)(
+        params, batch, jax.random.PRNGKey(4)
+    )
+    assert np.isfinite(float(loss)) and float(metrics["policy_loss"]) != 0.0
+    assert any(float(jnp.abs(g).sum()) > 0 for g in jax.tree.leaves(grads))
+
+
+def test_sampled_muzero_and_gaussian_vtrace_train_on_pendulum_in_anakin(tmp_path):
+    result = train(_sampled_config("learner.max_updates=6"), tmp_path / "muzero", progress=False)
+    assert result.stopped_by == "max_updates" and result.updates >= 6
+    vtrace = configs.load_config(
+        "pendulum_vtrace", [*TINY, "learner.batch_size=4", "learner.max_updates=6"]
+    )
+    result = train(vtrace, tmp_path / "vtrace", progress=False)
+    assert result.stopped_by == "max_updates" and result.updates >= 6
+
+
+def test_a_discrete_space_is_searched_by_its_sampled_subset():
+    config = configs.load_config(
+        "pendulum_sampled_muzero",
+        [*SAMPLED, "env.name=gymnax:Acrobot-v1", "search.num_samples=2"],
+    )
+    agent = make_agent(config, env_spec(config.env.name))
+    params = jax.jit(agent.init)(jax.random.PRNGKey(0))
+    out = agent.act(
+        params, jax.random.PRNGKey(1), jnp.zeros((3, 6)), jnp.ones((3, 3), bool), jnp.zeros(3, bool)
+    )
+    assert out.sampled_actions.shape == (3, 2) and out.action.dtype == jnp.int32
+    assert bool(jnp.all(out.sampled_actions[:, 0] < out.sampled_actions[:, 1]))  # distinct
+
+
+@pytest.mark.parametrize(
+    "preset, overrides, message",
+    [
+        ("pendulum_sampled_muzero", ["search.algorithm=muzero"], "continuous actions"),
+        (
+            "pendulum_sampled_muzero",
+            ["env.name=gymnax:Acrobot-v1", "search.num_samples=4"],
+            "search.num_samples=4 distinct actions of gymnax:Acrobot-v1's 3",
+        ),
+        (
+            "pendulum_sampled_muzero",
+            ["actors.random_move_prob=0.1"],
+            "actors.random_move_prob draws uniform indices",
+        ),
+        ("pendulum_vtrace", ["search.algorithm=sampled_muzero"], "mode=vtrace does not search"),
+    ],
+)
+def test_what_sampled_muzero_refuses_gets_one_line(preset, overrides, message):
+    config = configs.load_config(preset, [*SAMPLED, *overrides])
+    with pytest.raises(configs.UsageError, match=message):
+        make_agent(config, env_spec(config.env.name))
