@@ -44,9 +44,10 @@ class BoxPolicy:
     def __post_init__(self):
         if len(self.low) != len(self.high) or not self.low:
             raise ValueError(f"BoxPolicy: bounds {self.low} and {self.high} must match, D >= 1")
-        if not all(math.isfinite(lo) and math.isfinite(hi) and lo < hi for lo, hi in zip(
-            self.low, self.high, strict=True
-        )):
+        if not all(
+            math.isfinite(lo) and math.isfinite(hi) and lo < hi
+            for lo, hi in zip(self.low, self.high, strict=True)
+        ):
             raise ValueError(
                 f"BoxPolicy: every dimension needs finite bounds low < high, got {self.low}, "
                 f"{self.high}"

@@ -404,9 +404,7 @@ def _sampled_model(root_fn, recurrent_fn, policy) -> _SampledModel:
         return root.replace(embedding=(root.embedding, root.prior_logits))
 
     def sampled_recurrent_fn(params, rng_key, action, node):
-        output, embedding = recurrent_fn(
-            params, rng_key, policy.dynamics_input(action), node[0]
-        )
+        output, embedding = recurrent_fn(params, rng_key, policy.dynamics_input(action), node[0])
         return output, (embedding, output.prior_logits)
 
     def sample_fn(params, rng_key, node, num_samples):

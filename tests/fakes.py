@@ -713,8 +713,9 @@ def _broken_cartpole(rule: str):
 
 def make_unbounded_box_cartpole():
     """CartPole whose action space is a Box without finite bounds: no policy can cover it."""
-    from examples.cartpole_gymnax import CartPole
     from gymnax.environments import spaces
+
+    from examples.cartpole_gymnax import CartPole
 
     class UnboundedBoxCartPole(CartPole):
         def action_space(self, params=None):
