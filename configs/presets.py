@@ -678,6 +678,65 @@ _MUZERO_ATARI_OPTIONS = {
 
 @preset(
     "accelerator",
+    "not yet measured (no GPU has run it)",
+    on_cpu="actors.envs_per_thread=4 search.num_simulations=16 learner.batch_size=64 "
+    "replay.min_size=500 (2,000 frames in 15 s on 2 cores, compiling included)",
+)
+def halfcheetah_sampled_muzero() -> ExperimentConfig:
+    """Sampled MuZero on MuJoCo's HalfCheetah-v5 (gymnasium, Sebulba; `pip install
+    podracer[mujoco]`): a box of 6 torques in [-1, 1], K = 20 draws per node and 50 simulations
+    (LightZero's Sampled EfficientZero on MuJoCo), residual MLP networks of 256 units, value
+    bootstraps from a target network and EfficientZero's consistency loss; two actor threads of
+    16 environments feeding batches of 256."""
+    return ExperimentConfig(
+        name="halfcheetah_sampled_muzero",
+        mode="muzero",
+        env=EnvConfig(name="gymnasium:HalfCheetah-v5"),
+        search=SearchConfig(
+            algorithm="sampled_muzero",
+            num_samples=20,
+            num_simulations=50,
+            dirichlet_alpha=0.3,
+            dirichlet_fraction=0.25,
+            temperature=1.0,
+        ),
+        network=NetworkConfig(
+            mlp_sizes=(256, 256),
+            latent_size=256,
+            head_hidden=256,
+            value_support=300,
+            reward_support=50,
+            latent_scaling="none",
+            dynamics_residual=True,
+            zero_init_heads=True,
+        ),
+        loss=LossConfig(
+            unroll_steps=5,
+            td_steps=5,
+            discount=0.99,
+            value_loss_weight=0.25,
+            consistency_weight=2.0,
+            entropy_cost=5e-3,
+        ),
+        optimizer=OptimizerConfig(learning_rate=3e-4, max_grad_norm=5.0),
+        actors=ActorConfig(threads_per_device=2, envs_per_thread=16, unroll_length=16),
+        replay=ReplayConfig(
+            capacity=1_000_000, min_size=5_000, samples_per_insert=4.0, priority_alpha=0.0
+        ),
+        reanalyse=ReanalyseConfig(value="target_network"),
+        learner=LearnerConfig(
+            batch_size=256,
+            max_updates=0,
+            max_frames=1_000_000,
+            checkpoint_every=1_000,
+            target_update_every=200,
+        ),
+        evaluation=EvaluationConfig(every_s=300.0, games=8),
+    )
+
+
+@preset(
+    "accelerator",
     "the paper's network and settings; not yet measured here (no GPU has run it)",
     on_cpu="--config pong_muzero_small (the same agent, CPU-sized)",
 )

@@ -39,6 +39,7 @@ __all__ = [
     "EnvSpec",
     "SyncSendRecv",
     "TimeStep",
+    "box_bounds",
     "check_actions",
     "check_rewards",
     "checked_time_limit",
@@ -176,9 +177,31 @@ class BatchedEnv(Protocol):
         ...
 
 
-def check_actions(actions: Any, batch: int, num_actions: int) -> np.ndarray:
-    """Returns `actions` as an int32 [batch] array, or raises ValueError naming what is wrong."""
+def check_actions(
+    actions: Any,
+    batch: int,
+    num_actions: int,
+    bounds: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
+) -> np.ndarray:
+    """Returns `actions` as an int32 [batch] array, or raises ValueError naming what is wrong;
+    with a box's `bounds` (`EnvSpec.action_bounds`), as a float32 [batch, D] array of finite
+    values within them."""
     actions = np.asarray(actions)
+    if bounds is not None:
+        if actions.shape != (batch, num_actions) or not np.issubdtype(actions.dtype, np.floating):
+            raise ValueError(
+                f"actions of a box must be floats of shape [{batch}, {num_actions}], got "
+                f"{actions.dtype} {actions.shape}"
+            )
+        low, high = (np.asarray(b, np.float32) for b in bounds)
+        outside = ~np.isfinite(actions) | (actions < low) | (actions > high)
+        rows = np.flatnonzero(outside.any(axis=-1))
+        if rows.size:
+            raise ValueError(
+                f"actions of rows {rows[:8].tolist()} are NaN or outside the box "
+                f"[{low.tolist()}, {high.tolist()}]: {actions[rows[:8]].tolist()}"
+            )
+        return actions.astype(np.float32, copy=False)
     if actions.shape != (batch,):
         raise ValueError(f"actions must have shape [{batch}], got {actions.shape}")
     if not np.issubdtype(actions.dtype, np.integer):
@@ -186,6 +209,25 @@ def check_actions(actions: Any, batch: int, num_actions: int) -> np.ndarray:
     if actions.size and (actions.min() < 0 or actions.max() >= num_actions):
         raise ValueError(f"actions must be in [0, {num_actions}), got {actions.tolist()}")
     return actions.astype(np.int32, copy=False)
+
+
+def box_bounds(
+    name: str, shape: tuple[int, ...], low: Any, high: Any
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """A Box action space's (low, high) per dimension, as `EnvSpec.action_bounds` holds them;
+    UsageError, one line, for a box the agents cannot parametrise (not one axis, or a bound
+    that is not finite)."""
+    low = np.broadcast_to(np.asarray(low, np.float64), shape).reshape(-1)
+    high = np.broadcast_to(np.asarray(high, np.float64), shape).reshape(-1)
+    if len(shape) != 1 or not (np.isfinite(low).all() and np.isfinite(high).all()):
+        from configs.errors import UsageError
+
+        raise UsageError(
+            f"{name} has a Box action space of shape {tuple(shape)} with bounds "
+            f"{low.tolist()}..{high.tolist()}; the agents take a box of one axis with finite "
+            "bounds"
+        )
+    return tuple(float(x) for x in low), tuple(float(x) for x in high)
 
 
 def check_rewards(name: str, rewards: Any) -> None:

@@ -15,7 +15,9 @@ What goes in (`GymnasiumEnv(source, num_envs, seed, **options)`, built by `envs.
   vector env (`num_envs`, e.g. a `SyncVectorEnv`), stepped as it is: it must have been built with
   `num_envs` equal to the batch asked for and `autoreset_mode=AutoresetMode.SAME_STEP`.
 
-Actions are `Discrete(n)` (a `start` offset is added back); other action spaces are refused.
+Actions are `Discrete(n)` (a `start` offset is added back) or a `Box` of one axis with finite
+bounds (MuJoCo's: `EnvSpec.action_bounds`, float vectors [B, D] for Sampled MuZero and the
+Gaussian V-trace); other action spaces are refused.
 
 Observations: a `Box` as float32 (a `uint8` Box, images, stays uint8); a `Discrete(n)` as a
 one-hot float32 `[n]`; `Dict` and `Tuple` are refused (`gymnasium.wrappers.FlattenObservation`
@@ -57,6 +59,7 @@ from envs.base import (
     EnvSpec,
     SyncSendRecv,
     TimeStep,
+    box_bounds,
     check_actions,
     check_rewards,
     checked_time_limit,
@@ -103,6 +106,7 @@ class GymnasiumEnv(SyncSendRecv):
             discount=1.0,
             deterministic=False,
             max_episode_steps=limit,
+            action_bounds=self._bounds,
         )
         self._seed = seed
         self._started = False
@@ -112,16 +116,19 @@ class GymnasiumEnv(SyncSendRecv):
 
     def _init_spaces(self, name: str, vector: Any) -> None:
         action_space = vector.single_action_space
-        if not isinstance(action_space, gymnasium.spaces.Discrete):
+        self._bounds: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+        if isinstance(action_space, gymnasium.spaces.Box):
+            self._bounds = box_bounds(name, action_space.shape, action_space.low, action_space.high)
+            self._num_actions, self._action_start = len(self._bounds[0]), 0
+        elif isinstance(action_space, gymnasium.spaces.Discrete):
+            self._num_actions = int(action_space.n)
+            self._action_start = int(action_space.start)
+        else:
             kind = type(action_space).__name__
-            if isinstance(action_space, gymnasium.spaces.Box):
-                raise UsageError(
-                    f"{name} has a Box action space: continuous actions are not supported yet "
-                    "(Sampled MuZero will take them)"
-                )
-            raise UsageError(f"{name} has a {kind} action space: only Discrete actions are taken")
-        self._num_actions = int(action_space.n)
-        self._action_start = int(action_space.start)
+            raise UsageError(
+                f"{name} has a {kind} action space: the agents take Discrete actions or a Box"
+            )
+        self._action_dtype = action_space.dtype
         space = vector.single_observation_space
         if isinstance(space, gymnasium.spaces.Discrete):
             self._obs_shape: tuple[int, ...] = (int(space.n),)
@@ -200,11 +207,13 @@ class GymnasiumEnv(SyncSendRecv):
         )
 
     def step(self, actions: np.ndarray) -> TimeStep:
-        """Steps every env with `actions` [num_envs]."""
+        """Steps every env with `actions` [num_envs] (a box's: [num_envs, D])."""
         if not self._started:
             raise ValueError("step called before reset")
-        actions = check_actions(actions, self.num_envs, self._num_actions)
-        if self._mask is not None:
+        actions = check_actions(actions, self.num_envs, self._num_actions, self._bounds)
+        if self._bounds is not None:
+            actions = actions.astype(self._action_dtype)  # MuJoCo's float64
+        elif self._mask is not None:
             illegal = ~self._mask[self._ids, actions]
             if illegal.any():
                 env = int(np.argmax(illegal))

@@ -39,12 +39,11 @@ import chex
 import gymnax
 import jax
 import jax.numpy as jnp
-import numpy as np
 from gymnax.environments import spaces
 
 from configs.caching import built_once
 from configs.errors import UsageError
-from envs.base import EnvSpec, TimeStep, checked_time_limit
+from envs.base import EnvSpec, TimeStep, box_bounds, checked_time_limit
 from envs.jax_env import JaxEnv, end_episodes
 from envs.user import UserEnv, same_observations, traced
 
@@ -142,15 +141,7 @@ def _box_bounds(name: str, action_space) -> tuple[tuple[float, ...], tuple[float
             f"{name} has a {type(action_space).__name__} action space; the agents take a "
             "Discrete space or a Box"
         )
-    shape = tuple(action_space.shape)
-    low = np.broadcast_to(np.asarray(action_space.low, np.float64), shape).reshape(-1)
-    high = np.broadcast_to(np.asarray(action_space.high, np.float64), shape).reshape(-1)
-    if len(shape) != 1 or not (np.isfinite(low).all() and np.isfinite(high).all()):
-        raise UsageError(
-            f"{name} has a Box action space of shape {shape} with bounds {low.tolist()}.."
-            f"{high.tolist()}; the agents take a box of one axis with finite bounds"
-        )
-    return tuple(float(x) for x in low), tuple(float(x) for x in high)
+    return box_bounds(name, tuple(action_space.shape), action_space.low, action_space.high)
 
 
 def _make(env_id: str) -> tuple[Any, Any]:

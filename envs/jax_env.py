@@ -94,10 +94,15 @@ class JaxEnv(SyncSendRecv):
         return ts
 
     def step(self, actions: np.ndarray) -> TimeStep:
-        """Steps with legal `actions` [B] in [0, num_actions) (ValueError otherwise); numpy out."""
+        """Steps with legal `actions` [B] in [0, num_actions) (a box's: [B, D] within its bounds;
+        ValueError otherwise); numpy out."""
         if self._env_state is None:
             raise ValueError("step called before reset")
-        actions = check_actions(actions, self.num_envs, self.spec.num_actions)
+        actions = check_actions(
+            actions, self.num_envs, self.spec.num_actions, self.spec.action_bounds
+        )
+        if self.spec.is_box:  # every action of a box is legal
+            return self._to_host(self.step_device(actions))
         if self._mask is None:  # the last step was step_device: fetch its mask once
             self._mask = np.asarray(jax.device_get(self._device_mask))
         legal = self._mask[np.arange(self.num_envs), actions]

@@ -477,10 +477,18 @@ def outcome_fields(timestep) -> dict[str, np.ndarray]:
 def acting_fields(timestep, out, version: int) -> dict[str, np.ndarray]:
     """The fields of a trajectory step known when the actor acts (all but the `OUTCOMES`),
     for the B rows of `timestep` and the act's output `out`."""
-    batch = np.asarray(out.action).shape[0]
+    action = np.asarray(out.action)
+    batch = action.shape[0]
+    sampled = {}
+    if out.sampled_actions is not None:  # Sampled MuZero's draws, which search_policy weighs
+        sampled = {"sampled_actions": np.asarray(out.sampled_actions)}
     return {
+        **sampled,
         "observation": timestep.observation,
-        "action": out.action.astype(np.int32),
+        # a box's [B, D] float32 vectors as they are, indices as int32
+        "action": action.astype(
+            np.float32 if np.issubdtype(action.dtype, np.floating) else np.int32
+        ),
         "search_policy": np.asarray(out.search_policy, np.float32),
         "search_value": np.asarray(out.search_value, np.float32),
         "legal_mask": np.asarray(timestep.legal_mask, bool),

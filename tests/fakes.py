@@ -747,7 +747,7 @@ class GymCorridor(gymnasium.Env):
     ends at either end, with reward +1 on the right, -1 on the left. The observation is the cell
     as a float64 [1] (or, `discrete_observation`, the cell itself: Discrete(length)).
 
-    Options that break a rule, one each: `box_actions` (a Box action space), `dict_observation`
+    Options that break a rule, one each: `box_actions` (an unbounded Box), `dict_observation`
     (a Dict observation space), `grow_at=k` (an observation of shape [2] at the episode's k-th
     step), `nan_at=k` (a NaN reward at its k-th step). `action_mask` gives
     `info["action_mask"]`, which forbids left in cell 1.
@@ -770,7 +770,7 @@ class GymCorridor(gymnasium.Env):
         if dict_observation:
             self.observation_space = gymnasium.spaces.Dict({"cell": box})
         self.action_space = (
-            gymnasium.spaces.Box(-1.0, 1.0, (1,), np.float32)
+            gymnasium.spaces.Box(-np.inf, np.inf, (1,), np.float32)  # no policy covers it
             if box_actions
             else gymnasium.spaces.Discrete(2)
         )

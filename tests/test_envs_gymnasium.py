@@ -121,10 +121,23 @@ def test_a_users_vector_env_is_stepped_as_it_is():
     env.close()
 
 
+def test_mujocos_boxes_step_with_vectors_within_their_bounds():
+    env = make_env("gymnasium:Hopper-v5", 2, 0)
+    assert env.spec.is_box and env.spec.action_bounds == ((-1.0,) * 3, (1.0,) * 3)
+    env.reset(0)
+    ts = env.step(np.full((2, 3), 0.5, np.float32))
+    assert ts.observation.shape == (2, 11) and ts.legal_mask.shape == (2, 3)
+    with pytest.raises(ValueError, match=r"actions of rows \[1\] are NaN or outside the box"):
+        env.step(np.array([[0.0, 0.0, 0.0], [0.0, np.nan, 0.0]], np.float32))
+    with pytest.raises(ValueError, match=r"floats of shape \[2, 3\], got int64 \(2,\)"):
+        env.step(np.zeros(2, np.int64))
+    env.close()
+
+
 @pytest.mark.parametrize(
     "name, options, fragment",
     [
-        (CORRIDOR, {"box_actions": True}, "has a Box action space: continuous actions are not "),
+        (CORRIDOR, {"box_actions": True}, "Box action space of shape .1,. with bounds .-inf"),
         (CORRIDOR, {"dict_observation": True}, "Dict observation space: only Box and Discrete"),
         (
             "py:tests.fakes:make_gym_corridor_vector",
