@@ -23,8 +23,10 @@ sized to the game (`DEFAULT_MCTS`); backgammon's are `random` and `pubeval`.
 from __future__ import annotations
 
 import functools
+import itertools
 import pathlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -253,13 +255,18 @@ class RunEvaluator:
         return values
 
     def _episodes(self, params: Any, stop: StopSignal) -> dict[str, Any]:
-        key = jax.random.PRNGKey(self.seed)
+        keys = _step_keys(self.seed)
         act = self.agent.act
 
         def policy(timestep) -> np.ndarray:
             rows = np.asarray(timestep.observation).shape[0]
             out = act(
-                params, key, timestep.observation, timestep.legal_mask, np.ones(rows, bool), None
+                params,
+                next(keys),
+                timestep.observation,
+                timestep.legal_mask,
+                np.ones(rows, bool),
+                None,
             )
             return np.asarray(out.action)
 
@@ -285,6 +292,15 @@ class RunEvaluator:
             values["eval/human_normalized"] = result.normalized.mean.value
         values["eval"] = f"return {result.summary.mean.value:.4g}"
         return values
+
+
+def _step_keys(seed: int) -> Iterator[jax.Array]:
+    """A fresh key for each step of an evaluation, the same sequence for the same seed: a
+    search that draws (Sampled MuZero's actions, Gumbel's and the tie-breaks) draws anew at every
+    state, as in training, and an evaluation is repeatable."""
+    key = jax.random.PRNGKey(seed)
+    for step in itertools.count():
+        yield jax.random.fold_in(key, step)
 
 
 if __name__ == "__main__":

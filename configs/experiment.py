@@ -36,7 +36,7 @@ __all__ = [
 MODES = ("muzero", "alphazero", "vtrace", "stochastic_muzero")
 RUNTIMES = ("sebulba", "anakin")
 # Environment families written in JAX, which the Anakin runtime steps inside its jit.
-JAX_FAMILIES = ("pgx", "gymnax", "jumanji")
+JAX_FAMILIES = ("pgx", "gymnax", "jumanji", "brax")
 # A user's own environment by import path, `py:<module>:<callable>`: which API it speaks (and so
 # what it allows) is known once `envs` has built it, which checks the runtime and mode then.
 USER_ENV_PREFIX = "py"

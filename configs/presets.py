@@ -465,7 +465,9 @@ def pendulum_vtrace() -> ExperimentConfig:
         runtime="anakin",
         env=EnvConfig(name="gymnax:Pendulum-v1"),
         network=NetworkConfig(mlp_sizes=(64, 64), value_support=0, reward_support=0),
-        loss=LossConfig(discount=0.99, entropy_cost=1e-3, baseline_cost=0.5),
+        # Rewards scaled by 0.01 (Pendulum's are -16..0 a step): the best of a sweep of scale,
+        # learning rate, baseline and entropy costs at 200k frames (BENCHMARKS.md)
+        loss=LossConfig(discount=0.99, entropy_cost=1e-3, baseline_cost=0.5, reward_scale=0.01),
         optimizer=OptimizerConfig(
             learning_rate=1e-3, max_grad_norm=40.0, schedule="linear", decay_steps=6_000
         ),
@@ -732,6 +734,26 @@ def halfcheetah_sampled_muzero() -> ExperimentConfig:
             target_update_every=200,
         ),
         evaluation=EvaluationConfig(every_s=300.0, games=8),
+    )
+
+
+@preset(
+    "accelerator",
+    "not yet measured (no GPU has run it)",
+    on_cpu="actors.envs_per_thread=8 search.num_simulations=8 learner.batch_size=64 "
+    "replay.min_size=500 (runs on 2 cores, compiling brax's physics takes minutes)",
+)
+def brax_halfcheetah_sampled_muzero() -> ExperimentConfig:
+    """Sampled MuZero on brax's halfcheetah (`pip install podracer[brax]`): the physics, the
+    search and the update in one jitted Anakin iteration, 256 environments per device; the
+    networks and search of `halfcheetah_sampled_muzero`."""
+    config = halfcheetah_sampled_muzero()
+    return config.replace(
+        name="brax_halfcheetah_sampled_muzero",
+        runtime="anakin",
+        env=EnvConfig(name="brax:halfcheetah"),
+        actors=ActorConfig(threads_per_device=1, envs_per_thread=256, unroll_length=16),
+        learner=dataclasses.replace(config.learner, batch_size=1024, max_frames=10_000_000),
     )
 
 

@@ -49,7 +49,7 @@ __all__ = [
 # The environment families `make_env` knows (envs.registry), by name prefix; a user's own
 # environment (`py:<module>:<callable>`) is run by the adapter of the API it speaks, whose family
 # its spec names.
-FAMILIES = ("openspiel", "pgx", "envpool", "gymnax", "gymnasium", "jumanji")
+FAMILIES = ("openspiel", "pgx", "envpool", "gymnax", "gymnasium", "jumanji", "brax")
 
 
 # envpool's Atari options and defaults (envpool/atari/atari_env.h), which the presets pass.

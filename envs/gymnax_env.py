@@ -8,11 +8,12 @@ Two ways in, like the pgx adapter:
   transfer) and `.env_state` (the whole device-side state, as `functions.step` takes it).
 
 A user's own environment in gymnax's API (`py:<module>:<callable>`, `envs.user`) goes through
-the same functions. Every gymnax env with a discrete action space is accepted
-(`gymnax.registered_envs`), e.g.
-`CartPole-v1`, `Acrobot-v1`, `MountainCar-v0`, `Breakout-MinAtar`, `Catch-bsuite`; continuous ones
-(`Pendulum-v1`, `MountainCarContinuous-v0`, ...) are refused. Each step is gymnax's own `step`,
-which steps, separates termination from the time limit and auto-resets in the same call.
+the same functions. Every gymnax env with a discrete action space or a box of one axis is
+accepted (`gymnax.registered_envs`), e.g. `CartPole-v1`, `Acrobot-v1`, `MountainCar-v0`,
+`Breakout-MinAtar`, `Catch-bsuite`, and the boxes `Pendulum-v1` and `MountainCarContinuous-v0`
+(actions [B, D] floats within `EnvSpec.action_bounds`: Sampled MuZero, the Gaussian V-trace).
+Each step is gymnax's own `step`, which steps, separates termination from the time limit and
+auto-resets in the same call.
 
 Time limits: an episode is truncated when it reaches the env params' `max_steps_in_episode`
 without terminating (gymnax >= 1.0 keeps the time limit out of `step_env`'s `terminated`, and so

@@ -171,8 +171,8 @@ def _actions(name: str, spec: Any) -> tuple[int, Callable[[jax.Array], jax.Array
     if isinstance(spec, specs.Array) and jnp.issubdtype(spec.dtype, jnp.floating):
         raise UsageError(
             f"{name} has a {type(spec).__name__} action spec of {np.dtype(spec.dtype).name}: "
-            "continuous actions are not supported yet (Sampled MuZero will take them); only "
-            "DiscreteArray or MultiDiscreteArray actions"
+            "jumanji's continuous actions are not taken yet (boxes are, from gymnax and "
+            "Gymnasium); only DiscreteArray or MultiDiscreteArray actions"
         )
     raise UsageError(
         f"{name} has a {type(spec).__name__} action spec: only DiscreteArray or "

@@ -32,6 +32,7 @@ _LIBRARIES = {
     "envpool": ("envpool", "envpool"),
     "gymnasium": ("gymnasium", "gymnasium"),
     "jumanji": ("jumanji", "jumanji"),
+    "brax": ("brax", "brax"),
 }
 
 
@@ -100,6 +101,7 @@ def make_env(name: str, num_envs: int, seed: int = 0, **options: Any) -> Batched
         `gymnasium:ALE/Pong-v5`): `max_episode_steps`, and for Atari ids envpool's preprocessing
         options (`episodic_life`, `reward_clip`, `repeat_action_probability`, ...).
       - `jumanji:<id>` (e.g. `jumanji:Snake-v1`): `max_episode_steps`.
+      - `brax:<env>` (e.g. `brax:halfcheetah`): `max_episode_steps` (default 1,000).
       - `py:<module>:<callable>`: a user's own environment (`envs.user`), options passed to the
         callable as keyword arguments.
     The families' modules are imported here, on use, so that a run on one never loads the others.
@@ -126,6 +128,11 @@ def make_env(name: str, num_envs: int, seed: int = 0, **options: Any) -> Batched
 
         _check_options(name, options, {"max_episode_steps"})
         return JumanjiEnv(env_id, num_envs, seed, **options)
+    if family == "brax":
+        from envs.brax_env import BraxEnv
+
+        _check_options(name, options, {"max_episode_steps"})
+        return BraxEnv(env_id, num_envs, seed, **options)
     if family == "gymnasium":
         from envs.gymnasium_env import GymnasiumEnv
 
@@ -137,7 +144,7 @@ def make_env(name: str, num_envs: int, seed: int = 0, **options: Any) -> Batched
 
 def jax_env_functions(name: str, num_envs: int, **options: Any) -> Any:
     """Pure, jittable `reset(key) -> (state, TimeStep)` and `step(state, actions [B]) -> (state,
-    TimeStep)` for `num_envs` environments of a JAX-native family (pgx, gymnax, jumanji, or a
+    TimeStep)` for `num_envs` environments of a JAX-native family (pgx, gymnax, jumanji, brax, or a
     user's environment in one of their APIs), with same-step auto-reset: what the Anakin runtime
     steps inside its jit. UsageError for other families."""
     family, env_id, options = _source(name, options)
@@ -156,6 +163,11 @@ def jax_env_functions(name: str, num_envs: int, **options: Any) -> Any:
 
         _check_options(name, options, {"max_episode_steps"})
         return jumanji_functions(env_id, num_envs, **options)
+    if family == "brax":
+        from envs.brax_env import brax_functions
+
+        _check_options(name, options, {"max_episode_steps"})
+        return brax_functions(env_id, num_envs, **options)
     what = "a Gymnasium environment, stepped" if not isinstance(env_id, str) else "stepped"
     raise UsageError(
         f"{name} is {what} on the host, not inside a jit: runtime=anakin needs an environment "

@@ -265,6 +265,9 @@ class LossConfig:
     clip_rho_threshold: float = 1.0  # V-trace: clip of the importance ratio in the value target.
     clip_pg_rho_threshold: float = 1.0  # V-trace: clip of the importance ratio in the gradient.
     vtrace_lambda: float = 1.0  # V-trace: lambda mixing n-step and 1-step targets.
+    # V-trace: rewards are multiplied by this in the loss (brax's PPO's `reward_scaling`), so that
+    # advantages and values of large per-step rewards (Pendulum's -16..0) stay near 1.
+    reward_scale: float = 1.0
     # EfficientZero's self-supervised consistency loss (MuZero): the negative cosine similarity
     # between the predicted projection of the latent the dynamics reached at each unroll step and
     # the projection of the real observation's representation there (stop-gradient); 0: off.
@@ -304,7 +307,7 @@ class LossConfig:
             "dynamics_gradient_scale",
             "in [0, 1]",
         )
-        for name in ("clip_rho_threshold", "clip_pg_rho_threshold"):
+        for name in ("clip_rho_threshold", "clip_pg_rho_threshold", "reward_scale"):
             check(_is_real(getattr(self, name)) and getattr(self, name) > 0, name, "> 0")
         check(
             _is_real(self.vtrace_lambda) and 0 <= self.vtrace_lambda <= 1,

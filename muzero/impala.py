@@ -149,7 +149,7 @@ def make_vtrace_loss(
         rho = jnp.exp(jax.lax.stop_gradient(log_pi_a) - log_mu_a)  # [T-1, B]
 
         discount_t = config.discount * batch.discount[:-1].astype(jnp.float32)
-        reward_t = batch.reward[:-1].astype(jnp.float32)
+        reward_t = config.reward_scale * batch.reward[:-1].astype(jnp.float32)
         if batch.truncated is not None:
             # A step cut by a time limit bootstraps from its own state's value (the next step is
             # a new episode): r + discount * V(x_t), with the recursion still stopped there.

@@ -92,7 +92,10 @@ def corrected_prior_logits(
       proposal_log_probs: [B, K] log beta of each (up to a constant per row).
     Returns:
       prior_logits [B, K] (log-probabilities over the distinct samples; `finfo.min` at repeats)
-      and repeat [B, K] bool: True at each slot whose action an earlier slot already holds.
+      and unused [B, K] bool: True at each slot whose action an earlier slot already holds, or
+      that the policy gives no probability (an illegal action drawn by a set that takes them
+      all, its logit masked: `mask_invalid_logits`); the search never selects these. A row
+      with nothing else keeps its first slot.
     """
     chex.assert_rank(log_probs, 2)
     batch_size, num_samples = log_probs.shape
@@ -103,10 +106,13 @@ def corrected_prior_logits(
     same = jnp.all(flat[:, :, None, :] == flat[:, None, :, :], axis=-1)  # [B, K, K]
     counts = jnp.sum(same, axis=-1)  # [B, K], copies of each slot's action (itself included)
     earlier = jnp.tril(jnp.ones((num_samples, num_samples), bool), k=-1)  # [K, K]: j < k
-    repeat = jnp.any(same & earlier, axis=-1)  # [B, K]
+    impossible = log_probs <= 0.5 * jnp.finfo(log_probs.dtype).min  # -inf or a masked logit's
+    repeat = jnp.any(same & earlier, axis=-1) | impossible  # [B, K]
+    only_first = jnp.all(repeat, axis=-1, keepdims=True) & (jnp.arange(num_samples) == 0)
+    repeat = repeat & ~only_first
     log_beta_hat = jnp.log(counts.astype(log_probs.dtype) / num_samples)
     logits = log_beta_hat + log_probs - proposal_log_probs  # [B, K]
-    logits = jnp.where(repeat, -jnp.inf, logits)
+    logits = jnp.where(only_first, 0.0, jnp.where(repeat, -jnp.inf, logits))
     logits = jax.nn.log_softmax(logits, axis=-1)
     return jnp.where(repeat, jnp.finfo(logits.dtype).min, logits), repeat
 

@@ -146,7 +146,7 @@ def test_a_users_jumanji_env_by_import_path():
             r"make_jumanji_changing_observation: its observation changes between steps: .*"
             r"cells=.float32\[5\].* after reset, .*cells=.int32\[5\].* after step",
         ),
-        ("make_jumanji_continuous", "continuous actions are not supported yet"),
+        ("make_jumanji_continuous", "continuous actions are not taken yet"),
     ],
 )
 def test_bad_user_envs_give_one_line(factory, fragment):

@@ -124,9 +124,15 @@ def test_sampled_muzeros_agent_acts_in_the_box_and_learns_the_searchs_policy():
     assert any(float(jnp.abs(g).sum()) > 0 for g in jax.tree.leaves(grads))
 
 
-def test_sampled_muzero_and_gaussian_vtrace_train_on_pendulum_in_anakin(tmp_path):
-    result = train(_sampled_config("learner.max_updates=6"), tmp_path / "muzero", progress=False)
-    assert result.stopped_by == "max_updates" and result.updates >= 6
+def test_sampled_muzero_and_gaussian_vtrace_train_on_boxes_in_both_runtimes(tmp_path):
+    # brax's physics inside Anakin's jit (its cheapest env), gymnax's Pendulum under Sebulba
+    for name, extra in [
+        ("brax", ["env.name=brax:fast", 'env.options={"max_episode_steps": 20}']),
+        ("sebulba", ["runtime=sebulba", "actors.threads_per_device=1"]),
+    ]:
+        config = _sampled_config("learner.max_updates=4", *extra)
+        result = train(config, tmp_path / name, progress=False)
+        assert result.stopped_by == "max_updates" and result.updates >= 4, name
     vtrace = configs.load_config(
         "pendulum_vtrace", [*TINY, "learner.batch_size=4", "learner.max_updates=6"]
     )

@@ -164,6 +164,17 @@ def test_a_repeated_draw_is_one_child_with_the_prior_of_its_copies():
     np.testing.assert_allclose(jnp.exp(logits[0, :2]), [0.75, 0.25], rtol=1e-6)
     np.testing.assert_allclose(jnp.exp(logits[1]), [0.25] * 4, rtol=1e-6)
     assert float(logits[0, 2]) == float(jnp.finfo(jnp.float32).min)
+    # a draw the policy gives no probability (a masked, illegal action) is never a child
+    masked = jnp.log(jnp.array([[0.5, 0.5, 0.0]]))
+    logits, unused = sampled.corrected_prior_logits(
+        jnp.array([[0, 1, 2]]), masked, jnp.zeros((1, 3))
+    )
+    np.testing.assert_array_equal(unused, [[False, False, True]])
+    np.testing.assert_allclose(jnp.exp(logits[0, :2]), [0.5, 0.5], rtol=1e-6)
+    _, unused = sampled.corrected_prior_logits(
+        jnp.array([[2, 2]]), jnp.full((1, 2), -jnp.inf), jnp.zeros((1, 2))
+    )
+    np.testing.assert_array_equal(unused, [[False, True]])  # a row keeps one child
     # and the search never visits a repeat's slot
     params, root, recurrent_fn = fakes.random_model(jax.random.PRNGKey(1), 4, 3)
     out = search.run(
