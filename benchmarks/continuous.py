@@ -14,7 +14,7 @@ JSON lines `--rejax` reads) and whether MountainCarContinuous-v0 reaches its goa
 
 What runs, per system (`--systems`) and seed (`--seeds`), one process after the other:
 `podracer train --config <preset> env.name=<--env> seed=S learner.max_frames=<--frames>
-evaluation.every_s=0 learner.log_every_s=1` in `--run-root/<system>-seed<S>/` (`sampled_muzero`:
+evaluation.every_s=0 learner.log_every_s=0.1` in `--run-root/<system>-seed<S>/` (`sampled_muzero`:
 `pendulum_sampled_muzero`, with `--set` overrides; `vtrace`: `pendulum_vtrace`). The figures come
 from each run's `metrics.jsonl`: `episode_return` (the mean return of the self-play episodes
 that ended since the previous line) against `frames` (agent steps, all environments together).
@@ -82,7 +82,7 @@ def run_one(system: str, seed: int, args) -> dict:
         "learner.max_seconds=0",
         "learner.max_updates=0",
         "evaluation.every_s=0",
-        "learner.log_every_s=1",  # a return line a second: V-trace's runs take seconds
+        "learner.log_every_s=0.1",  # V-trace's runs take seconds: a curve needs many lines
         *(args.set if system == "sampled_muzero" else []),
     ]
     started = time.perf_counter()
@@ -131,11 +131,15 @@ def _binned_mean(curves: list[list[tuple[int, float]]], frames: int, bins: int =
     """The mean over runs of each run's mean return per frame bin: (bin centres, means)."""
     width = frames / bins
     centres, means = [], []
+
+    def inside(at: int, b: int) -> bool:  # the last bin takes the final line past `frames`
+        return b * width <= at < (b + 1) * width or (b == bins - 1 and at >= frames)
+
     for b in range(bins):
         per_run = [
-            statistics.fmean(v for at, v in points if b * width <= at < (b + 1) * width)
+            statistics.fmean(v for at, v in points if inside(at, b))
             for points in curves
-            if any(b * width <= at < (b + 1) * width for at, _ in points)
+            if any(inside(at, b) for at, _ in points)
         ]
         if per_run:
             centres.append((b + 0.5) * width)

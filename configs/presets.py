@@ -687,53 +687,36 @@ _MUZERO_ATARI_OPTIONS = {
 def halfcheetah_sampled_muzero() -> ExperimentConfig:
     """Sampled MuZero on MuJoCo's HalfCheetah-v5 (gymnasium, Sebulba; `pip install
     podracer[mujoco]`): a box of 6 torques in [-1, 1], K = 20 draws per node and 50 simulations
-    (LightZero's Sampled EfficientZero on MuJoCo), residual MLP networks of 256 units, value
-    bootstraps from a target network and EfficientZero's consistency loss; two actor threads of
-    16 environments feeding batches of 256."""
-    return ExperimentConfig(
+    (LightZero's Sampled EfficientZero on MuJoCo), `pendulum_sampled_muzero`'s agent with
+    networks of 256 units and wider supports; two actor threads of 16 environments feeding
+    batches of 256."""
+    config = pendulum_sampled_muzero()
+    return config.replace(
         name="halfcheetah_sampled_muzero",
-        mode="muzero",
+        runtime="sebulba",
         env=EnvConfig(name="gymnasium:HalfCheetah-v5"),
-        search=SearchConfig(
-            algorithm="sampled_muzero",
-            num_samples=20,
-            num_simulations=50,
-            dirichlet_alpha=0.3,
-            dirichlet_fraction=0.25,
-            temperature=1.0,
-        ),
-        network=NetworkConfig(
+        search=config.search.replace(num_simulations=50),
+        network=dataclasses.replace(
+            config.network,
             mlp_sizes=(256, 256),
             latent_size=256,
             head_hidden=256,
             value_support=300,
             reward_support=50,
-            latent_scaling="none",
-            dynamics_residual=True,
-            zero_init_heads=True,
         ),
-        loss=LossConfig(
-            unroll_steps=5,
-            td_steps=5,
-            discount=0.99,
-            value_loss_weight=0.25,
-            consistency_weight=2.0,
-            entropy_cost=5e-3,
-        ),
-        optimizer=OptimizerConfig(learning_rate=3e-4, max_grad_norm=5.0),
+        optimizer=dataclasses.replace(config.optimizer, learning_rate=3e-4),
         actors=ActorConfig(threads_per_device=2, envs_per_thread=16, unroll_length=16),
-        replay=ReplayConfig(
-            capacity=1_000_000, min_size=5_000, samples_per_insert=4.0, priority_alpha=0.0
-        ),
-        reanalyse=ReanalyseConfig(value="target_network"),
-        learner=LearnerConfig(
+        replay=dataclasses.replace(config.replay, capacity=1_000_000, min_size=5_000),
+        learner=dataclasses.replace(
+            config.learner,
             batch_size=256,
-            max_updates=0,
             max_frames=1_000_000,
+            max_seconds=0.0,
             checkpoint_every=1_000,
             target_update_every=200,
         ),
         evaluation=EvaluationConfig(every_s=300.0, games=8),
+        devices=DevicesConfig(),
     )
 
 

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from configs.caching import built_once
 from configs.errors import UsageError
 from envs.base import EnvSpec, TimeStep, checked_time_limit
-from envs.jax_env import JaxEnv, end_episodes
+from envs.jax_env import JaxEnv, end_episodes, one_player_timestep, where_rows
 
 __all__ = ["BraxEnv", "BraxEnvState", "BraxFunctions", "brax_functions", "brax_spec"]
 
@@ -106,22 +106,12 @@ def _cached_functions(env_id: str, num_envs: int, max_episode_steps: int) -> Bra
     env, spec = _load(env_id, max_episode_steps)
     size = spec.num_actions
     vreset, vstep = jax.vmap(env.reset), jax.vmap(env.step)
-    env_ids = jnp.arange(num_envs, dtype=jnp.int32)
     all_legal = jnp.ones((num_envs, size), bool)
-    to_play = jnp.zeros(num_envs, jnp.int32)
 
     def timestep(obs, reward, done, truncated, ep_return, ep_length) -> TimeStep:
-        return TimeStep(
-            observation=obs.astype(jnp.float32),  # [B, obs]
-            reward=reward,
-            done=done,
-            truncated=truncated,
-            legal_mask=all_legal,
-            to_play=to_play,
-            episode_return=ep_return,
-            episode_length=ep_length,
-            episode_end=done,
-            env_id=env_ids,
+        observation = obs.astype(jnp.float32)  # [B, obs]
+        return one_player_timestep(
+            observation, all_legal, reward, done, truncated, ep_return, ep_length
         )
 
     def reset(key: jax.Array) -> tuple[BraxEnvState, TimeStep]:
@@ -147,12 +137,7 @@ def _cached_functions(env_id: str, num_envs: int, max_episode_steps: int) -> Bra
         key, reset_key = jax.random.split(env_state.key)
 
         def restart(state):  # the ended envs from a fresh reset, the others as they are
-            fresh = vreset(jax.random.split(reset_key, num_envs))
-            return jax.tree.map(
-                lambda new, old: jnp.where(done.reshape((-1,) + (1,) * (old.ndim - 1)), new, old),
-                fresh,
-                state,
-            )
+            return where_rows(done, vreset(jax.random.split(reset_key, num_envs)), state)
 
         state = jax.lax.cond(jnp.any(done), restart, lambda state: state, state)
         ts = timestep(state.obs, reward, done, time_up, ended_return, ended_length)

@@ -45,7 +45,7 @@ from gymnax.environments import spaces
 from configs.caching import built_once
 from configs.errors import UsageError
 from envs.base import EnvSpec, TimeStep, box_bounds, checked_time_limit
-from envs.jax_env import JaxEnv, end_episodes
+from envs.jax_env import JaxEnv, end_episodes, one_player_timestep
 from envs.user import UserEnv, same_observations, traced
 
 __all__ = [
@@ -205,22 +205,12 @@ def _functions(loaded: _Loaded, num_envs: int) -> GymnaxFunctions:
     # envs that costs less than a batch-wide `lax.cond` would save.
     vstep = jax.vmap(env.step, in_axes=(0, 0, 0, None))
     vobserve = jax.vmap(observe)
-    env_ids = jnp.arange(num_envs, dtype=jnp.int32)
     all_legal = jnp.ones((num_envs, num_actions), bool)
-    to_play = jnp.zeros(num_envs, jnp.int32)
 
     def timestep(raw_obs, reward, done, truncated, ep_return, ep_length) -> TimeStep:
-        return TimeStep(
-            observation=vobserve(raw_obs),  # [B, *obs_shape] float32
-            reward=reward,
-            done=done,
-            truncated=truncated,
-            legal_mask=all_legal,
-            to_play=to_play,
-            episode_return=ep_return,
-            episode_length=ep_length,
-            episode_end=done,
-            env_id=env_ids,
+        observation = vobserve(raw_obs)  # [B, *obs_shape] float32
+        return one_player_timestep(
+            observation, all_legal, reward, done, truncated, ep_return, ep_length
         )
 
     def reset(key: jax.Array) -> tuple[GymnaxEnvState, TimeStep]:

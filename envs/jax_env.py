@@ -29,6 +29,32 @@ def where_rows(done: jax.Array, new: Any, old: Any) -> Any:
     return jax.tree.map(pick, new, old)
 
 
+def one_player_timestep(
+    observation: Any,
+    legal_mask: jax.Array,
+    reward: jax.Array,
+    done: jax.Array,
+    truncated: jax.Array,
+    episode_return: jax.Array,
+    episode_length: jax.Array,
+) -> TimeStep:
+    """The `TimeStep` of B environments of a one-player JAX family (leaves [B, ...]): the ended
+    episodes' statistics where `done` (`end_episodes`), player 0 to move, env ids 0..B-1."""
+    batch = done.shape[0]
+    return TimeStep(
+        observation=observation,
+        reward=reward,
+        done=done,
+        truncated=truncated,
+        legal_mask=legal_mask,
+        to_play=jax.numpy.zeros(batch, jax.numpy.int32),
+        episode_return=episode_return,
+        episode_length=episode_length,
+        episode_end=done,
+        env_id=jax.numpy.arange(batch, dtype=jax.numpy.int32),
+    )
+
+
 def end_episodes(
     episode_return: jax.Array, episode_length: jax.Array, done: jax.Array
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:

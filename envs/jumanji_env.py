@@ -59,7 +59,7 @@ from jumanji.types import StepType
 from configs.caching import built_once
 from configs.errors import UsageError
 from envs.base import EnvSpec, TimeStep, checked_time_limit
-from envs.jax_env import JaxEnv, end_episodes, where_rows
+from envs.jax_env import JaxEnv, end_episodes, one_player_timestep, where_rows
 from envs.user import UserEnv, same_observations, traced
 
 __all__ = [
@@ -320,27 +320,13 @@ def _functions(loaded: _Loaded, num_envs: int) -> JumanjiFunctions:
     vobserve = jax.vmap(loaded.observe)
     vaction = jax.vmap(loaded.to_action)
     limit = loaded.spec.max_episode_steps
-    env_ids = jnp.arange(num_envs, dtype=jnp.int32)
-    to_play = jnp.zeros(num_envs, jnp.int32)
 
     def fresh(key: jax.Array) -> tuple[Any, jax.Array, jax.Array]:
         """New episodes: (batched state, observation [B, *obs_shape], legal mask [B, A])."""
         state, first = vreset(jax.random.split(key, num_envs))
         return (state, *vobserve(first.observation))
 
-    def timestep(obs, legal, reward, done, truncated, ep_return, ep_length) -> TimeStep:
-        return TimeStep(
-            observation=obs,  # [B, *obs_shape] float32
-            reward=reward,
-            done=done,
-            truncated=truncated,
-            legal_mask=legal,
-            to_play=to_play,
-            episode_return=ep_return,
-            episode_length=ep_length,
-            episode_end=done,
-            env_id=env_ids,
-        )
+    timestep = one_player_timestep  # obs [B, *obs_shape] float32, legal [B, A]
 
     def reset(key: jax.Array) -> tuple[JumanjiEnvState, TimeStep]:
         key, reset_key = jax.random.split(key)
