@@ -127,7 +127,7 @@ GO9="$C4 env.name=pgx:go_9x9"
 ALL="env search_fixed search_checks search_graphs bars_c4_b4096 bars_c4_graphs search_profile learner atari"
 ALL="$ALL bars_c4 bars_go9 search_engines search selfplay anakin"
 ALL="$ALL atari_muzero vtrace_threads vtrace_async muzero_batch prefetch go9 go9_anakin atari100k"
-ALL="$ALL population"
+ALL="$ALL population search_sampled"
 for name in ${@:-$ALL}; do
     case $name in
     env) step env 90 bash -c env_check ;;
@@ -167,6 +167,11 @@ for name in ${@:-$ALL}; do
         step search_fixed 300 "$PY" benchmarks/search.py --algorithm muzero gumbel_muzero \
             --batch-size 1024 --simulations 32 --rounds 5 --min-seconds 0.5 --clock wall \
             --reuse-games 0 --levels-per-check 1 0 --max-depth 12 --graphs both ;;
+    search_sampled)
+        # Issue 82: Sampled MuZero's search against MuZero's with the same network at K = A.
+        step search_sampled 120 "$PY" benchmarks/search.py --algorithm sampled_muzero \
+            --batch-size 1024 --simulations 32 --rounds 3 --min-seconds 0.5 --clock wall \
+            --reuse-games 0 ;;
     bars_c4_b4096)
         # The runtimes at pgx's loop's batch (4,096; the configuration's is 256): the same
         # positions learned from, in 16 times fewer updates, as the loop does.
