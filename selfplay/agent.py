@@ -26,6 +26,7 @@ import muzero
 import search
 from configs import ExperimentConfig, UsageError
 from envs import EnvSpec
+from search.sampled import take_slot
 from selfplay.programs import AGENT_FREE_FIELDS, ProgramCache, built_once, program_key
 from selfplay.replay import FifoQueue, Store, make_sequence_replay
 
@@ -427,7 +428,7 @@ def _sampled_act(config: ExperimentConfig, model: _SampledModel):
         )
         temperature = jnp.where(greedy, 0.0, config.search.temperature)[:, None]  # [B, 1]
         slot = search.select_action(select_key, out.visit_counts, temperature)  # [B]
-        action = jax.vmap(lambda actions, k: actions[k])(out.sampled_actions, slot)
+        action = take_slot(out.sampled_actions, slot)  # [B, ...] the slot's draw
         policy_outputs = root.embedding[1]  # [B, 2D] or [B, A]
         return ActOutput(
             action, out.action_weights, out.root_value, policy_outputs, out.sampled_actions

@@ -177,14 +177,13 @@ def test_a_repeated_draw_is_one_child_with_the_prior_of_its_copies():
     np.testing.assert_array_equal(unused, [[False, True]])  # a row keeps one child
     # and the search never visits a repeat's slot
     params, root, recurrent_fn = fakes.random_model(jax.random.PRNGKey(1), 4, 3)
-    out = search.run(
-        params,
-        jax.random.PRNGKey(2),
-        root,
-        recurrent_fn,
-        search.SearchConfig(algorithm="sampled_muzero", num_samples=6, num_simulations=12),
-        sample_fn=_categorical_sample_fn(recurrent_fn, replace=True),
-    )
+    config = search.SearchConfig(algorithm="sampled_muzero", num_samples=6, num_simulations=12)
+    sample_fn = _categorical_sample_fn(recurrent_fn, replace=True)
+    out = jax.jit(
+        lambda params, key, root: search.run(
+            params, key, root, recurrent_fn, config, sample_fn=sample_fn
+        )
+    )(params, jax.random.PRNGKey(2), root)
     first = np.array(
         [[a not in row[:k] for k, a in enumerate(row)] for row in np.asarray(out.sampled_actions)]
     )
