@@ -16,6 +16,8 @@ _SOURCES = {
     "make_muzero_networks": "muzero.networks",
     "BoxPolicy": "muzero.policies",
     "CategoricalPolicy": "muzero.policies",
+    "FactorisedBoxPolicy": "muzero.policies",
+    "make_box_policy": "muzero.policies",
     "make_alphazero_networks": "muzero.networks",
     "make_actor_critic_networks": "muzero.networks",
     "make_root_fn": "muzero.networks",
@@ -97,6 +99,8 @@ _SOURCES = {
 __all__ = [
     "BoxPolicy",
     "CategoricalPolicy",
+    "FactorisedBoxPolicy",
+    "make_box_policy",
     "NetworkConfig",
     "switched_on",
     "MuZeroNetworks",
@@ -241,7 +245,12 @@ if TYPE_CHECKING:
         make_root_fn,
         scale_latent,
     )
-    from muzero.policies import BoxPolicy, CategoricalPolicy
+    from muzero.policies import (
+        BoxPolicy,
+        CategoricalPolicy,
+        FactorisedBoxPolicy,
+        make_box_policy,
+    )
     from muzero.reanalyse import BatchContext, Reanalysed, reanalyse_window
     from muzero.stochastic import (
         StochasticBatch,

@@ -149,6 +149,11 @@ class NetworkConfig:
     predictor_hidden: int = 128  # The predictor's hidden width (consistency loss).
     # The value prefix's LSTM width (`LossConfig.value_prefix_horizon` > 0).
     value_prefix_hidden: int = 64
+    # The policy head over a box of continuous actions (Sampled MuZero, V-trace): "gaussian", a
+    # tanh-squashed diagonal Gaussian (`muzero.BoxPolicy`), or "categorical", a categorical per
+    # dimension over `box_bins` evenly spaced values (`muzero.FactorisedBoxPolicy`).
+    box_policy: Literal["gaussian", "categorical"] = "gaussian"
+    box_bins: int = 11  # Values per dimension of the "categorical" box policy (>= 2).
 
     def __post_init__(self):
         def check(ok: bool, field: str, expected: str):
@@ -168,6 +173,12 @@ class NetworkConfig:
         )
         check(self.latent_scaling in ("min_max", "none"), "latent_scaling", "'min_max' or 'none'")
         check(self.block_norm in ("layer", "none"), "block_norm", "'layer' or 'none'")
+        check(
+            self.box_policy in ("gaussian", "categorical"),
+            "box_policy",
+            "'gaussian' or 'categorical'",
+        )
+        check(_is_int(self.box_bins) and self.box_bins >= 2, "box_bins", "an integer >= 2")
         check(
             self.compute_dtype in ("float32", "bfloat16"),
             "compute_dtype",

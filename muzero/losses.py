@@ -70,9 +70,9 @@ def make_muzero_loss(
       same parameters: SimSiam), weighted 1/K like the other later steps; the networks need
       `project` and `predict_projection`.
 
-    Sampled MuZero (`sampled_policy`: a `muzero.BoxPolicy` or `CategoricalPolicy`, and the
-    batch's `policy_actions`): the policy loss at step k is the paper's,
-    `-sum_s target_s log pi(a_s)` over the S actions the search drew there, and
+    Sampled MuZero (`sampled_policy`: a box's `muzero.BoxPolicy` or `FactorisedBoxPolicy`, or a
+    `CategoricalPolicy`; and the batch's `policy_actions`): the policy loss at step k is the
+    paper's, `-sum_s target_s log pi(a_s)` over the S actions the search drew there, and
     `config.entropy_cost` weighs a bonus of the policy's entropy at the steps inside the episode
     (a Gaussian's would otherwise shrink onto the searched samples).
     """

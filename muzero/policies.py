@@ -1,6 +1,9 @@
-"""The policies Sampled MuZero samples and learns: a squashed Gaussian over a box, a categorical.
+"""The policies Sampled MuZero samples and learns: over a box, a squashed Gaussian or a
+categorical per dimension; over a discrete space, a categorical.
 
-`BoxPolicy`: a policy over a box of continuous actions, a tanh-squashed diagonal Gaussian.
+`BoxPolicy`: a policy over a box of continuous actions, a tanh-squashed diagonal Gaussian (the
+default, `NetworkConfig.box_policy="gaussian"`); `FactorisedBoxPolicy`: one categorical over
+`box_bins` evenly spaced values per dimension ("categorical"). BENCHMARKS.md compares the two.
 
 A network's policy head gives `2 * D` outputs per state: the Gaussian's mean and log standard
 deviation of each of the D dimensions (`u ~ N(mean, std)`), and the action is `tanh(u)` mapped
@@ -25,7 +28,14 @@ import jax.numpy as jnp
 
 import search
 
-__all__ = ["MAX_LOG_STD", "MIN_LOG_STD", "BoxPolicy", "CategoricalPolicy"]
+__all__ = [
+    "MAX_LOG_STD",
+    "MIN_LOG_STD",
+    "BoxPolicy",
+    "CategoricalPolicy",
+    "FactorisedBoxPolicy",
+    "make_box_policy",
+]
 
 MIN_LOG_STD, MAX_LOG_STD = -5.0, 2.0
 # Squashed actions are kept this far inside (-1, 1) so that atanh stays finite.
@@ -163,3 +173,103 @@ class CategoricalPolicy:
         """[...] the softmax's entropy."""
         log_policy = jax.nn.log_softmax(outputs.astype(jnp.float32), axis=-1)
         return -jnp.sum(jnp.exp(log_policy) * log_policy, axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class FactorisedBoxPolicy:
+    """A categorical per dimension over `bins` evenly spaced values from low to high (both
+    included), the dimensions independent: the same methods as `BoxPolicy`'s. Its actions are
+    the grid's values; an action off the grid counts as its nearest value."""
+
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+    bins: int
+
+    def __post_init__(self):
+        BoxPolicy(self.low, self.high)  # the same checks of the bounds
+        if isinstance(self.bins, bool) or not isinstance(self.bins, int) or self.bins < 2:
+            raise ValueError(f"FactorisedBoxPolicy: bins must be an integer >= 2, got {self.bins}")
+
+    @property
+    def num_dims(self) -> int:
+        """D, the dimensions of an action."""
+        return len(self.low)
+
+    @property
+    def num_outputs(self) -> int:
+        """The policy head's outputs: `bins` logits per dimension."""
+        return self.num_dims * self.bins
+
+    def _log_policy(self, outputs: chex.Array) -> chex.Array:
+        """outputs [..., D * bins] -> log-probabilities [..., D, bins]."""
+        chex.assert_axis_dimension(outputs, -1, self.num_outputs)
+        logits = outputs.astype(jnp.float32).reshape(
+            outputs.shape[:-1] + (self.num_dims, self.bins)
+        )
+        return jax.nn.log_softmax(logits, axis=-1)
+
+    def _values(self) -> chex.Array:
+        """[D, bins] the grid of each dimension."""
+        steps = jnp.linspace(0.0, 1.0, self.bins)  # [bins]
+        low, high = jnp.asarray(self.low), jnp.asarray(self.high)
+        return low[:, None] + (high - low)[:, None] * steps[None, :]
+
+    def _indices(self, actions: chex.Array) -> chex.Array:
+        """actions [..., D] -> the nearest grid index of each dimension [..., D] int32."""
+        low, high = jnp.asarray(self.low), jnp.asarray(self.high)
+        position = (actions.astype(jnp.float32) - low) / (high - low) * (self.bins - 1)
+        return jnp.clip(jnp.round(position), 0, self.bins - 1).astype(jnp.int32)
+
+    def dynamics_input(self, actions: chex.Array) -> chex.Array:
+        """What the dynamics take of actions [..., D]: the vector scaled to [-1, 1]."""
+        low, high = jnp.asarray(self.low), jnp.asarray(self.high)
+        return 2.0 * (actions.astype(jnp.float32) - low) / (high - low) - 1.0
+
+    def sample(
+        self, rng_key: chex.PRNGKey, outputs: chex.Array, num_samples: int
+    ) -> tuple[chex.Array, chex.Array]:
+        """K actions per row (each dimension drawn on its own) and their log-probabilities:
+        actions [B, K, D] on the grid, log_probs [B, K]."""
+        chex.assert_rank(outputs, 2)
+        log_policy = self._log_policy(outputs)  # [B, D, bins]
+        batch = outputs.shape[0]
+        index = jax.random.categorical(
+            rng_key, log_policy[:, None], axis=-1, shape=(batch, num_samples, self.num_dims)
+        )  # [B, K, D]
+        actions = jnp.take_along_axis(
+            jnp.broadcast_to(self._values(), (batch, num_samples) + self._values().shape),
+            index[..., None],
+            axis=-1,
+        )[..., 0]
+        return actions, self.log_prob(outputs, actions)
+
+    def log_prob(self, outputs: chex.Array, actions: chex.Array) -> chex.Array:
+        """log pi(actions) [..., K] of actions [..., K, D] under outputs [..., D * bins]."""
+        chex.assert_rank(actions, outputs.ndim + 1)
+        log_policy = self._log_policy(outputs)[..., None, :, :]  # [..., 1, D, bins]
+        index = self._indices(actions)[..., None]  # [..., K, D, 1]
+        log_policy = jnp.broadcast_to(log_policy, index.shape[:-1] + (self.bins,))
+        return jnp.sum(jnp.take_along_axis(log_policy, index, axis=-1)[..., 0], axis=-1)
+
+    def entropy(self, outputs: chex.Array) -> chex.Array:
+        """[...] the sum of the dimensions' entropies."""
+        log_policy = self._log_policy(outputs)
+        return -jnp.sum(jnp.exp(log_policy) * log_policy, axis=(-2, -1))
+
+    def mode(self, outputs: chex.Array) -> chex.Array:
+        """[..., D] each dimension's most probable value: the greedy action."""
+        index = jnp.argmax(self._log_policy(outputs), axis=-1)  # [..., D]
+        values = self._values()  # [D, bins]
+        return jnp.take_along_axis(
+            jnp.broadcast_to(values, index.shape + (self.bins,)), index[..., None], axis=-1
+        )[..., 0]
+
+
+def make_box_policy(
+    kind: str, bounds: tuple[tuple[float, ...], tuple[float, ...]], bins: int
+) -> BoxPolicy | FactorisedBoxPolicy:
+    """The policy over a box of `bounds` that `NetworkConfig.box_policy` names ("gaussian" or
+    "categorical", the latter with `bins` values per dimension)."""
+    if kind == "categorical":
+        return FactorisedBoxPolicy(*bounds, bins=bins)
+    return BoxPolicy(*bounds)

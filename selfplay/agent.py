@@ -48,7 +48,7 @@ class ActOutput(NamedTuple):
     #                            Sampled MuZero: [B, K] over `sampled_actions`
     search_value: chex.Array  # [B] value of the state for the player to move
     behaviour_logits: chex.Array  # [B, A] logits of the policy that acted (V-trace); a box
-    #                               policy's outputs [B, 2D] (`muzero.BoxPolicy`)
+    #                               policy's outputs (`muzero.BoxPolicy`, `FactorisedBoxPolicy`)
     sampled_actions: chex.Array | None = None  # [B, K, ...] Sampled MuZero's root children
 
 
@@ -341,7 +341,7 @@ def _muzero_agent(config: ExperimentConfig, spec: EnvSpec, two_player: bool) -> 
 
 
 def _sampled_policy(config: ExperimentConfig, spec: EnvSpec) -> Any:
-    """The policy Sampled MuZero draws from and learns (`muzero.BoxPolicy` over a box,
+    """The policy Sampled MuZero draws from and learns (`NetworkConfig.box_policy` over a box,
     `muzero.CategoricalPolicy` over a discrete space), or None for a search over every action;
     UsageError where the two do not fit."""
     sampled = config.search.algorithm == "sampled_muzero"
@@ -379,14 +379,20 @@ def _sampled_policy(config: ExperimentConfig, spec: EnvSpec) -> Any:
             "samples and the root's Dirichlet noise: set it to 0"
         )
     if spec.is_box:
-        assert spec.action_bounds is not None
-        return muzero.BoxPolicy(*spec.action_bounds)
+        return _box_policy(config, spec)
     if config.search.num_samples > spec.num_actions:
         raise UsageError(
             f"search.num_samples={config.search.num_samples} distinct actions of {spec.name}'s "
             f"{spec.num_actions}: take at most {spec.num_actions}"
         )
     return muzero.CategoricalPolicy(spec.num_actions)
+
+
+def _box_policy(config: ExperimentConfig, spec: EnvSpec) -> Any:
+    """The policy over `spec`'s box that `config.network.box_policy` names."""
+    assert spec.action_bounds is not None
+    network = config.network
+    return muzero.make_box_policy(network.box_policy, spec.action_bounds, network.box_bins)
 
 
 class _SampledModel(NamedTuple):
@@ -429,7 +435,7 @@ def _sampled_act(config: ExperimentConfig, model: _SampledModel):
         temperature = jnp.where(greedy, 0.0, config.search.temperature)[:, None]  # [B, 1]
         slot = search.select_action(select_key, out.visit_counts, temperature)  # [B]
         action = take_slot(out.sampled_actions, slot)  # [B, ...] the slot's draw
-        policy_outputs = root.embedding[1]  # [B, 2D] or [B, A]
+        policy_outputs = root.embedding[1]  # [B, the policy's outputs]
         return ActOutput(
             action, out.action_weights, out.root_value, policy_outputs, out.sampled_actions
         )
@@ -680,8 +686,8 @@ def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
             "search.algorithm=sampled_muzero is MuZero's search; mode=vtrace does not search: "
             "set mode=muzero, or leave search.algorithm at its default"
         )
-    # A box's policy: a squashed Gaussian (`muzero.BoxPolicy`), its 2D parameters from the head.
-    box = muzero.BoxPolicy(*spec.action_bounds) if spec.action_bounds is not None else None
+    # A box's policy (`NetworkConfig.box_policy`), its parameters from the policy head.
+    box = _box_policy(config, spec) if spec.is_box else None
     networks = _networks(
         muzero.make_actor_critic_networks,
         config.network,
@@ -693,7 +699,7 @@ def _vtrace_agent(config: ExperimentConfig, spec: EnvSpec) -> Agent:
     def act(params, key, observation, legal_mask, greedy, env_state=None):
         del env_state
         logits, value = networks.apply(params, observation)
-        if box is not None:  # [B, 2D] the Gaussian's parameters; the policy target is unused
+        if box is not None:  # the box policy's parameters; the policy target is unused
             sampled = box.sample(key, logits, 1)[0][:, 0]  # [B, D]
             action = jnp.where(greedy[:, None], box.mode(logits), sampled)
             return ActOutput(action, jnp.ones_like(value)[:, None], value, logits)

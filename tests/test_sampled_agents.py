@@ -61,6 +61,26 @@ def test_the_squashed_gaussian_is_a_density_over_the_box_and_samples_inside_it()
         muzero.BoxPolicy((1.0,), (1.0,))
 
 
+def test_the_factorised_categorical_draws_its_grid_at_the_softmaxs_rates():
+    policy = muzero.FactorisedBoxPolicy((-2.0, 0.0), (2.0, 1.0), bins=5)
+    outputs = np.array([[0.0, 1.0, 2.0, 0.0, -1.0, 3.0, 0.0, 0.0, 0.0, 0.0]], np.float32)
+
+    @jax.jit
+    def check(key):
+        actions, log_probs = policy.sample(key, outputs, 4000)  # [1, 4000, 2]
+        return actions, log_probs, policy.log_prob(outputs, actions), policy.mode(outputs)
+
+    actions, log_probs, again, mode = jax.device_get(check(jax.random.PRNGKey(0)))
+    grid = np.linspace(-2.0, 2.0, 5)
+    counts = np.array([np.mean(actions[0, :, 0] == value) for value in grid])
+    np.testing.assert_allclose(counts, jax.nn.softmax(outputs[0, :5]), atol=0.03)
+    assert set(np.unique(actions[0, :, 1])) <= set(np.linspace(0.0, 1.0, 5).astype(np.float32))
+    np.testing.assert_allclose(log_probs, again, rtol=1e-5)
+    np.testing.assert_allclose(mode, [[0.0, 0.0]])  # the most probable value of each dimension
+    with pytest.raises(ValueError, match="bins must be an integer >= 2"):
+        muzero.FactorisedBoxPolicy((0.0,), (1.0,), bins=1)
+
+
 def test_gymnax_boxes_step_with_vectors_and_say_their_bounds():
     spec = env_spec("gymnax:Pendulum-v1")
     assert spec.is_box and spec.num_actions == 1 and spec.action_bounds == ((-2.0,), (2.0,))
@@ -133,10 +153,14 @@ def test_sampled_muzeros_agent_acts_in_the_box_and_learns_the_searchs_policy():
 
 
 def test_sampled_muzero_and_gaussian_vtrace_train_on_boxes_in_both_runtimes(tmp_path):
-    # brax's physics inside Anakin's jit (its cheapest env), gymnax's Pendulum under Sebulba
+    # brax's physics inside Anakin's jit (its cheapest env); gymnax's Pendulum under Sebulba,
+    # with the categorical-per-dimension head
     for name, extra in [
         ("brax", ["env.name=brax:fast", 'env.options={"max_episode_steps": 20}']),
-        ("sebulba", ["runtime=sebulba", "actors.threads_per_device=1"]),
+        (
+            "sebulba",
+            ["runtime=sebulba", "actors.threads_per_device=1", "network.box_policy=categorical"],
+        ),
     ]:
         config = _sampled_config("learner.max_updates=4", *extra)
         result = train(config, tmp_path / name, progress=False)
