@@ -454,7 +454,7 @@ def gymnax_cartpole_muzero() -> ExperimentConfig:
     )
 
 
-@preset("cpu", "Anakin on gymnax's Pendulum: see BENCHMARKS.md (Continuous control)")
+@preset("cpu", "Pendulum: -1,072 over the last 10% of 200k steps (three seeds), 8 s a run")
 def pendulum_vtrace() -> ExperimentConfig:
     """V-trace with a squashed Gaussian policy (`muzero.BoxPolicy`) on gymnax's Pendulum-v1, in
     the Anakin runtime on both cores of a CPU: the model-free baseline of
@@ -484,7 +484,10 @@ def pendulum_vtrace() -> ExperimentConfig:
     )
 
 
-@preset("cpu", "Anakin on gymnax's Pendulum: see BENCHMARKS.md (Continuous control)")
+@preset(
+    "cpu",
+    "Pendulum: -171 over the last 10% of 200k steps (three seeds), 6.5 minutes a run on 2 cores",
+)
 def pendulum_sampled_muzero() -> ExperimentConfig:
     """Sampled MuZero on gymnax's Pendulum-v1 (a box of one torque in [-2, 2]) in the Anakin
     runtime on both cores of a CPU: each node of the search draws K = 20 torques from the
