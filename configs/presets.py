@@ -687,7 +687,7 @@ _MUZERO_ATARI_OPTIONS = {
     "accelerator",
     "not yet measured (no GPU has run it)",
     on_cpu="actors.envs_per_thread=4 search.num_simulations=16 learner.batch_size=64 "
-    "replay.min_size=500 (2,000 frames in 15 s on 2 cores, compiling included)",
+    "replay.min_size=500 (2,000 frames in 23 s on 2 cores, compiling included)",
 )
 def halfcheetah_sampled_muzero() -> ExperimentConfig:
     """Sampled MuZero on MuJoCo's HalfCheetah-v5 (gymnasium, Sebulba; `pip install
