@@ -298,26 +298,6 @@ def throughput(
         "benchmark": "search_throughput",
         "algorithm": algorithm,
         "engine": engine,
-        "ours": round(ours_rate, 2),
-        "muzero": round(mctx_rate, 2),
-        "ratio": round(ours_rate / mctx_rate, 4),
-        "ratio_per_round": [
-            round(a / b, 3) for a, b in zip(rates["ours"], rates["mctx"], strict=True)
-        ],
-        "reference": "search.run muzero, same network, every action",
-        "num_samples": NUM_ACTIONS,
-        "batch_size": batch_size,
-        "simulations": num_simulations,
-        "rounds": rounds,
-        "calls_per_round": calls,
-        "clock": clock,
-        "platform": jax.devices()[0].platform,
-        "model": "muzero resnet 32ch, 2+2+1 blocks, [6,7,3] -> 7 actions",
-    }
-    return {
-        "benchmark": "search_throughput",
-        "algorithm": algorithm,
-        "engine": engine,
         "levels_per_check": levels_per_check,
         "max_depth": max_depth,
         "graphs": graphs,
