@@ -95,7 +95,7 @@ def _bandit(batch_size: int):
 
 
 def test_more_simulations_move_the_improved_policy_toward_the_bandits_optimum():
-    batch_size = 32
+    batch_size = 16
     root, recurrent_fn, sample_fn = _bandit(batch_size)
 
     @functools.partial(jax.jit, static_argnums=0)
