@@ -1,7 +1,8 @@
 """The environment layer: one batched interface over every family, and your own environment.
 
 Names: `"<family>:<id>"` for the families (`openspiel:connect_four`, `pgx:tic_tac_toe`,
-`envpool:Pong-v5`, `gymnax:Breakout-MinAtar`, `gymnasium:CartPole-v1`, `jumanji:Snake-v1`), or
+`envpool:Pong-v5`, `gymnax:Breakout-MinAtar`, `gymnasium:CartPole-v1`, `jumanji:Snake-v1`,
+`brax:halfcheetah`), or
 `"py:<module>:<callable>"` for an environment of yours in one of the ecosystem's APIs (pgx,
 jumanji, gymnax, Gymnasium), recognised by its methods (`envs.user`): nothing of ours to
 subclass. `make_env(name, num_envs, seed)` returns a `BatchedEnv` (`envs/base.py` holds the
@@ -55,6 +56,11 @@ _LAZY = {
     "JumanjiFunctions": "envs.jumanji_env",
     "jumanji_functions": "envs.jumanji_env",
     "jumanji_spec": "envs.jumanji_env",
+    "BraxEnv": "envs.brax_env",
+    "BraxEnvState": "envs.brax_env",
+    "BraxFunctions": "envs.brax_env",
+    "brax_functions": "envs.brax_env",
+    "brax_spec": "envs.brax_env",
 }
 
 __all__ = [
