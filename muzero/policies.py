@@ -44,6 +44,12 @@ _EDGE = 1e-6
 _LOG_STD_SHIFT = math.log(-MIN_LOG_STD / MAX_LOG_STD)
 
 
+def _to_unit(actions: chex.Array, low: tuple[float, ...], high: tuple[float, ...]) -> chex.Array:
+    """Actions of the box [low, high] [..., D] -> [-1, 1] (what the dynamics take)."""
+    low_, high_ = jnp.asarray(low), jnp.asarray(high)
+    return 2.0 * (actions.astype(jnp.float32) - low_) / (high_ - low_) - 1.0
+
+
 @dataclasses.dataclass(frozen=True)
 class BoxPolicy:
     """The squashed Gaussian over the box [low, high] (one bound per dimension)."""
@@ -83,14 +89,9 @@ class BoxPolicy:
         log_std = MIN_LOG_STD + (MAX_LOG_STD - MIN_LOG_STD) * jax.nn.sigmoid(raw + _LOG_STD_SHIFT)
         return mean, log_std
 
-    def to_unit(self, actions: chex.Array) -> chex.Array:
-        """Actions of the box [..., D] -> [-1, 1] (what the dynamics take)."""
-        low, high = jnp.asarray(self.low), jnp.asarray(self.high)
-        return 2.0 * (actions - low) / (high - low) - 1.0
-
     def dynamics_input(self, actions: chex.Array) -> chex.Array:
         """What the dynamics take of actions [..., D]: the vector scaled to [-1, 1]."""
-        return self.to_unit(actions.astype(jnp.float32))
+        return _to_unit(actions, self.low, self.high)
 
     def from_unit(self, unit: chex.Array) -> chex.Array:
         """[-1, 1] [..., D] -> actions of the box."""
@@ -111,8 +112,8 @@ class BoxPolicy:
         mean, log_std = self._split(outputs)  # [B, D]
         noise = jax.random.normal(rng_key, (outputs.shape[0], num_samples, self.num_dims))
         u = mean[:, None] + jnp.exp(log_std)[:, None] * noise  # [B, K, D]
-        unit = jnp.clip(jnp.tanh(u), -1.0 + _EDGE, 1.0 - _EDGE)
-        return self.from_unit(unit), self.log_prob(outputs, self.from_unit(unit))
+        actions = self.from_unit(jnp.clip(jnp.tanh(u), -1.0 + _EDGE, 1.0 - _EDGE))
+        return actions, self.log_prob(outputs, actions)
 
     def log_prob(self, outputs: chex.Array, actions: chex.Array) -> chex.Array:
         """log pi(actions) [..., K] of actions [..., K, D] under outputs [..., 2D]; the density
@@ -120,7 +121,7 @@ class BoxPolicy:
         over the box)."""
         chex.assert_rank(actions, outputs.ndim + 1)
         mean, log_std = self._split(outputs)
-        unit = jnp.clip(self.to_unit(actions.astype(jnp.float32)), -1.0 + _EDGE, 1.0 - _EDGE)
+        unit = jnp.clip(_to_unit(actions, self.low, self.high), -1.0 + _EDGE, 1.0 - _EDGE)
         u = jnp.arctanh(unit)  # [..., K, D]
         z = (u - mean[..., None, :]) * jnp.exp(-log_std[..., None, :])
         gaussian = -0.5 * z**2 - log_std[..., None, :] - 0.5 * math.log(2 * math.pi)
@@ -222,8 +223,7 @@ class FactorisedBoxPolicy:
 
     def dynamics_input(self, actions: chex.Array) -> chex.Array:
         """What the dynamics take of actions [..., D]: the vector scaled to [-1, 1]."""
-        low, high = jnp.asarray(self.low), jnp.asarray(self.high)
-        return 2.0 * (actions.astype(jnp.float32) - low) / (high - low) - 1.0
+        return _to_unit(actions, self.low, self.high)
 
     def sample(
         self, rng_key: chex.PRNGKey, outputs: chex.Array, num_samples: int
@@ -236,11 +236,7 @@ class FactorisedBoxPolicy:
         index = jax.random.categorical(
             rng_key, log_policy[:, None], axis=-1, shape=(batch, num_samples, self.num_dims)
         )  # [B, K, D]
-        actions = jnp.take_along_axis(
-            jnp.broadcast_to(self._values(), (batch, num_samples) + self._values().shape),
-            index[..., None],
-            axis=-1,
-        )[..., 0]
+        actions = self._values()[jnp.arange(self.num_dims), index]  # [B, K, D]
         return actions, self.log_prob(outputs, actions)
 
     def log_prob(self, outputs: chex.Array, actions: chex.Array) -> chex.Array:
@@ -259,10 +255,7 @@ class FactorisedBoxPolicy:
     def mode(self, outputs: chex.Array) -> chex.Array:
         """[..., D] each dimension's most probable value: the greedy action."""
         index = jnp.argmax(self._log_policy(outputs), axis=-1)  # [..., D]
-        values = self._values()  # [D, bins]
-        return jnp.take_along_axis(
-            jnp.broadcast_to(values, index.shape + (self.bins,)), index[..., None], axis=-1
-        )[..., 0]
+        return self._values()[jnp.arange(self.num_dims), index]
 
 
 def make_box_policy(
