@@ -231,7 +231,9 @@ def main(argv=None) -> list[dict]:
                     *extra,
                 ],
             )
-            run_dir = os.path.join(args.run_root, f"{game}-{label}-{time.strftime('%m%d-%H%M%S')}")
+            # The seed in the name: runs of other seeds started in the same second do not meet.
+            stamp = time.strftime("%m%d-%H%M%S")
+            run_dir = os.path.join(args.run_root, f"{game}-{label}-seed{args.seed}-{stamp}")
             started = time.monotonic()
             result = train(config, run_dir, progress=False, make_evaluator=arena.RunEvaluator)
             seconds = time.monotonic() - started
