@@ -20,7 +20,14 @@ from configs.experiment import (
     LoggingConfig,
     ReplayConfig,
 )
-from configs.loading import apply_overrides, describe_fields, from_dict, load_config, to_dict
+from configs.loading import (
+    apply_overrides,
+    describe_fields,
+    from_dict,
+    load_config,
+    to_dict,
+    with_predated_fields,
+)
 
 __all__ = [
     "MAX_SEED",
@@ -42,4 +49,5 @@ __all__ = [
     "load_config",
     "presets",
     "to_dict",
+    "with_predated_fields",
 ]

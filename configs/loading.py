@@ -17,7 +17,14 @@ from typing import Any
 from configs.errors import UsageError
 from configs.experiment import ExperimentConfig
 
-__all__ = ["apply_overrides", "describe_fields", "from_dict", "load_config", "to_dict"]
+__all__ = [
+    "apply_overrides",
+    "describe_fields",
+    "from_dict",
+    "load_config",
+    "to_dict",
+    "with_predated_fields",
+]
 
 
 def to_dict(config) -> dict:
@@ -25,10 +32,34 @@ def to_dict(config) -> dict:
     return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
-def from_dict(data: dict, cls=ExperimentConfig, path: str = ""):
-    """Builds `cls` from a nested dict; unknown keys and bad values are `UsageError`s."""
+# Fields added after runs had saved configs without them, and whose defaults have changed since:
+# the value a run that saved its config before the field existed was trained with.
+PREDATED_FIELDS = {"network": {"dynamics_residual": False, "zero_init_heads": False}}
+
+
+def with_predated_fields(data: dict) -> dict:
+    """A config a run saved (a dict) with every field added since filled in: the value in
+    `PREDATED_FIELDS` (what the run was trained with), else the field's default (which the run
+    behaved as). Such a run resumes, and is rebuilt, as it was trained."""
+    earlier = to_dict(ExperimentConfig())
+    for section, values in PREDATED_FIELDS.items():
+        earlier[section].update(values)
+    return {  # each section's fields; a field's own value (env.options) is the run's as it is
+        key: {**earlier[key], **value}
+        if isinstance(earlier.get(key), dict) and isinstance(value, dict)
+        else value
+        for key, value in data.items()
+    }
+
+
+def from_dict(data: dict, cls=ExperimentConfig, path: str = "", *, saved: bool = False):
+    """Builds `cls` from a nested dict; unknown keys and bad values are `UsageError`s. `saved`:
+    the dict is a config a run saved (its config.json), so a field it predates takes the value
+    the run was trained with (`PREDATED_FIELDS`), not today's default."""
     if not isinstance(data, dict):
         raise UsageError(f"config{' ' + path if path else ''}: expected a mapping, got {data!r}")
+    if saved:
+        data = with_predated_fields(data)
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
@@ -75,8 +106,11 @@ def apply_overrides(config: ExperimentConfig, overrides: list[str]) -> Experimen
     return from_dict(data)
 
 
-def load_config(spec: str | None, overrides: Sequence[str] = ()) -> ExperimentConfig:
-    """The config named by a preset name or a JSON file path (None: the default), overridden."""
+def load_config(
+    spec: str | None, overrides: Sequence[str] = (), *, saved: bool = False
+) -> ExperimentConfig:
+    """The config named by a preset name or a JSON file path (None: the default), overridden.
+    `saved`: the file is a run's own config.json (`from_dict`'s `saved`)."""
     from configs import presets
 
     if spec is None:
@@ -91,7 +125,7 @@ def load_config(spec: str | None, overrides: Sequence[str] = ()) -> ExperimentCo
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as error:
             raise UsageError(f"config file '{spec}' is not valid JSON: {error}") from None
-        config = from_dict(data)
+        config = from_dict(data, saved=saved)
     else:
         raise UsageError(
             f"unknown preset '{spec}'; presets: {', '.join(presets.names())} "

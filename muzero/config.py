@@ -125,19 +125,22 @@ class NetworkConfig:
     # gives A constant one-hot planes (Atari); "auto": board when the actions fit the board and
     # the latent is not downsampled.
     action_planes: Literal["auto", "board", "constant"] = "auto"
-    # The latent state's scale: "min_max" rescales each example to [0, 1] (the MuZero paper);
-    # "none" keeps it raw. On tic-tac-toe's 3x3 latent "min_max" slowed the learning of the
-    # reward of a winning move several-fold (benchmarks/tictactoe_perfect.py; BENCHMARKS.md).
-    latent_scaling: Literal["min_max", "none"] = "min_max"
+    # The latent state's scale: "none" keeps it raw (LightZero's choice); "min_max" rescales
+    # each example to [0, 1] (the MuZero paper). "min_max" slowed the learning of a winning
+    # move's reward several-fold on tic-tac-toe, and with the two choices below cost CartPole
+    # and MinAtar steps (BENCHMARKS.md, "MuZero per environment step").
+    latent_scaling: Literal["min_max", "none"] = "none"
     # Normalization inside each residual block: "layer" (LayerNorm over channels, stateless)
     # or "none" (plain pre-activation blocks).
     block_norm: Literal["layer", "none"] = "layer"
     # An MLP latent's dynamics adds its output to the latent it was given (a residual step, as
     # LightZero's MLP model), instead of replacing it.
-    dynamics_residual: bool = False
+    dynamics_residual: bool = True
     # The last layer of the policy, value and reward heads starts at zero: every prediction
     # starts uniform (value and reward 0), so the first searches and bootstraps are unbiased.
-    zero_init_heads: bool = False
+    # None: on for MuZero's networks, where it was measured; off for Stochastic MuZero's,
+    # AlphaZero's and the actor-critic's.
+    zero_init_heads: bool | None = None
     # The dtype of activations and convolutions: "bfloat16" halves their memory and runs on the
     # tensor cores of GPUs and TPUs. Parameters, optimizer state, the output heads, the losses
     # and the search's value arithmetic stay float32 either way, so checkpoints do not change.
@@ -154,6 +157,10 @@ class NetworkConfig:
     # dimension over `box_bins` evenly spaced values (`muzero.FactorisedBoxPolicy`).
     box_policy: Literal["gaussian", "categorical"] = "gaussian"
     box_bins: int = 11  # Values per dimension of the "categorical" box policy (>= 2).
+
+    def heads_start_at_zero(self, muzero: bool) -> bool:
+        """`zero_init_heads` for MuZero's networks (`muzero`) or another agent's."""
+        return muzero if self.zero_init_heads is None else self.zero_init_heads
 
     def __post_init__(self):
         def check(ok: bool, field: str, expected: str):
@@ -206,8 +213,13 @@ class NetworkConfig:
             check(
                 _is_int(getattr(self, name)) and getattr(self, name) >= 0, name, "an integer >= 0"
             )
-        for name in ("downsample", "dynamics_residual", "zero_init_heads"):
+        for name in ("downsample", "dynamics_residual"):
             check(isinstance(getattr(self, name), bool), name, "a bool")
+        check(
+            self.zero_init_heads is None or isinstance(self.zero_init_heads, bool),
+            "zero_init_heads",
+            "a bool or None",
+        )
         check(positive_ints(self.mlp_sizes), "mlp_sizes", "a tuple of integers > 0")
         check(
             positive_ints(self.impala_channels) and len(self.impala_channels) > 0,
@@ -224,7 +236,8 @@ class NetworkConfig:
     def atari_muzero(cls, **overrides) -> NetworkConfig:
         """MuZero's Atari network: 84x84 frames downsampled to 6x6, 16 blocks of 256 channels.
 
-        The paper's support of 601 bins (S = 300) for values and rewards.
+        The paper's support of 601 bins (S = 300) for values and rewards, its min-max scaled
+        latents and heads initialised as any layer.
         """
         sizes = dict(
             torso="resnet",
@@ -237,6 +250,8 @@ class NetworkConfig:
             head_hidden=256,
             value_support=300,
             reward_support=300,
+            latent_scaling="min_max",
+            zero_init_heads=False,
         )
         return cls(**{**sizes, **overrides})
 

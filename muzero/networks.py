@@ -533,6 +533,7 @@ class _MuZeroModule(nn.Module):
 
     def setup(self):
         cfg, dtype = self.config, _compute_dtype(self.config)
+        zero_heads = cfg.heads_start_at_zero(muzero=True)
         self.trunk = _Trunk(cfg, self.torso)
         if vector_latent(self.torso):
             self.dynamics_in = nn.Dense(cfg.latent_size, dtype=dtype)
@@ -555,11 +556,11 @@ class _MuZeroModule(nn.Module):
             )
             self.prefix_norm = nn.LayerNorm(dtype=dtype)
             self.prefix_head = _Head(
-                self.reward_bins, cfg.head_channels, cfg.head_hidden, dtype, cfg.zero_init_heads
+                self.reward_bins, cfg.head_channels, cfg.head_hidden, dtype, zero_heads
             )
         else:
             self.reward_head = _Head(
-                self.reward_bins, cfg.head_channels, cfg.head_hidden, dtype, cfg.zero_init_heads
+                self.reward_bins, cfg.head_channels, cfg.head_hidden, dtype, zero_heads
             )
         if self.projection:  # SimSiam's projector and predictor (EfficientZero)
             self.projector = _Projection(
@@ -569,10 +570,10 @@ class _MuZeroModule(nn.Module):
                 (cfg.predictor_hidden, cfg.projection_size), final_norm=False, dtype=dtype
             )
         self.policy_head = _Head(
-            self.num_actions, cfg.head_channels, cfg.head_hidden, dtype, cfg.zero_init_heads
+            self.num_actions, cfg.head_channels, cfg.head_hidden, dtype, zero_heads
         )
         self.value_head = _Head(
-            self.value_bins, cfg.head_channels, cfg.head_hidden, dtype, cfg.zero_init_heads
+            self.value_bins, cfg.head_channels, cfg.head_hidden, dtype, zero_heads
         )
 
     def __call__(self, obs, action):
@@ -705,11 +706,8 @@ class _PolicyValueModule(nn.Module):
                 nn.Dense(self.num_actions, dtype=jnp.float32)(x),
                 nn.Dense(self.value_bins, dtype=jnp.float32)(x),
             )
+        zero_heads = cfg.heads_start_at_zero(muzero=False)
         return (
-            _Head(self.num_actions, cfg.head_channels, cfg.head_hidden, dtype, cfg.zero_init_heads)(
-                x
-            ),
-            _Head(self.value_bins, cfg.head_channels, cfg.head_hidden, dtype, cfg.zero_init_heads)(
-                x
-            ),
+            _Head(self.num_actions, cfg.head_channels, cfg.head_hidden, dtype, zero_heads)(x),
+            _Head(self.value_bins, cfg.head_channels, cfg.head_hidden, dtype, zero_heads)(x),
         )

@@ -235,7 +235,13 @@ class _StochasticModule(nn.Module):
             ]
 
         def head(outputs):
-            return _Head(outputs, cfg.head_channels, cfg.head_hidden, dtype, cfg.zero_init_heads)
+            return _Head(
+                outputs,
+                cfg.head_channels,
+                cfg.head_hidden,
+                dtype,
+                cfg.heads_start_at_zero(muzero=False),
+            )
 
         self.policy_head, self.value_head = head(self.num_actions), head(self.value_bins)
         self.chance_head, self.afterstate_value_head = head(self.num_codes), head(self.value_bins)

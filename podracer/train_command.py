@@ -105,7 +105,8 @@ def run(args) -> int:
     if args.run_dir is not None and not args.run_dir.strip():
         # Taken as the current folder, it read a config.json there as the run's own.
         raise UsageError("--run-dir is empty: give a folder, or leave it out for a new one")
-    config = configs.load_config(_config_spec(args), args.overrides)
+    spec = _config_spec(args)
+    config = configs.load_config(spec, args.overrides, saved=spec is not None and not args.config)
     run_dir = args.run_dir or f"runs/{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     extras.require("train", "podracer train")
     explicit = [args.coordinator, args.num_processes, args.process_id]

@@ -384,6 +384,7 @@ class Checkpointer:
         must_match: Sequence[str] = (),
         *,
         read_only: bool = False,
+        complete_saved: Callable[[dict], dict] | None = None,
     ) -> None:
         """
         Args:
@@ -392,9 +393,12 @@ class Checkpointer:
           must_match: dotted config keys (or prefixes) that must equal the saved config's to
             restore: whatever changes the shapes in the state or the game played.
           read_only: only restore (the arena's use); a missing directory is then an error.
+          complete_saved: fills in what a saved config lacks (fields added since it was saved)
+            before it is compared (`configs.with_predated_fields`); None compares it as saved.
         """
         self.directory = Path(directory).absolute()
         self.must_match = tuple(must_match)
+        self.complete_saved = complete_saved or (lambda config: config)
         if read_only and not self.directory.is_dir():
             raise UsageError(f"no checkpoint directory at {self.directory}")
         if max_to_keep is not None and max_to_keep < 1:
@@ -611,7 +615,8 @@ class Checkpointer:
     def check_config(self, config: Mapping[str, Any], step: int | None = None) -> None:
         """Raises UsageError naming the `must_match` keys where `config` differs from the saved."""
         step = self._step_or_latest(step)
-        diffs = config_differences(self.restore_config(step), config, self.must_match)
+        saved = self.complete_saved(self.restore_config(step))
+        diffs = config_differences(saved, config, self.must_match)
         if diffs:
             raise UsageError(
                 f"checkpoint {self.directory / str(step)} was saved with a different config: "

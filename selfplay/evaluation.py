@@ -79,7 +79,7 @@ def read_run_config(run_dir: str | os.PathLike) -> ExperimentConfig:
     if not path.is_file():
         raise UsageError(f"{run_dir} is not a run directory: it has no config.json")
     try:
-        return from_dict(json.loads(path.read_text()))
+        return from_dict(json.loads(path.read_text()), saved=True)
     except (OSError, json.JSONDecodeError) as error:
         raise UsageError(f"{path} is not a readable config: {error}") from None
 

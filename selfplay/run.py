@@ -38,7 +38,7 @@ import jax
 import numpy as np
 
 import muzero
-from configs import ExperimentConfig, UsageError, to_dict
+from configs import ExperimentConfig, UsageError, to_dict, with_predated_fields
 from configs.experiment import OptimizerConfig
 from envs import EnvSpec
 from selfplay.actors import ACTOR_STAGES
@@ -291,7 +291,7 @@ def prepare_run_dir(
     new = to_dict(config)
     if config_path.exists():
         try:
-            old = json.loads(config_path.read_text())
+            old = with_predated_fields(json.loads(config_path.read_text()))
         except (OSError, json.JSONDecodeError):
             raise UsageError(f"{config_path} exists but is not a readable config") from None
         differences = config_differences(old, new, MUST_MATCH)
@@ -367,7 +367,10 @@ def start_run(config: ExperimentConfig, agent: Agent, optimizer, run_dir: pathli
     fresh_state = _fresh_state(agent, optimizer)
     shapes = saved_state(jax.eval_shape(fresh_state, init_key, state_key))
     checkpointer = Checkpointer(
-        run_dir / "checkpoints", config.learner.keep_checkpoints, must_match=MUST_MATCH
+        run_dir / "checkpoints",
+        config.learner.keep_checkpoints,
+        must_match=MUST_MATCH,
+        complete_saved=with_predated_fields,
     )
     config_dict = to_dict(config)
     lead = jax.process_index() == 0  # sets damaged checkpoints aside and says so

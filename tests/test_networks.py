@@ -29,6 +29,9 @@ TINY = NetworkConfig(
     latent_size=16,
     value_support=5,
     reward_support=3,
+    # These tests read the scaled latent's range and need predictions that differ from the start.
+    latent_scaling="min_max",
+    zero_init_heads=False,
 )
 MLP_TINY = dataclasses.replace(TINY, torso="mlp")
 ATARI_TINY = NetworkConfig(
@@ -38,6 +41,7 @@ ATARI_TINY = NetworkConfig(
     prediction_blocks=0,
     downsample=True,
     head_hidden=16,
+    latent_scaling="min_max",
 )
 B, A = 3, 4
 # Threefry's random bits take seconds to compile on a busy 2-core CPU; rbg keys compile fast.
@@ -283,6 +287,29 @@ def test_zero_initialised_heads_and_a_residual_dynamics():
     plain = make_muzero_networks(dataclasses.replace(config, dynamics_residual=False), (5,), A)
     _, replaced = jax.jit(plain.dynamics)(zeroed, latent, actions)
     assert not np.asarray(replaced).any()  # without the residual: only the (zero) output
+
+
+def test_heads_start_at_zero_by_default_for_muzero_only():
+    """zero_init_heads=None (the default): MuZero's heads start at zero, AlphaZero's and the
+    actor-critic's as any layer (measured for MuZero only; Stochastic MuZero's as those)."""
+    default = dataclasses.replace(TINY, torso="mlp", zero_init_heads=None)
+    assert NetworkConfig().zero_init_heads is None
+    model = make_muzero_networks(default, (5,), A)
+    policy_value = make_alphazero_networks(default, (5,), A)
+    actor_critic = make_actor_critic_networks(default, (5,), A)
+
+    @jax.jit
+    def first_predictions(obs):
+        latent = model.represent(model.init(KEY), obs)
+        return (
+            model.predict(model.init(KEY), latent),
+            policy_value.predict(policy_value.init(KEY), obs),
+            actor_critic.apply(actor_critic.init(KEY), obs)[0],
+        )
+
+    (policy, value), alphazero, actor_critic_logits = first_predictions(jnp.ones((B, 5)))
+    assert not np.asarray(policy).any() and not np.asarray(value).any()
+    assert np.asarray(alphazero[0]).any() and np.asarray(actor_critic_logits).any()
 
 
 def test_a_bfloat16_network_has_the_same_parameters_and_searches_like_the_float32_one():

@@ -2,6 +2,7 @@
 holder; a killed holder leaves no lock), a resume skips and sets aside a damaged checkpoint with
 one line, and a write that fails stops the command with one line."""
 
+import json
 import os
 import pathlib
 import shutil
@@ -140,3 +141,30 @@ def test_a_failed_write_stops_the_command_in_one_line(tmp_path, capsys, monkeypa
         f"podracer train: run stopped: cannot write {tmp_path}/run/metrics.jsonl: [Errno 28] No "
         "space left; the checkpoints saved before it are whole"
     )
+
+
+def test_a_run_saved_before_fields_existed_is_read_as_it_was_trained(tmp_path):
+    """A config.json that predates fields: those whose default has changed since take the value
+    the run was trained with (`configs.loading.PREDATED_FIELDS`), the others their default; the
+    run directory and its checkpoint's config are accepted as the same run."""
+    from selfplay.checkpoints import config_differences
+    from selfplay.evaluation import read_run_config
+    from selfplay.run import MUST_MATCH, prepare_run_dir
+
+    config = configs.presets.get("minatar_muzero")
+    saved = configs.to_dict(config)
+    for field in ("dynamics_residual", "zero_init_heads", "box_policy", "box_bins"):
+        del saved["network"][field]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+
+    read = read_run_config(tmp_path)
+    assert read.network.dynamics_residual is False and read.network.zero_init_heads is False
+    assert read.network.box_policy == muzero.NetworkConfig().box_policy
+    assert read == config  # minatar_muzero writes the earlier values out
+    loaded = configs.load_config(str(tmp_path / "config.json"), saved=True)
+    assert loaded == config
+    # Today's defaults where the file is not a run's own.
+    assert configs.load_config(str(tmp_path / "config.json")).network.dynamics_residual is True
+    prepare_run_dir(tmp_path, read, write=False)  # the same run: no "holds a different run"
+    filled = configs.with_predated_fields(saved)
+    assert not config_differences(filled, configs.to_dict(read), MUST_MATCH)

@@ -72,7 +72,8 @@ def _stochastic_batch(window):
 @pytest.fixture(scope="module")
 def coin():
     network = NetworkConfig(mlp_sizes=(32,), latent_size=16, head_hidden=16, value_support=0)
-    network = dataclasses.replace(network, reward_support=0)
+    # Min-max latents, as the Stochastic MuZero presets: the first reward is far from the coin's.
+    network = dataclasses.replace(network, reward_support=0, latent_scaling="min_max")
     networks = muzero.make_stochastic_networks(network, (OBS,), ACTIONS, CODES)
     loss_config = LossConfig(unroll_steps=K, td_steps=1, discount=1.0, value_loss_weight=1.0)
     stochastic = StochasticConfig(num_chance_codes=CODES)
