@@ -38,7 +38,10 @@ The evaluation protocols (written into every line):
   greedy (`_forward_eval`: the root without Dirichlet noise, the most visited action), 25
   simulations; the evaluation envs are seeded with the run's seed, the same at every evaluation
   (`dynamic_seed=False`); after every `eval_freq=100` learner updates (at update 0, then after
-  each collection of 8 episodes and its 100 updates), at the collector's env steps then.
+  each collection of 8 episodes and its 100 updates; its EfficientZero config: every 200, after
+  every second collection), at the collector's env steps then. This
+  script ends its run at the first evaluation of `--stop-at` or more (its MuZero config's own
+  `stop_value` ends it there too; its EfficientZero config has no stop value).
 - ours: `--eval-games` (3 by default, as LightZero's) episodes of the greedy agent (no root noise,
   the most visited action, the run's 25 simulations), CartPole-v1 capped at 200 steps, seeded with
   the run's seed, the same at every evaluation; at the frame marks. Each line carries the run's
@@ -232,7 +235,12 @@ def _line(
         protocol = (
             "LightZero MuZeroEvaluator: 3 episodes (n_evaluator_episode=3), greedy (no root "
             "noise, most visited action), 25 simulations, eval envs seeded with the run's seed, "
-            "the same each time; every eval_freq=100 updates (after each 8-episode collection)"
+            "the same each time; "
+            + (
+                "every eval_freq=100 updates (after each 8-episode collection)"
+                if args.algorithm == "muzero"
+                else "every eval_freq=200 updates (after every second 8-episode collection)"
+            )
         )
     return {
         "benchmark": "peers",
@@ -299,6 +307,10 @@ def run_lightzero(args, seed: int) -> dict:
                 )
                 if args.verbose:
                     print(f"# lightzero seed {seed}: {marks[-1]}", file=sys.stderr, flush=True)
+                # The same bar as ours: its CartPole MuZero config stops itself there (its
+                # stop_value), its EfficientZero config has none and would run to the step cap.
+                if record["reward_mean"] >= args.stop_at and proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGTERM)
         rc = proc.wait()
         timer.cancel()
     ended = time.time()
@@ -441,7 +453,7 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--podracer-set", nargs="*", default=[], metavar="KEY=VALUE")
     parser.add_argument("--mark-every", type=int, default=500, help="ours: evaluation frames")
     parser.add_argument("--eval-games", type=int, default=3, help="ours: episodes per evaluation")
-    parser.add_argument("--stop-at", type=float, default=200.0, help="ours: stop at this return")
+    parser.add_argument("--stop-at", type=float, default=200.0, help="both: stop at this return")
     parser.add_argument("--max-seconds", type=float, default=1800.0, help="per run")
     parser.add_argument("--sample-s", type=float, default=0.5, help="CPU sampling interval")
     parser.add_argument("--run-root", default="/work/peers/runs")
