@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, TypedDict
 
 from configs.experiment import (
     ActorConfig,
@@ -81,10 +81,17 @@ def preset(
 
 DEFAULT = "tic_tac_toe_alphazero"
 
+
 # The network's defaults before 2026-12-07 (the MuZero paper's min-max latents, an MLP dynamics
 # that replaces the latent, heads initialised as any layer). The presets measured with them keep
 # them, written out, until they are measured again: their figures stand as they were measured.
-EARLIER_NETWORK = {
+class _NetworkChoices(TypedDict, total=False):
+    latent_scaling: Literal["min_max", "none"]
+    dynamics_residual: bool
+    zero_init_heads: bool | None
+
+
+EARLIER_NETWORK: _NetworkChoices = {
     "latent_scaling": "min_max",
     "dynamics_residual": False,
     "zero_init_heads": False,
@@ -125,7 +132,7 @@ def _board_game(
             head_hidden=32,
             value_support=0,
             reward_support=0,
-            **(EARLIER_NETWORK if mode == "muzero" else {}),
+            **(EARLIER_NETWORK if mode == "muzero" else _NetworkChoices()),
         ),
         loss=LossConfig(
             unroll_steps=3,
