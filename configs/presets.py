@@ -82,15 +82,15 @@ def preset(
 DEFAULT = "tic_tac_toe_alphazero"
 
 
-# The network's defaults before 2026-12-07 (the MuZero paper's min-max latents, an MLP dynamics
-# that replaces the latent, heads initialised as any layer). The presets measured with them keep
-# them, written out, until they are measured again: their figures stand as they were measured.
 class _NetworkChoices(TypedDict, total=False):
     latent_scaling: Literal["min_max", "none"]
     dynamics_residual: bool
     zero_init_heads: bool | None
 
 
+# The network's defaults before 2026-12-07 (the MuZero paper's min-max latents, an MLP dynamics
+# that replaces the latent, heads initialised as any layer). The presets measured with them keep
+# them, written out, until they are measured again: their figures stand as they were measured.
 EARLIER_NETWORK: _NetworkChoices = {
     "latent_scaling": "min_max",
     "dynamics_residual": False,
