@@ -128,7 +128,7 @@ class NetworkConfig:
     # The latent state's scale: "none" keeps it raw (LightZero's choice); "min_max" rescales
     # each example to [0, 1] (the MuZero paper). "min_max" slowed the learning of a winning
     # move's reward several-fold on tic-tac-toe, and with the two choices below cost CartPole
-    # and MinAtar steps (BENCHMARKS.md, "MuZero per environment step").
+    # steps and MinAtar's return up to 250k frames, though not at 500k (BENCHMARKS.md).
     latent_scaling: Literal["min_max", "none"] = "none"
     # Normalization inside each residual block: "layer" (LayerNorm over channels, stateless)
     # or "none" (plain pre-activation blocks).
