@@ -4,6 +4,7 @@
     python benchmarks/suite.py --reference-only
     python benchmarks/suite.py --workers 3     # pytest -n 3 instead of the README's -n 2
     python benchmarks/suite.py --by-module     # and what each test module cost (suite_costs.py)
+    python benchmarks/suite.py --tests tests/test_pbt.py tests/test_population.py   # a part
 
 This machine's speed drifts: the same tests have taken 7:35 and 16:44 of wall a day apart, on a
 quiet machine each time. A figure for the suite alone says little; its ratio to a fixed workload
@@ -15,13 +16,16 @@ when the product or the tests do.
 
 The suite runs as the README's test command does (`pytest -n 2`), with an empty compilation cache
 of its own (the tests' usual cache is left alone). CPU is user + sys of pytest and every process
-it waited for.
+it waited for. Processes that leave their parent (Ray's nodes and workers, which the PBT tests
+start) are in no one's rusage: where this machine lets a process make a cgroup (v1 `cpuacct` or
+v2), `cpu_all_s` is the CPU of every process the suite started, waited for or not.
 
 Lines: {"config": "reference", "cpu_s": S, "wall_s": S} before and after, then
 {"config": "suite", "workers": N, "wall_s": S, "cpu_s": S, "passed": N, "skipped": N,
-"failed": N, "failures": [test ids], "reference_cpu_s": mean of the two, "ratio": cpu_s /
-reference_cpu_s, "bound_wall_s": 480, "wall_within_bound": bool}. With --by-module, before the
-last line, one line a test module, costliest first: {"config": "module", "module":
+"failed": N, "failures": [test ids], "cpu_all_s": S or null, "reference_cpu_s": mean of the
+two, "ratio": cpu_s / reference_cpu_s, "ratio_all": cpu_all_s / reference_cpu_s,
+"bound_wall_s": 480, "wall_within_bound": bool}. With --by-module, before the last line, one
+line a test module, costliest first: {"config": "module", "module":
 "tests/test_x.py", "tests": N, "cpu_s": S (the workers' own and their children's),
 "children_cpu_s": S, "wall_s": S, "xla_compiles": N, "xla_s": S, "trace_lower_s": S}
 (benchmarks/suite_costs.py says what each counts); then the --top costliest tests the same way
@@ -95,9 +99,51 @@ def reference() -> dict:
     }
 
 
-def suite(workers: int = 2, costs_dir: str | None = None) -> dict:
-    """`pytest -n WORKERS` from a cold compilation cache: its wall, CPU and test counts (and,
-    given `costs_dir`, each test's costs written there by benchmarks/suite_costs.py)."""
+class _CpuGroup:
+    """A cgroup counting the CPU of every process started inside it, daemons included (cgroup
+    v1's cpuacct, else v2); `seconds()` is None where the machine lets no process make one."""
+
+    def __init__(self) -> None:
+        name = f"podracer-suite-{os.getpid()}"
+        self.folder: pathlib.Path | None = None
+        for root, usage in (("/sys/fs/cgroup/cpuacct", "cpuacct.usage"),
+                            ("/sys/fs/cgroup/unified", "cpu.stat"),
+                            ("/sys/fs/cgroup", "cpu.stat")):  # fmt: skip
+            try:
+                folder = pathlib.Path(root) / name
+                folder.mkdir()
+            except OSError:
+                continue
+            if (folder / usage).is_file():
+                self.folder, self.usage = folder, usage
+                break
+            folder.rmdir()
+
+    def enter(self) -> None:  # in the child, before it runs pytest
+        if self.folder is not None:
+            (self.folder / "cgroup.procs").write_text(str(os.getpid()))
+
+    def seconds(self) -> float | None:
+        if self.folder is None:
+            return None
+        text = (self.folder / self.usage).read_text()
+        if self.usage == "cpuacct.usage":
+            return int(text) / 1e9
+        return int(dict(line.split() for line in text.splitlines())["usage_usec"]) / 1e6
+
+    def remove(self) -> None:
+        if self.folder is not None:
+            try:
+                self.folder.rmdir()
+            except OSError:  # a process still in it: left for the machine's next restart
+                pass
+
+
+def suite(workers: int = 2, costs_dir: str | None = None, tests: list[str] | None = None) -> dict:
+    """`pytest -n WORKERS` (over `tests`, by default all) from a cold compilation cache: its
+    wall, CPU and test counts (and, given `costs_dir`, each test's costs written there by
+    benchmarks/suite_costs.py)."""
+    group = _CpuGroup()
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": cache}
         plugin = []
@@ -107,13 +153,19 @@ def suite(workers: int = 2, costs_dir: str | None = None) -> dict:
             plugin = ["-p", "benchmarks.suite_costs"]
         before, started = _children_cpu(), time.monotonic()
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-n", str(workers), "-p", "no:cacheprovider"] + plugin,
+            [sys.executable, "-m", "pytest", "-n", str(workers), "-p", "no:cacheprovider"]
+            + plugin
+            + (tests or []),
             cwd=ROOT,
             env=env,
             capture_output=True,
             text=True,
+            preexec_fn=group.enter,
         )
         wall, cpu = time.monotonic() - started, _children_cpu() - before
+        time.sleep(2.0)  # what the tests stopped (Ray's nodes) finishes exiting
+        cpu_all = group.seconds()
+        group.remove()
     counts = {
         kind: int(n)
         for n, kind in re.findall(r"(\d+) (passed|skipped|failed|errors?)", done.stdout)
@@ -128,6 +180,7 @@ def suite(workers: int = 2, costs_dir: str | None = None) -> dict:
         "failed": counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0),
         "exit": done.returncode,
         "failures": re.findall(r"^(?:FAILED|ERROR) (\S+)", done.stdout, flags=re.MULTILINE),
+        "cpu_all_s": None if cpu_all is None else round(cpu_all, 1),
         "bound_wall_s": BOUND_WALL_S,
         "wall_within_bound": wall <= BOUND_WALL_S,
     }
@@ -173,6 +226,7 @@ def main() -> None:
         "--by-module", action="store_true", help="what each test module cost (suite_costs.py)"
     )
     parser.add_argument("--top", type=int, default=20, help="--by-module: the costliest tests")
+    parser.add_argument("--tests", nargs="+", default=None, help="pytest's paths (default: all)")
     args = parser.parse_args()
     first = reference()
     print(json.dumps(first), flush=True)
@@ -181,13 +235,15 @@ def main() -> None:
         return
     # The reference before and after: a drift of the machine's speed during the suite shows.
     with tempfile.TemporaryDirectory() as costs_dir:
-        line = suite(args.workers, costs_dir if args.by_module else None)
+        line = suite(args.workers, costs_dir if args.by_module else None, args.tests)
         for cost in cost_lines(costs_dir, args.top) if args.by_module else []:
             print(json.dumps(cost), flush=True)
     second = reference()
     print(json.dumps(second), flush=True)
     line["reference_cpu_s"] = round((first["cpu_s"] + second["cpu_s"]) / 2, 2)
     line["ratio"] = round(line["cpu_s"] / line["reference_cpu_s"], 1)
+    if line["cpu_all_s"] is not None:
+        line["ratio_all"] = round(line["cpu_all_s"] / line["reference_cpu_s"], 1)
     print(json.dumps(line), flush=True)
 
 

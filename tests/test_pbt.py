@@ -1,6 +1,6 @@
-"""`podracer pbt`: a population on Ray Tune exploits and explores, survives a killed member and
-an interruption, and refuses a bad --explore before starting Ray (the command end to end on
-tic-tac-toe, the library on CartPole)."""
+"""`podracer pbt`: a population on Ray Tune exploits and explores, survives an interruption and
+a member whose host is cut off, and refuses a bad --explore before starting Ray (the command end
+to end on tic-tac-toe, the library on CartPole)."""
 
 import json
 import os
@@ -288,37 +288,20 @@ def _settings(preset, overrides, interval, total, explore=(LEARNING_RATE,)):
 
 def _watch(run_dir, events):
     """SIGUSR1 to this process once the population has decided at its first interval's end:
-    Tune's graceful stop, as Ctrl-C is for `podracer pbt`. Once it has resumed, kills member 1's
-    process as it begins its second interval (Ray restarts it). Appends what it did to
-    `events`."""
-    from selfplay.pbt_tune import PROCESS_FILE
-
+    Tune's graceful stop, as Ctrl-C is for `podracer pbt`. Appends what it did to `events`."""
     deadline = time.monotonic() + 300
-    member = pbt.member_dir(run_dir, 1)
-    while time.monotonic() < deadline and len(events) < 2:
-        lines = pbt.read_events(run_dir)
-        if not events and any(e["event"] == "exploit" for e in lines):
+    while time.monotonic() < deadline and not events:
+        if any(e["event"] == "exploit" for e in pbt.read_events(run_dir)):
             events.append("interrupted")
             os.kill(os.getpid(), signal.SIGUSR1)
-        resumed = [e["time"] for e in lines if e["event"] == "resume"]
-        if events == ["interrupted"] and resumed and _began_past(member, resumed[0]):
-            os.kill(json.loads((member / PROCESS_FILE).read_text())["pid"], signal.SIGKILL)
-            events.append("killed")
         time.sleep(0.1)
-
-
-def _began_past(run_dir, since):
-    """Whether the run began a `train()` (its "compiling" line) after time `since`."""
-    with open(run_dir / "metrics.jsonl") as f:
-        lines = [json.loads(line) for line in f if line.endswith("\n")]
-    return any(r.get("status") == "compiling" and r["wall_time"] > since for r in lines)
 
 
 @pytest.fixture(scope="module")
 def cartpole_population(ray_session, tmp_path_factory):
     """A population of 2 on CartPole, 2 intervals of 1,000 frames: interrupted once it has
-    decided at the first interval's end, resumed, and member 1's process killed as it begins
-    the second interval."""
+    decided at the first interval's end, then resumed. (A member whose process dies is
+    restarted from its checkpoint: the two-host test below cuts one off.)"""
     from selfplay.pbt_tune import run_population
 
     run_dir = tmp_path_factory.mktemp("cartpole") / "pop"
@@ -354,7 +337,7 @@ def _saved_checkpoints(run_dir):
 
 def test_cartpole_population_resumes_after_an_interruption(cartpole_population):
     run_dir, settings, events, interrupted, saved, resumed = cartpole_population
-    assert events == ["interrupted", "killed"]
+    assert events == ["interrupted"]
     assert not interrupted.finished
     # The exploit decided just before the stop is in the state Tune saved: the member resumes
     # from the source's checkpoint.
@@ -365,19 +348,6 @@ def test_cartpole_population_resumes_after_an_interruption(cartpole_population):
     kinds = [e["event"] for e in pbt.read_events(run_dir)]
     assert kinds[0] == "start" and "stopped" in kinds and "resume" in kinds
     assert kinds[-1] == "end"
-
-
-def test_a_killed_member_is_restarted_from_its_checkpoint(cartpole_population):
-    run_dir, *_ = cartpole_population
-    lines = pbt.read_events(run_dir)
-    restart = next(i for i, e in enumerate(lines) if e["event"] == "restart")
-    assert lines[restart]["member"] == 1
-    assert any(e["event"] == "resume" for e in lines[:restart])  # killed after the resume
-    # It went on from where it was, not from the start: its next interval ends further on.
-    intervals = [(i, e["frames"]) for i, e in enumerate(lines) if e["event"] == "interval"]
-    before = [frames for i, frames in intervals if i < restart and lines[i]["member"] == 1]
-    after = [frames for i, frames in intervals if i > restart and lines[i]["member"] == 1]
-    assert after and min(after) > max(before)
 
 
 def test_members_run_at_the_drivers_niceness(ray_session):

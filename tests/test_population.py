@@ -24,6 +24,9 @@ from tests.test_checkpoints import garble_file
 
 LEARNING_RATE = "optimizer.learning_rate=1e-4:1e-2:log"
 ENTROPY = "loss.entropy_cost=1e-3:1e-1:log"
+BASELINE = "loss.baseline_cost=0.05:2:log"
+# Populations of 2 exploring these three: one program, compiled once a process (the member test's).
+THREE = (LEARNING_RATE, ENTROPY, BASELINE)
 
 
 def _settings(config, *explore, members=4, interval=256, frames=768):
@@ -104,14 +107,16 @@ def _member_against_plain(config, keys, values, batched=None):
 @pytest.mark.parametrize("batched", [True, False])  # vmapped, or side by side (convolutions)
 def test_a_vtrace_member_trains_as_its_values_written_in_its_config(batched):
     config = _vtrace()
-    keys = ["optimizer.learning_rate", "loss.entropy_cost", "loss.baseline_cost"]
+    keys = [pbt.parse_explore(e, config).key for e in THREE]
     values = [[3e-3, 0.05, 0.7], [1e-4, 1e-3, 0.1]]
     got, expected = _member_against_plain(config, keys, values, batched)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-7), got, expected)
 
 
 def test_a_muzero_member_trains_as_its_values_written_in_its_config():
-    config = configs.load_config("cartpole_vtrace", [*MUZERO, "learner.batch_size=8"])
+    config = configs.load_config(
+        "cartpole_vtrace", [*MUZERO, "learner.batch_size=8", "loss.unroll_steps=1"]
+    )
     keys = ["search.temperature", "loss.value_loss_weight", "loss.policy_loss_weight"]
     got, expected = _member_against_plain(config, keys, [[0.5, 0.3, 2.0], [1.0, 1.0, 1.0]])
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6), got, expected)
@@ -163,7 +168,7 @@ def test_a_population_exploits_saves_one_checkpoint_stops_and_resumes(tmp_path):
 
 def test_random_search_never_exploits_and_a_damaged_checkpoint_is_set_aside(tmp_path, capsys):
     config = _vtrace()
-    settings = _settings(config, LEARNING_RATE, members=2, frames=512)
+    settings = _settings(config, *THREE, members=2, frames=512)
     run_dir = tmp_path / "search"
     population.run_in_program(settings, run_dir, exploit=False)
     events = pbt.read_events(run_dir)
@@ -230,7 +235,7 @@ def test_podracer_pbt_runs_an_anakin_preset_as_one_program(capsys, tmp_path):
         "--population=2",
         "--interval-frames=256",
         "--max-frames=512",
-        f"--explore={ENTROPY}",
+        *[f"--explore={e}" for e in THREE],
         f"--run-dir={run_dir}",
         *VTRACE,
     ]
