@@ -6,10 +6,13 @@ For each round, alternating: (A) `--population` members of `--preset` (MinAtar V
 default) trained as one program (`selfplay.population.run_in_program`, exploits on), each
 `--frames` frames; (B) the same number of ordinary `podracer train` runs of the preset, each
 `--frames` frames, all at once, each its own process (Ray Tune's way of running a population on
-one machine, without Ray's own overhead). One JSON line per configuration and round: the wall
-time from launch to the last member's last frame (compiles included: what a user waits), the
-total frames/s, and for (A) its ratio to (B) of the same round. Bar (issue 81): >= 2x on this
-project's 2-core CPU.
+one machine, without Ray's own overhead); with `--baselines separate ray`, also (C) the same
+population as `podracer pbt --ray` on this machine: Ray Tune's own way, each member a run in a
+Ray worker process, the same intervals, exploits and explore windows as (A). One JSON line per
+configuration and round: the wall time from launch to the last member's last frame (compiles
+included: what a user waits), the total frames/s, and for (A) its ratio to each baseline of the
+same round. The ways alternate: their order turns by one each round. Bar (issue 81): >= 2x on
+this project's 2-core CPU.
 
 `--program-only --populations 1 8 32` measures populations of each size in one program alone
 (the GPU step of `benchmarks/gpu.sh`: frames/s on one card).
@@ -93,6 +96,32 @@ def separate(preset: str, runs: int, frames: int, overrides, folder: str) -> dic
             "frames_per_s": round(sum(done) / wall, 1)}  # fmt: skip
 
 
+def on_ray(preset: str, population: int, frames: int, overrides, folder: str) -> dict:
+    """`podracer pbt --ray` of `population` members on this machine, as (A) runs them."""
+    run_dir = os.path.join(folder, "pop")
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "podracer", "pbt", "--ray", "--config", preset,
+         f"--population={population}", f"--interval-frames={max(frames // 4, 1)}",
+         f"--max-frames={frames}", *[f"--explore={e}" for e in EXPLORE], "--run-dir", run_dir,
+         *overrides, "evaluation.every_s=0"],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    wall = time.monotonic() - started
+    if done.returncode:
+        raise SystemExit(f"podracer pbt --ray failed ({done.returncode}): {done.stderr[-400:]}")
+    from selfplay.pbt import read_events
+
+    end = read_events(run_dir)[-1]
+    reached = [member["frames"] for member in end["members"]]
+    return {"frames_each": min(reached), "seconds": round(wall, 1),
+            "frames_per_s": round(sum(reached) / wall, 1)}  # fmt: skip
+
+
+WAYS = {"separate": separate, "ray": on_ray}
+
+
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="minatar_breakout_vtrace")
@@ -102,6 +131,10 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--program-only", action="store_true")
     parser.add_argument("--populations", type=int, nargs="+", default=None)
     parser.add_argument("--set", nargs="*", default=[], help="overrides of every member")
+    parser.add_argument(
+        "--baselines", nargs="+", choices=tuple(WAYS), default=["separate"],
+        help="(B) separate processes, (C) podracer pbt --ray",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     lines = []
     root = tempfile.mkdtemp(prefix="population_speed-")
@@ -117,14 +150,19 @@ def main(argv=None) -> list[dict]:
                     lines.append(line)
                 continue
             measured = {}
-            # Alternated: A first in even rounds, B first in odd ones.
-            order = ("one_program", "separate") if round_ % 2 == 0 else ("separate", "one_program")
-            for way in order:
+            ways = ["one_program", *args.baselines]
+            turn = round_ % len(ways)  # each way first in turn
+            for way in ways[turn:] + ways[:turn]:
                 folder = os.path.join(root, f"{way}_{round_}")
-                run = program if way == "one_program" else separate
+                run = program if way == "one_program" else WAYS[way]
                 measured[way] = run(args.preset, args.population, args.frames, args.set, folder)
-            ratio = measured["one_program"]["frames_per_s"] / measured["separate"]["frames_per_s"]
-            for way in ("one_program", "separate"):
+            ours = measured["one_program"]["frames_per_s"]
+            for way in ways:
+                ratios = {
+                    f"ratio_to_{other}": round(ours / measured[other]["frames_per_s"], 3)
+                    for other in args.baselines
+                    if way == "one_program"
+                }
                 line = {
                     "benchmark": "population_speed",
                     "preset": args.preset,
@@ -132,7 +170,7 @@ def main(argv=None) -> list[dict]:
                     "way": way,
                     "population": args.population,
                     **measured[way],
-                    **({"ratio_to_separate": round(ratio, 3)} if way == "one_program" else {}),
+                    **ratios,
                     "loadavg_1m": round(os.getloadavg()[0], 2),
                 }
                 print(json.dumps(line), flush=True)
