@@ -534,6 +534,13 @@ def _interval_end(settings, root, loggers, keys, values, episodes, learned, fram
     return fitness
 
 
+@jax.jit
+def _take_members(tree, members: jax.Array):
+    """Each leaf's rows `members` [N]: one program (leaf by leaf, each leaf's gather compiled a
+    program of its own, about 40 for a V-trace member)."""
+    return jax.tree.map(lambda x: x[members], tree)
+
+
 def _exploit(settings, root, keys, states, carries, values, fitness, frames, rng, sharding):
     """The decision at an interval's end: each (target, source) of `exploit_pairs` copies the
     source's train state and replay ring into the target and explores its values."""
@@ -543,9 +550,8 @@ def _exploit(settings, root, keys, states, carries, values, fitness, frames, rng
     targets = np.arange(settings.population)
     for target, source in pairs:
         targets[target] = source
-    take = jnp.asarray(targets)
-    states = jax.device_put(jax.tree.map(lambda x: x[take], states), sharding)
-    ring = jax.tree.map(lambda x: x[take], (carries.ring, carries.priorities))
+    states, ring = _take_members((states, (carries.ring, carries.priorities)), targets)
+    states = jax.device_put(states, sharding)
     carries = jax.device_put(carries._replace(ring=ring[0], priorities=ring[1]), sharding)
     values = values.copy()
     for target, source in pairs:

@@ -74,7 +74,8 @@ def _member_against_plain(config, keys, values, batched=None):
     member_keys = jax.random.split(jax.random.PRNGKey(3), 2)
     states, carries = program.init(values, member_keys)
     index = np.int32(program.plan.min_iterations)
-    first = jax.device_get(jax.tree.map(lambda x: x[0], (states, carries)))  # before donation
+    # Read back, then indexed in NumPy (each leaf's x[0] on the device compiles a program).
+    first = jax.tree.map(lambda x: x[0], jax.device_get((states, carries)))  # before donation
     after, carries_after, _ = program.iterate(values, states, index, carries)
     if not program.inside:
         after, _, _ = program.learn(values, after, index, np.int32(0), carries_after)
@@ -101,7 +102,7 @@ def _member_against_plain(config, keys, values, batched=None):
         return state
 
     expected = plain(state, first[1])
-    return jax.tree.map(lambda x: x[0], after.params), expected.params
+    return jax.tree.map(lambda x: x[0], jax.device_get(after.params)), expected.params
 
 
 @pytest.mark.parametrize("batched", [True, False])  # vmapped, or side by side (convolutions)
