@@ -157,22 +157,24 @@ def test_the_corrected_prior_estimates_pi_from_another_proposal_better_as_k_grow
 
 
 def test_a_repeated_draw_is_one_child_with_the_prior_of_its_copies():
-    actions = jnp.array([[2, 0, 2, 2], [1, 3, 0, 2]])
-    log_probs = jnp.log(jnp.full((2, 4), 0.25))
-    logits, repeat = sampled.corrected_prior_logits(actions, log_probs, log_probs)
+    # One program a shape (operation by operation, these checks compiled about 90).
+    corrected = jax.jit(sampled.corrected_prior_logits)
+    actions = np.array([[2, 0, 2, 2], [1, 3, 0, 2]])
+    log_probs = np.log(np.full((2, 4), 0.25, np.float32))
+    logits, repeat = jax.device_get(corrected(actions, log_probs, log_probs))
     np.testing.assert_array_equal(repeat, [[False, False, True, True], [False] * 4])
-    np.testing.assert_allclose(jnp.exp(logits[0, :2]), [0.75, 0.25], rtol=1e-6)
-    np.testing.assert_allclose(jnp.exp(logits[1]), [0.25] * 4, rtol=1e-6)
-    assert float(logits[0, 2]) == float(jnp.finfo(jnp.float32).min)
+    np.testing.assert_allclose(np.exp(logits[0, :2]), [0.75, 0.25], rtol=1e-6)
+    np.testing.assert_allclose(np.exp(logits[1]), [0.25] * 4, rtol=1e-6)
+    assert float(logits[0, 2]) == float(np.finfo(np.float32).min)
     # a draw the policy gives no probability (a masked, illegal action) is never a child
-    masked = jnp.log(jnp.array([[0.5, 0.5, 0.0]]))
-    logits, unused = sampled.corrected_prior_logits(
-        jnp.array([[0, 1, 2]]), masked, jnp.zeros((1, 3))
+    masked = np.array([[np.log(0.5), np.log(0.5), -np.inf]], np.float32)
+    logits, unused = jax.device_get(
+        corrected(np.array([[0, 1, 2]]), masked, np.zeros((1, 3), np.float32))
     )
     np.testing.assert_array_equal(unused, [[False, False, True]])
-    np.testing.assert_allclose(jnp.exp(logits[0, :2]), [0.5, 0.5], rtol=1e-6)
-    _, unused = sampled.corrected_prior_logits(
-        jnp.array([[2, 2]]), jnp.full((1, 2), -jnp.inf), jnp.zeros((1, 2))
+    np.testing.assert_allclose(np.exp(logits[0, :2]), [0.5, 0.5], rtol=1e-6)
+    _, unused = corrected(
+        np.array([[2, 2]]), np.full((1, 2), -np.inf, np.float32), np.zeros((1, 2), np.float32)
     )
     np.testing.assert_array_equal(unused, [[False, True]])  # a row keeps one child
     # and the search never visits a repeat's slot
