@@ -387,8 +387,9 @@ def plot_program(path: str, arms: dict, preset: list[dict], settings, game: str)
         axes[0, column].set_ylabel("self-play return")
         axes[0, column].legend(fontsize=7, ncol=2)
         axes[-1, column].set_xlabel("frames (each member's)")
+    agent = "MuZero" if settings.config.mode == "muzero" else "V-trace"
     figure.suptitle(
-        f"V-trace on MinAtar {game}: {settings.population} members, PBT and random search "
+        f"{agent} on MinAtar {game}: {settings.population} members, PBT and random search "
         f"from the same windows and first values"
     )
     figure.tight_layout()
