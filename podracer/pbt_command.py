@@ -20,6 +20,7 @@ _EXAMPLES = """examples:
       --explore loss.entropy_cost=1e-4:1e-1:log --run-dir runs/pbt
                                                     # an Anakin preset: one program (--in-process)
   podracer pbt --run-dir runs/pbt                   # again: resumes the whole population
+  podracer pbt --random-search --config ...         # the same first draws, never exploiting
   podracer pbt --ray --config cartpole_vtrace ...   # Ray Tune, each member its own run
   podracer pbt --address auto ...                   # on the Ray cluster this node belongs to
 """
@@ -88,6 +89,12 @@ def make_parser() -> argparse.ArgumentParser:
         "two-player games and --address)",
     )
     parser.add_argument(
+        "--random-search",
+        action="store_true",
+        help="no exploits: each member trains on its first draw from the --explore windows, "
+        "on its own (what PBT should beat, from the same draws; in one program)",
+    )
+    parser.add_argument(
         "--max-failures",
         type=int,
         default=3,
@@ -107,7 +114,7 @@ def run(args) -> int:
     settings, run_dir = _settings(args)
     extras.require("train", "podracer pbt")
     if _engine(args, settings, run_dir) == "in_process":
-        return _run_in_process(settings, run_dir)
+        return _run_in_process(settings, run_dir, exploit=_exploits(args, run_dir))
     extras.require("pbt", "podracer pbt")
     make_evaluator = None
     if settings.two_player:  # the fitness is the evaluation against the bots
@@ -145,6 +152,10 @@ def _engine(args, settings, run_dir: pathlib.Path) -> str:
     from selfplay.pbt import check_in_program, read_events
 
     started = [e for e in read_events(run_dir) if e.get("event") == "start"]
+    if args.random_search and (args.engine == "ray" or args.address):
+        raise UsageError(
+            "--random-search runs in one program on this machine: drop --ray and --address"
+        )
     if started:
         saved = "in_process" if started[0].get("in_program") else "ray"
         if args.engine not in (None, saved):
@@ -164,11 +175,22 @@ def _engine(args, settings, run_dir: pathlib.Path) -> str:
     try:
         check_in_program(settings)
     except UsageError:
+        if args.random_search:
+            raise
         return "ray"
     return "in_process"
 
 
-def _run_in_process(settings, run_dir: pathlib.Path) -> int:
+def _exploits(args, run_dir: pathlib.Path) -> bool:
+    """Whether the population exploits: a resumed one as its start line says, else unless
+    --random-search."""
+    from selfplay.pbt import read_events
+
+    started = [e for e in read_events(run_dir) if e.get("event") == "start"]
+    return bool(started[0].get("exploit", True)) if started else not args.random_search
+
+
+def _run_in_process(settings, run_dir: pathlib.Path, exploit: bool = True) -> int:
     from selfplay.run import split_cpu
 
     split_cpu(settings.config.devices.cpu_devices)  # before JAX starts
@@ -178,12 +200,13 @@ def _run_in_process(settings, run_dir: pathlib.Path) -> int:
     enable_compilation_cache()
     print(
         f"podracer pbt: {settings.population} members of {settings.config.name} "
-        f"({settings.config.mode} on {settings.config.env.name}) in one program, "
+        f"({settings.config.mode} on {settings.config.env.name}) in one program"
+        f"{'' if exploit else ', random search (no exploits)'}, "
         f"{settings.interval_frames:,} frames per interval, {settings.max_frames:,} each "
         f"-> {run_dir}",
         flush=True,
     )
-    result = run_in_program(settings, run_dir)
+    result = run_in_program(settings, run_dir, exploit=exploit)
     scores = [f if f == f else -math.inf for f in result.fitness]
     best = max(range(settings.population), key=lambda i: scores[i])
     values = ", ".join(
@@ -216,6 +239,7 @@ def _settings(args):
                 ("--interval-frames", args.interval_frames),
                 ("--max-frames", args.max_frames),
                 ("--explore", args.explore),
+                ("--random-search", args.random_search or None),
                 ("overrides", args.overrides),
             ]
             if value not in (None, [])  # 0 is given: refused below, not taken as absent

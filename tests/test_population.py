@@ -249,3 +249,39 @@ def test_podracer_pbt_runs_an_anakin_preset_as_one_program(capsys, tmp_path):
     # Again with the folder alone: a finished population stays finished.
     assert cli.main(["pbt", f"--run-dir={run_dir}"]) == 0
     assert pathlib.Path(run_dir / "checkpoints").is_dir()
+
+
+def test_podracer_pbt_random_search_never_exploits_and_resumes_as_random_search(
+    capsys, tmp_path, monkeypatch
+):
+    run_dir = tmp_path / "search"
+    args = [
+        "pbt",
+        "--random-search",
+        "--config=cartpole_vtrace",
+        "--population=2",
+        "--interval-frames=256",
+        "--max-frames=512",
+        *[f"--explore={e}" for e in THREE],  # the program of the test above
+        f"--run-dir={run_dir}",
+        *VTRACE,
+    ]
+    assert cli.main(["pbt", "--ray", *args[1:]]) == 2  # one program only
+    assert "--random-search runs in one program" in capsys.readouterr().err
+    assert cli.main(args) == 0
+    assert "random search (no exploits)" in capsys.readouterr().out
+    events = pbt.read_events(run_dir)
+    assert events[0]["exploit"] is False and "exploit" not in {e["event"] for e in events}
+    # Resumed with the folder alone, it stays random search; the flag again is refused.
+    calls = []
+    original = population.run_in_program
+
+    def recording(settings, run_dir, **options):
+        calls.append(options)
+        return original(settings, run_dir, **options)
+
+    monkeypatch.setattr(population, "run_in_program", recording)
+    assert cli.main(["pbt", f"--run-dir={run_dir}"]) == 0
+    assert calls == [{"exploit": False}]
+    assert cli.main(["pbt", "--random-search", f"--run-dir={run_dir}"]) == 2
+    assert "without --random-search" in capsys.readouterr().err
