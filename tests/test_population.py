@@ -228,7 +228,9 @@ def test_what_cannot_run_as_one_program_is_refused_in_one_line(
     assert not (tmp_path / "pop").exists()
 
 
-def test_podracer_pbt_runs_an_anakin_preset_as_one_program(capsys, tmp_path):
+def test_podracer_pbt_runs_an_anakin_preset_as_one_program_and_as_random_search(
+    capsys, tmp_path, monkeypatch
+):
     run_dir = tmp_path / "pop"
     args = [
         "pbt",
@@ -250,10 +252,7 @@ def test_podracer_pbt_runs_an_anakin_preset_as_one_program(capsys, tmp_path):
     assert cli.main(["pbt", f"--run-dir={run_dir}"]) == 0
     assert pathlib.Path(run_dir / "checkpoints").is_dir()
 
-
-def test_podracer_pbt_random_search_never_exploits_and_resumes_as_random_search(
-    capsys, tmp_path, monkeypatch
-):
+    # --random-search: the same program (in this process, built once), never exploiting.
     run_dir = tmp_path / "search"
     args = [
         "pbt",
@@ -262,7 +261,7 @@ def test_podracer_pbt_random_search_never_exploits_and_resumes_as_random_search(
         "--population=2",
         "--interval-frames=256",
         "--max-frames=512",
-        *[f"--explore={e}" for e in THREE],  # the program of the test above
+        *[f"--explore={e}" for e in THREE],
         f"--run-dir={run_dir}",
         *VTRACE,
     ]
