@@ -113,8 +113,11 @@ def make_parser() -> argparse.ArgumentParser:
 def run(args) -> int:
     settings, run_dir = _settings(args)
     extras.require("train", "podracer pbt")
-    if _engine(args, settings, run_dir) == "in_process":
-        return _run_in_process(settings, run_dir, exploit=_exploits(args, run_dir))
+    started = _start_line(run_dir)
+    if _engine(args, settings, started) == "in_process":
+        # A resumed population exploits as its start line says; a new one unless --random-search.
+        exploit = bool(started.get("exploit", True)) if started else not args.random_search
+        return _run_in_process(settings, run_dir, exploit=exploit)
     extras.require("pbt", "podracer pbt")
     make_evaluator = None
     if settings.two_player:  # the fitness is the evaluation against the bots
@@ -146,22 +149,28 @@ def run(args) -> int:
     return 0 if result.finished else (1 if failed else 130)
 
 
-def _engine(args, settings, run_dir: pathlib.Path) -> str:
+def _start_line(run_dir: pathlib.Path) -> dict | None:
+    """The start line of the population in `run_dir`'s pbt.jsonl; None for a new one."""
+    from selfplay.pbt import read_events
+
+    return next((e for e in read_events(run_dir) if e.get("event") == "start"), None)
+
+
+def _engine(args, settings, started: dict | None) -> str:
     """ "in_process" or "ray": a resumed population's own (its start line says), else the flag,
     else one program wherever it can run as one."""
-    from selfplay.pbt import check_in_program, read_events
+    from selfplay.pbt import check_in_program
 
-    started = [e for e in read_events(run_dir) if e.get("event") == "start"]
     if args.random_search and (args.engine == "ray" or args.address):
         raise UsageError(
             "--random-search runs in one program on this machine: drop --ray and --address"
         )
     if started:
-        saved = "in_process" if started[0].get("in_program") else "ray"
+        saved = "in_process" if started.get("in_program") else "ray"
         if args.engine not in (None, saved):
             where = "in one process" if saved == "in_process" else "on Ray"
             raise UsageError(
-                f"{run_dir} holds a population run {where}: resume it without "
+                f"{args.run_dir} holds a population run {where}: resume it without "
                 f"--{args.engine.replace('_', '-')}"
             )
         return saved
@@ -179,15 +188,6 @@ def _engine(args, settings, run_dir: pathlib.Path) -> str:
             raise
         return "ray"
     return "in_process"
-
-
-def _exploits(args, run_dir: pathlib.Path) -> bool:
-    """Whether the population exploits: a resumed one as its start line says, else unless
-    --random-search."""
-    from selfplay.pbt import read_events
-
-    started = [e for e in read_events(run_dir) if e.get("event") == "start"]
-    return bool(started[0].get("exploit", True)) if started else not args.random_search
 
 
 def _run_in_process(settings, run_dir: pathlib.Path, exploit: bool = True) -> int:
