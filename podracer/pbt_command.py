@@ -20,6 +20,7 @@ _EXAMPLES = """examples:
       --explore loss.entropy_cost=1e-4:1e-1:log --run-dir runs/pbt
                                                     # an Anakin preset: one program (--in-process)
   podracer pbt --run-dir runs/pbt                   # again: resumes the whole population
+  podracer pbt --run-dir runs/pbt --max-frames 2000000   # resumes it with a larger budget
   podracer pbt --random-search --config ...         # the same first draws, never exploiting
   podracer pbt --ray --config cartpole_vtrace ...   # Ray Tune, each member its own run
   podracer pbt --address auto ...                   # on the Ray cluster this node belongs to
@@ -53,7 +54,12 @@ def make_parser() -> argparse.ArgumentParser:
         metavar="F",
         help="frames each member trains between two decisions",
     )
-    parser.add_argument("--max-frames", type=int, metavar="M", help="each member's frames")
+    parser.add_argument(
+        "--max-frames",
+        type=int,
+        metavar="M",
+        help="each member's frames; on a resume (one program): a larger budget to go on to",
+    )
     parser.add_argument(
         "--explore",
         action="append",
@@ -118,6 +124,11 @@ def run(args) -> int:
         # A resumed population exploits as its start line says; a new one unless --random-search.
         exploit = bool(started.get("exploit", True)) if started else not args.random_search
         return _run_in_process(settings, run_dir, exploit=exploit)
+    if started and settings.max_frames != started.get("max_frames", settings.max_frames):
+        raise UsageError(
+            f"{run_dir} holds a population on Ray Tune, whose members keep the budget they "
+            f"started with ({started['max_frames']:,} frames): resume it without --max-frames"
+        )
     extras.require("pbt", "podracer pbt")
     make_evaluator = None
     if settings.two_player:  # the fitness is the evaluation against the bots
@@ -237,7 +248,6 @@ def _settings(args):
                 ("--config", args.config),
                 ("--population", args.population),
                 ("--interval-frames", args.interval_frames),
-                ("--max-frames", args.max_frames),
                 ("--explore", args.explore),
                 ("--random-search", args.random_search or None),
                 ("overrides", args.overrides),
@@ -249,7 +259,13 @@ def _settings(args):
                 f"{run_dir} holds a population already: resume it with --run-dir alone (and "
                 f"--address), without {', '.join(given)}; or choose another --run-dir"
             )
-        return saved._replace(max_failures=args.max_failures), run_dir
+        if args.max_frames is not None and args.max_frames < saved.max_frames:
+            raise UsageError(
+                f"--max-frames {args.max_frames}: {run_dir}'s members train "
+                f"{saved.max_frames:,} frames each; a resume may raise that budget, not lower it"
+            )
+        max_frames = saved.max_frames if args.max_frames is None else args.max_frames
+        return saved._replace(max_failures=args.max_failures, max_frames=max_frames), run_dir
     missing = [
         flag
         for flag, value in [

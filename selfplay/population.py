@@ -63,6 +63,8 @@ from selfplay.pbt import (
     check_in_program,
     log_event,
     member_dir,
+    read_events,
+    read_settings,
     write_settings,
 )
 from selfplay.programs import ProgramCache, program_key
@@ -344,6 +346,7 @@ def run_in_program(
     )
     checkpointer = Checkpointer(root / CHECKPOINT_DIR, config.learner.keep_checkpoints)
     frames = index = 0
+    extended_from = None  # the budget a resume raised
     config_dict = configs.to_dict(config)
     shapes = {"states": saved_state(jax.eval_shape(lambda s: s, states))}
     found = checkpointer.newest_whole(
@@ -366,6 +369,15 @@ def run_in_program(
         frames = int(found.metadata["frames"])
         index = int(found.metadata["index"])
         log_event(root, {"event": "resume", "members": n, "frames": frames})
+        budget = read_settings(root)
+        if budget is not None and budget.max_frames != settings.max_frames:
+            # A larger budget (`--max-frames` on a resume): pbt.json holds it once a checkpoint
+            # past this one is saved, so a run stopped before then resumes as it was.
+            extended_from = budget.max_frames
+            log_event(
+                root,
+                {"event": "extend", "max_frames": settings.max_frames, "from": extended_from},
+            )
     else:
         write_settings(root, settings)
         log_event(
@@ -393,6 +405,21 @@ def run_in_program(
     # The first iterations only fill the ring; a resumed population starts its rings afresh.
     fill = 0
     device_values = None
+    if exploit and extended_from is not None and frames >= extended_from:
+        # The population had finished, its last interval's decision skipped: taken now, from
+        # the fitness it logged then.
+        states, carries, values = _exploit(
+            settings,
+            root,
+            keys,
+            states,
+            carries,
+            values,
+            _logged_fitness(root, frames, n),
+            frames,
+            rng,
+            sharding,
+        )
     try:
         with handle_signals(stop):
             while frames < settings.max_frames:
@@ -458,11 +485,17 @@ def run_in_program(
                         )
                         device_values = None
                     _save(checkpointer, states, values, rng, frames, index, config_dict)
+                    if extended_from is not None:
+                        write_settings(root, settings)
+                        extended_from = None
     finally:
         for logger in loggers:
             logger.close()
-    if stopped_by is not None:
-        _save(checkpointer, states, values, rng, frames, index, config_dict)
+    if stopped_by is not None and _save(
+        checkpointer, states, values, rng, frames, index, config_dict
+    ):
+        if extended_from is not None:
+            write_settings(root, settings)
     checkpointer.close()
     finished = frames >= settings.max_frames
     log_event(
@@ -598,12 +631,22 @@ def _rng_from(saved: Any, rng: np.random.Generator) -> dict:
     return state
 
 
-def _save(checkpointer, states, values, rng, frames, index, config_dict) -> None:
+def _logged_fitness(root: pathlib.Path, frames: int, population: int) -> np.ndarray:
+    """Each member's fitness [N] as pbt.jsonl's `interval` events at `frames` logged it."""
+    fitness = np.full(population, np.nan)
+    for event in read_events(root):
+        if event.get("event") == "interval" and event.get("frames") == frames:
+            fitness[int(event["member"])] = float(event["fitness"])
+    return fitness
+
+
+def _save(checkpointer, states, values, rng, frames, index, config_dict) -> bool:
+    """Saves the population at `index`; False where that index was saved already."""
     state = {
         "states": saved_state(jax.device_get(states)),
         "values": values.astype(np.float32),
         "rng": _rng_state(rng),
     }
-    checkpointer.save(
+    return checkpointer.save(
         index, state, config_dict, {"frames": frames, "index": index, "time": time.time()}
     )

@@ -111,6 +111,25 @@ def test_bad_sizes_get_one_line_and_exit_2_before_ray_starts(
     assert not run_dir.exists()
 
 
+def test_a_ray_population_resumed_with_another_budget_is_refused_before_ray_starts(
+    capsys, tmp_path, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, "selfplay.pbt_tune", None)  # importing it (Ray) would fail
+    run_dir = tmp_path / "pop"
+    config = configs.load_config("cartpole_vtrace")
+    explore = (pbt.parse_explore(LEARNING_RATE, config),)
+    pbt.write_settings(run_dir, pbt.PopulationSettings(config, 2, 100, 200, explore))
+    pbt.log_event(run_dir, {"event": "start", "population": 2, "max_frames": 200})
+    for budget, message in [
+        ("100", "may raise that budget, not lower it"),
+        ("400", "keep the budget they started with (200 frames)"),
+    ]:
+        code = cli.main(["pbt", f"--run-dir={run_dir}", f"--max-frames={budget}"])
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and message in lines[0], lines
+    assert pbt.read_settings(run_dir).max_frames == 200
+
+
 def test_a_ray_cluster_that_takes_no_connection_is_refused_in_one_line():
     # Ray retries such an address for minutes, a log line each try.
     pytest.importorskip("ray")

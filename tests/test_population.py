@@ -251,6 +251,23 @@ def test_podracer_pbt_runs_an_anakin_preset_as_one_program_and_as_random_search(
     # Again with the folder alone: a finished population stays finished.
     assert cli.main(["pbt", f"--run-dir={run_dir}"]) == 0
     assert pathlib.Path(run_dir / "checkpoints").is_dir()
+    # A larger budget goes on, taking first the decision its last interval skipped; a smaller
+    # one is refused.
+    assert cli.main(["pbt", f"--run-dir={run_dir}", "--max-frames=256"]) == 2
+    assert "may raise that budget, not lower it" in capsys.readouterr().err
+    before = [e["frames"] for e in pbt.read_events(run_dir) if e["event"] == "exploit"]
+    assert before == [256]  # none at the last interval's end
+    assert cli.main(["pbt", f"--run-dir={run_dir}", "--max-frames=768"]) == 0
+    assert "finished at 768 frames" in capsys.readouterr().out
+    events = pbt.read_events(run_dir)
+    extend = next(i for i, e in enumerate(events) if e["event"] == "extend")
+    assert events[extend]["from"] == 512 and events[extend]["max_frames"] == 768
+    exploits = [e for e in events[extend:] if e["event"] == "exploit"]
+    assert [e["frames"] for e in exploits] == [512]  # before the new interval, with its fitness
+    last = {e["member"]: e["fitness"] for e in events[:extend] if e["event"] == "interval"}
+    assert exploits[0]["source_fitness"] == last[exploits[0]["source"]]
+    assert events[-1]["event"] == "end"
+    assert json.loads((run_dir / "pbt.json").read_text())["max_frames"] == 768
 
     # --random-search: the same program (in this process, built once), never exploiting.
     run_dir = tmp_path / "search"
