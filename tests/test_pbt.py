@@ -435,7 +435,11 @@ def test_a_ray_cluster_of_two_hosts_spreads_members_and_restarts_one_whose_host_
 ):
     # Two network namespaces (tests/two_hosts.py): `ray start --head` on host 0, `ray start
     # --address` on host 1, one CPU each, so each runs one member; the members' folders on
-    # storage both see (this machine's). Host 1's link goes down mid-run: the head's health
+    # storage both see (this machine's). Host 1 fails mid-run, once its member has saved a
+    # checkpoint: the member freezes (so that it cannot finish in the moment the test takes to
+    # cut, however fast it trains), the link goes down, and the member ends, as on a host that
+    # lost its power (its run's lock is free again; a frozen process would keep it, as it
+    # shares this machine's kernel). The head hears nothing more from host 1: its health
     # checks mark it dead within seconds, Tune restarts its member on host 0 from the member's
     # newest checkpoint, and the population finishes.
     pytest.importorskip("ray")
@@ -470,15 +474,15 @@ def test_a_ray_cluster_of_two_hosts_spreads_members_and_restarts_one_whose_host_
                             **quiet)  # fmt: skip
         assert other.wait(120) == 0
         argv = [sys.executable, "-m", "podracer", "pbt", "--ray", "--address", head,
-                "--config=cartpole_vtrace", "--population=2", "--interval-frames=4000",
-                "--max-frames=12000", f"--explore={LEARNING_RATE}", f"--run-dir={run_dir}",
+                "--config=cartpole_vtrace", "--population=2", "--interval-frames=2000",
+                "--max-frames=6000", f"--explore={LEARNING_RATE}", f"--run-dir={run_dir}",
                 "--max-failures=2", *CARTPOLE]  # fmt: skip
         with driver_log.open("w") as log:
             driver = hosts.start(0, argv, env=env, stdout=log, stderr=subprocess.STDOUT)
         # Wait for a member training on host 1 (its metrics written within the last second)
         # with a checkpoint saved.
         deadline = time.monotonic() + 240
-        on_host_1 = None
+        on_host_1 = frozen = None
         while on_host_1 is None:
             assert driver.poll() is None, driver_log.read_text()[-3000:]
             assert time.monotonic() < deadline, driver_log.read_text()[-3000:]
@@ -495,9 +499,11 @@ def test_a_ray_cluster_of_two_hosts_spreads_members_and_restarts_one_whose_host_
                     and training
                     and pbt._steps(folder / "checkpoints")
                 ):
-                    on_host_1 = member
-            time.sleep(0.2)
+                    on_host_1, frozen = member, process["pid"]
+            time.sleep(0.1)
+        os.kill(frozen, signal.SIGSTOP)  # the namespaces share this machine's process ids
         hosts.cut()
+        os.kill(frozen, signal.SIGKILL)
         assert driver.wait(300) == 0, driver_log.read_text()[-3000:]
     finally:
         hosts.close()  # kills what still runs on either host: the nodes, the driver
