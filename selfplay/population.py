@@ -238,10 +238,12 @@ def _make_population_program(
         return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
 
     inside = learn_in_jit(config, devices)
+    options = dict(template.compiler_options)  # devices.cpu_convolutions, as a run's programs
     if batched is None:
         batched = accelerator_paths(config, devices) or not _convolutional(config, spec)
     init = jax.jit(
-        split(_over_members(init_member, (0, 0), batched), (members, members), (members, members))
+        split(_over_members(init_member, (0, 0), batched), (members, members), (members, members)),
+        compiler_options=options,
     )
     iterate = jax.jit(
         split(
@@ -252,6 +254,7 @@ def _make_population_program(
             (members, members, members),
         ),
         donate_argnums=(1, 3),
+        compiler_options=options,
     )
     learn = jax.jit(
         split(
@@ -260,6 +263,7 @@ def _make_population_program(
             (members, members, members),
         ),
         donate_argnums=(1,),
+        compiler_options=options,
     )
     return PopulationProgram(plan, mesh, init, iterate, learn, inside, spec)
 

@@ -123,6 +123,19 @@ def test_a_muzero_member_trains_as_its_values_written_in_its_config():
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6), got, expected)
 
 
+def test_the_population_program_takes_the_configs_cpu_compile_options():
+    # devices.cpu_convolutions=eigen is a run's XLA:CPU option: the population's programs too.
+    config = _vtrace("devices.cpu_convolutions=eigen")
+    expected = dict(make_agent(config, population.env_spec(config.env.name)).compiler_options)
+    if not expected:
+        pytest.skip("this jaxlib lacks the option: no compile options to pass")
+    program = population.make_population_program(config, [LEARNING_RATE.split("=")[0]], 2)
+    values = np.full((2, 1), 1e-3, np.float32)
+    # The jit's own parameters (a jaxpr around it would make it a nested jit, which jax refuses).
+    traced = program.init.trace(values, jax.random.split(jax.random.PRNGKey(0), 2))
+    assert dict(traced._params["compiler_options_kvs"]) == expected
+
+
 def test_a_population_exploits_saves_one_checkpoint_stops_and_resumes(tmp_path):
     config = _vtrace()
     settings = _settings(config, LEARNING_RATE, ENTROPY)
