@@ -405,13 +405,14 @@ def run_in_program(
     learned: dict[str, np.ndarray] = {}
     start = time.monotonic()
     stopped_by = None
-    fitness = np.full(n, np.nan)
+    # A resumed population's fitness until an interval ends: the last it logged.
+    fitness = _logged_fitness(root, frames, n) if found.step is not None else np.full(n, np.nan)
     # The first iterations only fill the ring; a resumed population starts its rings afresh.
     fill = 0
     device_values = None
     if exploit and extended_from is not None and frames >= extended_from:
         # The population had finished, its last interval's decision skipped: taken now, from
-        # the fitness it logged then.
+        # the fitness it logged then (`frames` is that interval's end).
         states, carries, values = _exploit(
             settings,
             root,
@@ -419,7 +420,7 @@ def run_in_program(
             states,
             carries,
             values,
-            _logged_fitness(root, frames, n),
+            fitness,
             frames,
             rng,
             sharding,
@@ -636,10 +637,11 @@ def _rng_from(saved: Any, rng: np.random.Generator) -> dict:
 
 
 def _logged_fitness(root: pathlib.Path, frames: int, population: int) -> np.ndarray:
-    """Each member's fitness [N] as pbt.jsonl's `interval` events at `frames` logged it."""
+    """Each member's fitness [N] as pbt.jsonl's newest `interval` event at or before `frames`
+    logged it (NaN where there is none)."""
     fitness = np.full(population, np.nan)
     for event in read_events(root):
-        if event.get("event") == "interval" and event.get("frames") == frames:
+        if event.get("event") == "interval" and event.get("frames", math.inf) <= frames:
             fitness[int(event["member"])] = float(event["fitness"])
     return fitness
 

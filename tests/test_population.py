@@ -261,8 +261,12 @@ def test_podracer_pbt_runs_an_anakin_preset_as_one_program_and_as_random_search(
     start = pbt.read_events(run_dir)[0]
     assert start["event"] == "start" and start["in_program"] is True
     assert json.loads((run_dir / "pbt.json").read_text())["population"] == 2
-    # Again with the folder alone: a finished population stays finished.
+    # Again with the folder alone: a finished population stays finished, its best member the
+    # one its last interval logged.
+    last = {e["member"]: e["fitness"] for e in pbt.read_events(run_dir) if e["event"] == "interval"}
+    best = max(last, key=last.get)
     assert cli.main(["pbt", f"--run-dir={run_dir}"]) == 0
+    assert f"best member {best}: fitness {last[best]:.4g}" in capsys.readouterr().out
     assert pathlib.Path(run_dir / "checkpoints").is_dir()
     # A larger budget goes on, taking first the decision its last interval skipped; a smaller
     # one is refused.
