@@ -410,21 +410,11 @@ def run_in_program(
     # The first iterations only fill the ring; a resumed population starts its rings afresh.
     fill = 0
     device_values = None
+    decide = functools.partial(_exploit, settings, root, keys, rng=rng, sharding=sharding)
     if exploit and extended_from is not None and frames >= extended_from:
         # The population had finished, its last interval's decision skipped: taken now, from
         # the fitness it logged then (`frames` is that interval's end).
-        states, carries, values = _exploit(
-            settings,
-            root,
-            keys,
-            states,
-            carries,
-            values,
-            fitness,
-            frames,
-            rng,
-            sharding,
-        )
+        states, carries, values = decide(states, carries, values, fitness, frames)
     try:
         with handle_signals(stop):
             while frames < settings.max_frames:
@@ -476,18 +466,7 @@ def run_in_program(
                     if progress:
                         _print_interval(frames, fitness, time.monotonic() - start)
                     if exploit and frames < settings.max_frames:
-                        states, carries, values = _exploit(
-                            settings,
-                            root,
-                            keys,
-                            states,
-                            carries,
-                            values,
-                            fitness,
-                            frames,
-                            rng,
-                            sharding,
-                        )
+                        states, carries, values = decide(states, carries, values, fitness, frames)
                         device_values = None
                     _save(checkpointer, states, values, rng, frames, index, config_dict)
                     if extended_from is not None:
