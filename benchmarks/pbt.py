@@ -22,6 +22,14 @@ A check of the script end to end (about 3 minutes on 2 cores), writing to a temp
     .venv/bin/python benchmarks/pbt.py --frames 20480 --interval-frames 5120 --meta-seeds 0 \
         --run-root /tmp/pbt --png /tmp/pbt/pbt.png
 
+`--plot-runs PBT_DIR RANDOM_DIR --png PATH` only draws the picture from two saved populations
+(`podracer pbt` and `podracer pbt --random-search` folders), `--preset-marks FRAMES:RETURN ...`
+the preset's curve: `docs/pbt_spaceinvaders_muzero.png` is
+
+    .venv/bin/python benchmarks/pbt.py --plot-runs runs/si_pbt runs/si_random \
+        --preset-marks 100000:15.54 250000:27.80 500000:65.43 \
+        --png docs/pbt_spaceinvaders_muzero.png
+
 `--engine ray` runs the older comparison on Ray Tune: a population of `--preset` (default
 `minatar_efficientzero` with uniform windows) against `--seeds` independent seeds, each its own
 process; on this 2-core CPU it needs about 6 hours (one run alone made 181 frames/s, six at once
@@ -44,6 +52,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import time
@@ -143,7 +152,23 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--set", nargs="*", default=None)
     parser.add_argument("--run-root", default="runs/pbt_benchmark")
     parser.add_argument("--png", default=None)
+    parser.add_argument(
+        "--plot-runs",
+        nargs=2,
+        metavar=("PBT_DIR", "RANDOM_DIR"),
+        help="only draw --png from two saved populations in one program (podracer pbt and "
+        "podracer pbt --random-search), with --preset-marks as the preset's curve",
+    )
+    parser.add_argument(
+        "--preset-marks",
+        nargs="*",
+        default=[],
+        metavar="FRAMES:RETURN",
+        help="--plot-runs: the preset's return at some frames (e.g. a mean over seeds)",
+    )
     args = parser.parse_args(argv)
+    if args.plot_runs:
+        return plot_runs(args)
     if args.engine == "program":
         return program_main(args)
     args.game = args.game or "SpaceInvaders"
@@ -348,6 +373,33 @@ def program_main(args) -> list[dict]:
         plot_program(args.png, arms, read_metrics(preset_dir), settings, game)
         print(json.dumps({"benchmark": "pbt", "png": args.png}), flush=True)
     return [*lines, summary]
+
+
+def plot_runs(args) -> list[dict]:
+    """`--png` drawn from two saved populations (PBT's and random search's folders): each arm's
+    best is the best of its last interval's fitness."""
+    if not args.png:
+        raise SystemExit("--plot-runs draws --png: give it")
+    arms = {}
+    for arm, run_dir in zip(("pbt", "random_search"), args.plot_runs, strict=True):
+        last = {
+            e["member"]: e["fitness"] for e in pbt.read_events(run_dir) if e["event"] == "interval"
+        }
+        arms[arm] = {"run_dir": run_dir, "best": max(last.values(), default=None)}
+    marks = [mark.split(":") for mark in args.preset_marks]
+    preset = [{"frames": int(f), "episode_return": float(r), "episodes": 1} for f, r in marks]
+    settings = pbt.read_settings(pathlib.Path(args.plot_runs[0]))
+    if settings is None:
+        raise SystemExit(f"{args.plot_runs[0]} holds no population (pbt.json)")
+    game = settings.config.env.name.split(":")[-1].removesuffix("-MinAtar")
+    plot_program(args.png, arms, preset, settings, game)
+    line = {
+        "benchmark": "pbt",
+        "png": args.png,
+        **{f"{a}_best": v["best"] for a, v in arms.items()},
+    }
+    print(json.dumps(line), flush=True)
+    return [line]
 
 
 def plot_program(path: str, arms: dict, preset: list[dict], settings, game: str) -> None:
