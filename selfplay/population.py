@@ -405,8 +405,8 @@ def run_in_program(
     learned: dict[str, np.ndarray] = {}
     start = time.monotonic()
     stopped_by = None
-    # A resumed population's fitness until an interval ends: the last it logged.
-    fitness = _logged_fitness(root, frames, n) if found.step is not None else np.full(n, np.nan)
+    # A resumed population's fitness until an interval ends: the last it logged (a new one: NaN).
+    fitness = _logged_fitness(root, frames, n)
     # The first iterations only fill the ring; a resumed population starts its rings afresh.
     fill = 0
     device_values = None
@@ -468,17 +468,16 @@ def run_in_program(
                     if exploit and frames < settings.max_frames:
                         states, carries, values = decide(states, carries, values, fitness, frames)
                         device_values = None
-                    _save(checkpointer, states, values, rng, frames, index, config_dict)
-                    if extended_from is not None:
+                    saved = _save(checkpointer, states, values, rng, frames, index, config_dict)
+                    if saved and extended_from is not None:
                         write_settings(root, settings)
                         extended_from = None
     finally:
         for logger in loggers:
             logger.close()
-    if stopped_by is not None and _save(
-        checkpointer, states, values, rng, frames, index, config_dict
-    ):
-        if extended_from is not None:
+    if stopped_by is not None:
+        saved = _save(checkpointer, states, values, rng, frames, index, config_dict)
+        if saved and extended_from is not None:
             write_settings(root, settings)
     checkpointer.close()
     finished = frames >= settings.max_frames
