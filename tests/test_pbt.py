@@ -483,8 +483,8 @@ def test_a_ray_cluster_of_two_hosts_spreads_members_and_restarts_one_whose_host_
         # Wait for a member training on host 1 (its metrics written within the last second)
         # with a checkpoint saved.
         deadline = time.monotonic() + 240
-        on_host_1 = frozen = None
-        while on_host_1 is None:
+        frozen = None  # the process id of a member on host 1
+        while frozen is None:
             assert driver.poll() is None, driver_log.read_text()[-3000:]
             assert time.monotonic() < deadline, driver_log.read_text()[-3000:]
             for member in range(2):
@@ -500,7 +500,7 @@ def test_a_ray_cluster_of_two_hosts_spreads_members_and_restarts_one_whose_host_
                     and training
                     and pbt._steps(folder / "checkpoints")
                 ):
-                    on_host_1, frozen = member, process["pid"]
+                    frozen = process["pid"]
             time.sleep(0.1)
         os.kill(frozen, signal.SIGSTOP)  # the namespaces share this machine's process ids
         hosts.cut()
