@@ -47,7 +47,7 @@ enable_compilation_cache()  # as `podracer pbt` and `podracer train` do
 population, frames = int(sys.argv[2]), int(sys.argv[3])
 explore = tuple(parse_explore(e, config) for e in json.loads(sys.argv[6]))
 settings = PopulationSettings(config, population, max(frames // 4, 1), frames, explore)
-result = run_in_program(settings, sys.argv[4])
+result = run_in_program(settings, sys.argv[4], plot=False)  # as the separate runs' --no-plot
 print(json.dumps({"frames": result.frames, "seconds": time.monotonic() - started}))
 """
 
@@ -104,7 +104,7 @@ def on_ray(preset: str, population: int, frames: int, overrides, folder: str) ->
         [sys.executable, "-m", "podracer", "pbt", "--ray", "--config", preset,
          f"--population={population}", f"--interval-frames={max(frames // 4, 1)}",
          f"--max-frames={frames}", *[f"--explore={e}" for e in EXPLORE], "--run-dir", run_dir,
-         *overrides, "evaluation.every_s=0"],
+         "--no-plot", *overrides, "evaluation.every_s=0"],
         capture_output=True,
         text=True,
     )  # fmt: skip

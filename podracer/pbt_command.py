@@ -101,6 +101,12 @@ def make_parser() -> argparse.ArgumentParser:
         "on its own (what PBT should beat, from the same draws; in one program)",
     )
     parser.add_argument(
+        "--no-plot",
+        action="store_true",
+        help="no learning_curves.png in each member's folder at its end (its metrics.jsonl "
+        "holds the curves)",
+    )
+    parser.add_argument(
         "--max-failures",
         type=int,
         default=3,
@@ -123,7 +129,7 @@ def run(args) -> int:
     if _engine(args, settings, started) == "in_process":
         # A resumed population exploits as its start line says; a new one unless --random-search.
         exploit = bool(started.get("exploit", True)) if started else not args.random_search
-        return _run_in_process(settings, run_dir, exploit=exploit)
+        return _run_in_process(settings, run_dir, exploit=exploit, plot=not args.no_plot)
     if started and settings.max_frames != started.get("max_frames", settings.max_frames):
         raise UsageError(
             f"{run_dir} holds a population on Ray Tune, whose members keep the budget they "
@@ -144,7 +150,13 @@ def run(args) -> int:
         f"-> {run_dir}",
         flush=True,
     )
-    result = run_population(settings, run_dir, address=args.address, make_evaluator=make_evaluator)
+    result = run_population(
+        settings,
+        run_dir,
+        address=args.address,
+        make_evaluator=make_evaluator,
+        plot=not args.no_plot,
+    )
     best = max(result.members, key=lambda m: m.fitness if m.fitness == m.fitness else -1e300)
     lines = [
         f"podracer pbt: {'finished' if result.finished else 'stopped'}; best member "
@@ -201,7 +213,9 @@ def _engine(args, settings, started: dict | None) -> str:
     return "in_process"
 
 
-def _run_in_process(settings, run_dir: pathlib.Path, exploit: bool = True) -> int:
+def _run_in_process(
+    settings, run_dir: pathlib.Path, exploit: bool = True, plot: bool = True
+) -> int:
     from selfplay.run import split_cpu
 
     split_cpu(settings.config.devices.cpu_devices)  # before JAX starts
@@ -217,7 +231,7 @@ def _run_in_process(settings, run_dir: pathlib.Path, exploit: bool = True) -> in
         f"-> {run_dir}",
         flush=True,
     )
-    result = run_in_program(settings, run_dir, exploit=exploit)
+    result = run_in_program(settings, run_dir, exploit=exploit, plot=plot)
     scores = [f if f == f else -math.inf for f in result.fitness]
     best = max(range(settings.population), key=lambda i: scores[i])
     values = ", ".join(

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import ray
 from ray import tune
 from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler
+from ray.tune.search.basic_variant import BasicVariantGenerator
 
 from configs import UsageError
 from selfplay.pbt import (
@@ -127,6 +128,11 @@ class _Scheduler(PopulationBasedTraining):
         ]
         self._next_perturbation_sync = min(waiting, default=0) + self._perturbation_interval
 
+    def members_unfinished(self) -> bool:
+        """Whether a member has intervals to train: training, paused at a decision, or not
+        started (not one whose trial is stopping: Tune marks it ended until it is paused)."""
+        return not all(trial.is_finished() for trial in self._trial_state)
+
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
         if result.get("frames", 0) >= self.max_frames:  # its last interval: the member ends
             self._save_trial_state(self._trial_state[trial], result[INTERVAL], result, trial)
@@ -186,6 +192,29 @@ class _Scheduler(PopulationBasedTraining):
         )
 
 
+class _Members(BasicVariantGenerator):
+    """Ray's generator of the members' trials, whose search goes on while a member has
+    intervals to train. Tune keeps a stopping trial's process for the next trial only while the
+    search goes on (or another trial is staged); with Ray's own generator the search ends once
+    the members are created, so each member paused at a decision (the last to report, or every
+    one where each has its own slot) ended its process, and the next interval began in a new
+    one: seconds of imports and tracing, or a GPU's start. The experiment's own end does not
+    change: Tune waits for every trial to finish as well."""
+
+    def __init__(self, scheduler: _Scheduler):
+        super().__init__()
+        self._scheduler = scheduler
+
+    def is_finished(self) -> bool:
+        return super().is_finished() and not self._scheduler.members_unfinished()
+
+    def get_state(self) -> dict | bool:
+        state = super().get_state()  # what Tune saves with the experiment: not the scheduler
+        if isinstance(state, dict):
+            state.pop("_scheduler", None)
+        return state
+
+
 class _Log(tune.Callback):
     """Each member's interval (and a restart after a failure) as a line of DIR/pbt.jsonl and
     one line on the console."""
@@ -242,12 +271,14 @@ def _member(
     run_dir: str = "",
     make_evaluator: Callable | None = None,
     gpu_share: float = 0.0,
+    plot: bool = True,
 ) -> None:
     """A member's trial: one interval after another until `max_frames`, each reported to Tune
     with its fitness and a pointer to the checkpoint it ended with. Started again (after an
     exploit, a pause, its process's failure or the population's resume) it goes on from the
     checkpoint Tune gives it; an interval it finished whose report Tune never had (the population
-    stopped meanwhile) is reported first, without training it again."""
+    stopped meanwhile) is reported first, without training it again. With `plot`, its learning
+    curves at its end."""
     assert settings is not None
     if 0 < gpu_share < 1:  # members sharing a GPU: each its share of its memory, not JAX's 75%
         os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{0.9 * gpu_share:.2f}")
@@ -324,7 +355,9 @@ def _member(
         # The learning curves once, at the end (drawing them takes seconds).
         last = settings.interval_end(frames) >= settings.max_frames
         try:
-            result = train(config, own, progress=False, make_evaluator=make_evaluator, plot=last)
+            result = train(
+                config, own, progress=False, make_evaluator=make_evaluator, plot=plot and last
+            )
         except Diverged:
             # Its values diverge (a learning rate too high): reported at -inf, the member ranks
             # last and takes over a better member's checkpoint with new values once the
@@ -394,13 +427,14 @@ def run_population(
     address: str | None = None,
     make_evaluator: Callable | None = None,
     resources: dict[str, float] | None = None,
+    plot: bool = True,
 ) -> PopulationResult:
     """Trains the population of `settings` in `run_dir` (its `pbt.json`, `pbt.jsonl`,
     `member_<i>/` and Tune's `tune/`), or resumes the one there. Ray: the session already
     started in this process, else `ray.init(address)` (None: a local one with this machine's
     cores and GPUs). `resources`: each member's, by default its share (`member_resources`).
     Two-player games need `make_evaluator` (e.g. `arena.RunEvaluator`): their fitness is the
-    evaluation against the bots."""
+    evaluation against the bots. With `plot`, each member draws its learning curves at its end."""
     if settings.two_player and make_evaluator is None:
         raise UsageError("a two-player game's fitness is its evaluation: give make_evaluator")
     root = pathlib.Path(run_dir).absolute()
@@ -427,6 +461,7 @@ def run_population(
                 run_dir=str(root),
                 make_evaluator=make_evaluator,
                 gpu_share=share.get("gpu", 0.0),
+                plot=plot,
             ),
             share,
         )
@@ -504,6 +539,7 @@ def _new_tuner(settings: PopulationSettings, root: pathlib.Path, trainable: Any)
         param_space={"explore": {e.key: domain(e) for e in settings.explore}},
         tune_config=tune.TuneConfig(
             scheduler=scheduler,
+            search_alg=_Members(scheduler),
             num_samples=settings.population,
             reuse_actors=True,  # a member restarted after an exploit keeps its warm process
             trial_name_creator=_member_name,

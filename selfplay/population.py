@@ -46,6 +46,7 @@ import muzero
 from configs import ExperimentConfig
 from envs import env_spec, jax_env_functions
 from envs.base import check_rewards
+from selfplay import run as selfplay_run
 from selfplay.agent import accelerator_paths, build_agent, make_agent
 from selfplay.anakin import (
     AnakinPlan,
@@ -329,11 +330,13 @@ def run_in_program(
     exploit: bool = True,
     progress: bool = True,
     stop: StopSignal | None = None,
+    plot: bool = True,
 ) -> PopulationResult:
     """Trains (or resumes) the population of `settings` in `run_dir` as one program; with
     `exploit=False`, random search (the members never take each other's states). Stops at
     `max_frames`, or on `stop` (SIGINT, SIGTERM) after saving the population. With `progress`,
-    a line per interval: each member's fitness."""
+    a line per interval: each member's fitness. With `plot`, a finished population draws each
+    member's learning curves in its folder, as a member on Ray Tune does."""
     check_in_program(settings)
     root = pathlib.Path(run_dir)
     config, n = settings.config, settings.population
@@ -491,6 +494,9 @@ def run_in_program(
             ],
         },
     )
+    if finished and plot:
+        for i in range(n):
+            selfplay_run.plot_run(member_dir(root, i))
     return PopulationResult(frames, fitness, values, finished, stopped_by)
 
 

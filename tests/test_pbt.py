@@ -1,13 +1,15 @@
 """`podracer pbt`: a population on Ray Tune exploits and explores, survives an interruption and
 a member whose host is cut off, and refuses a bad --explore before starting Ray (the command end
-to end on tic-tac-toe, the library on CartPole)."""
+to end: on tic-tac-toe, stopped and resumed, and on CartPole over two hosts)."""
 
+import contextlib
+import io
 import json
 import os
 import pathlib
+import pickle
 import signal
 import sys
-import threading
 import time
 from types import SimpleNamespace
 
@@ -286,6 +288,27 @@ def test_a_diverged_member_takes_over_a_top_checkpoint_and_gives_none(monkeypatc
     assert decisions == [(bad, [], [])]
 
 
+def test_the_search_goes_on_while_a_member_has_intervals_to_train():
+    # Tune keeps a stopping member's process for the next member only while the search goes
+    # on: a member paused at a decision trains its next interval in a warm process.
+    from selfplay import pbt_tune
+
+    class Member:  # a trial, as much of one as the scheduler reads here
+        def __init__(self, finished):
+            self.is_finished = lambda: finished
+
+    scheduler = pbt_tune._Scheduler.__new__(pbt_tune._Scheduler)
+    training, finished = Member(False), Member(True)  # training: or paused, or not started
+    members = pbt_tune._Members(scheduler)
+    members.set_finished()  # every member's trial created
+    scheduler._trial_state = {training: None, finished: None}
+    assert not members.is_finished()
+    scheduler._trial_state = {finished: None}
+    assert members.is_finished()
+    state = members.get_state()  # what Tune saves with the experiment: not the scheduler
+    assert "_scheduler" not in state and pickle.loads(pickle.dumps(state))
+
+
 @pytest.fixture(scope="module")
 def ray_session():
     """One Ray session for the module, with one CPU: the members of a population take turns in
@@ -306,34 +329,45 @@ def _settings(preset, overrides, interval, total, explore=(LEARNING_RATE,)):
     )
 
 
-def _watch(run_dir, events):
-    """SIGUSR1 to this process once the population has decided at its first interval's end:
-    Tune's graceful stop, as Ctrl-C is for `podracer pbt`. Appends what it did to `events`."""
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not events:
-        if any(e["event"] == "exploit" for e in pbt.read_events(run_dir)):
-            events.append("interrupted")
-            os.kill(os.getpid(), signal.SIGUSR1)
-        time.sleep(0.1)
+def _pbt_command(args):
+    """`podracer pbt ARGS` in this process: its exit code and what it printed."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli.main(["pbt", *args])
+    return code, out.getvalue()
 
 
 @pytest.fixture(scope="module")
-def cartpole_population(ray_session, tmp_path_factory):
-    """A population of 2 on CartPole, 2 intervals of 1,000 frames: interrupted once it has
-    decided at the first interval's end, then resumed. (A member whose process dies is
-    restarted from its checkpoint: the two-host test below cuts one off.)"""
-    from selfplay.pbt_tune import run_population
+def tic_tac_toe_population(ray_session, tmp_path_factory):
+    """`podracer pbt` of 2 AlphaZero members on tic-tac-toe, 2 intervals of 400 frames, their
+    fitness the evaluation against the bots: interrupted (SIGUSR1, Tune's graceful stop, as
+    Ctrl-C is for `podracer pbt`) the moment it has decided at the first interval's end, then
+    resumed with the folder alone. (A member whose process dies is restarted from its
+    checkpoint: the two-host test below cuts one off.)"""
+    from selfplay import pbt_tune
 
-    run_dir = tmp_path_factory.mktemp("cartpole") / "pop"
-    settings = _settings("cartpole_vtrace", CARTPOLE, 1_000, 2_000)
+    run_dir = tmp_path_factory.mktemp("tic_tac_toe") / "pop"
     events: list = []
-    watcher = threading.Thread(target=_watch, args=(run_dir, events), daemon=True)
-    watcher.start()
-    interrupted = run_population(settings, run_dir)
+
+    def log_then_stop(root, event):
+        line = log_event(root, event)
+        if event["event"] == "exploit" and not events:
+            events.append("interrupted")
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return line
+
+    log_event = pbt_tune.log_event
+    explore = [f"--explore={spec}" for spec in PRIORITIES]
+    # Every checkpoint stays on disk: a test compares the adopted one with its source's.
+    keep = "learner.keep_checkpoints=10"
+    args = ["--config=tic_tac_toe_alphazero", "--population=2", "--interval-frames=400",
+            "--max-frames=800", *explore, f"--run-dir={run_dir}", "--no-plot"]  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pbt_tune, "log_event", log_then_stop)
+        interrupted = _pbt_command([*args, *TIC_TAC_TOE, keep])
     saved = _saved_checkpoints(run_dir)
-    resumed = run_population(settings, run_dir)
-    watcher.join(timeout=5)
-    return run_dir, settings, events, interrupted, saved, resumed
+    resumed = _pbt_command([f"--run-dir={run_dir}", "--no-plot"])
+    return run_dir, events, interrupted, saved, resumed
 
 
 def _saved_checkpoints(run_dir):
@@ -355,19 +389,25 @@ def _saved_checkpoints(run_dir):
     return pointers
 
 
-def test_cartpole_population_resumes_after_an_interruption(cartpole_population):
-    run_dir, settings, events, interrupted, saved, resumed = cartpole_population
+def test_a_population_resumes_after_an_interruption(tic_tac_toe_population):
+    run_dir, events, (code, output), saved, (resumed_code, resumed) = tic_tac_toe_population
     assert events == ["interrupted"]
-    assert not interrupted.finished
+    assert code == 130, output[-3000:]
+    assert f"resume with: podracer pbt --run-dir {run_dir}" in output
     # The exploit decided just before the stop is in the state Tune saved: the member resumes
     # from the source's checkpoint.
     exploit = next(e for e in pbt.read_events(run_dir) if e["event"] == "exploit")
     assert saved[exploit["target"]]["member"] == exploit["source"]
-    assert resumed.finished
-    assert all(m.frames >= settings.max_frames and m.error is None for m in resumed.members)
-    kinds = [e["event"] for e in pbt.read_events(run_dir)]
+    assert resumed_code == 0, resumed[-3000:]
+    assert "podracer pbt: finished; best member" in resumed
+    lines = pbt.read_events(run_dir)
+    kinds = [e["event"] for e in lines]
     assert kinds[0] == "start" and "stopped" in kinds and "resume" in kinds
     assert kinds[-1] == "end"
+    max_frames = pbt.read_settings(run_dir).max_frames
+    assert all(m["frames"] >= max_frames and m["error"] is None for m in lines[-1]["members"])
+    # --no-plot, given again with the folder: no member drew its learning curves.
+    assert not list(run_dir.glob("member_*/learning_curves.png"))
 
 
 def test_members_run_at_the_drivers_niceness(ray_session):
@@ -378,15 +418,15 @@ def test_members_run_at_the_drivers_niceness(ray_session):
     assert ray.get(ray.remote(lambda: os.nice(0)).remote()) == os.nice(0)
 
 
-def test_cartpole_population_exploits_and_explores_within_bounds(cartpole_population):
-    run_dir, settings, *_ = cartpole_population
-    (bounds,) = settings.explore
+def test_a_population_exploits_and_explores_within_bounds(tic_tac_toe_population):
+    run_dir, *_ = tic_tac_toe_population
+    settings = pbt.read_settings(run_dir)
     lines = pbt.read_events(run_dir)
     exploits = [e for e in lines if e["event"] == "exploit"]
-    assert exploits, "no exploit at the end of the first interval"
+    assert [e["target"] for e in exploits] in ([0], [1]), "one exploit, at the first interval"
     for line in lines:
         for values in (line.get("values"), line.get("old"), line.get("new")):
-            if values:
+            for bounds in settings.explore if values else ():
                 assert bounds.low <= values[bounds.key] <= bounds.high
     # The worse member's next interval starts from the better one's parameters: the checkpoint
     # it adopted is the source's, leaf for leaf, and it trained on from that step.
@@ -408,27 +448,11 @@ def jax_leaves(tree):
     return jax.tree.leaves(tree)
 
 
-def test_podracer_pbt_on_tic_tac_toe_ranks_by_the_evaluation_against_bots(
-    ray_session, tmp_path, capsys
-):
-    explore = [f"--explore={spec}" for spec in PRIORITIES]
-    args = ["--population=2", "--interval-frames=400", "--max-frames=800", *explore]
-    run_dir = tmp_path / "pop"
-    code = cli.main(
-        ["pbt", "--config=tic_tac_toe_alphazero", *args, f"--run-dir={run_dir}"] + TIC_TAC_TOE
-    )
-    output = capsys.readouterr().out
-    assert code == 0, output[-3000:]
-    assert "podracer pbt: finished; best member" in output
-    settings = pbt.read_settings(run_dir)
-    lines = pbt.read_events(run_dir)
-    intervals = [e for e in lines if e["event"] == "interval"]
+def test_a_two_player_population_ranks_by_the_evaluation_against_bots(tic_tac_toe_population):
+    run_dir, *_ = tic_tac_toe_population
+    intervals = [e for e in pbt.read_events(run_dir) if e["event"] == "interval"]
     assert len(intervals) == 4  # 2 members, 2 intervals each
     assert all(0.0 <= e["fitness"] <= 1.0 for e in intervals)  # a score against random
-    assert [e["target"] for e in lines if e["event"] == "exploit"] in ([0], [1])
-    for line in intervals:
-        for spec in settings.explore:
-            assert spec.low <= line["values"][spec.key] <= spec.high
 
 
 def test_a_ray_cluster_of_two_hosts_spreads_members_and_restarts_one_whose_host_is_cut_off(
@@ -477,7 +501,7 @@ def test_a_ray_cluster_of_two_hosts_spreads_members_and_restarts_one_whose_host_
         argv = [sys.executable, "-m", "podracer", "pbt", "--ray", "--address", head,
                 "--config=cartpole_vtrace", "--population=2", "--interval-frames=2000",
                 "--max-frames=4000", f"--explore={LEARNING_RATE}", f"--run-dir={run_dir}",
-                "--max-failures=2", *CARTPOLE]  # fmt: skip
+                "--max-failures=2", "--no-plot", *CARTPOLE]  # fmt: skip
         with driver_log.open("w") as log:
             driver = hosts.start(0, argv, env=env, stdout=log, stderr=subprocess.STDOUT)
         # Wait for a member training on host 1 (its metrics written within the last second)

@@ -244,6 +244,10 @@ def test_what_cannot_run_as_one_program_is_refused_in_one_line(
 def test_podracer_pbt_runs_an_anakin_preset_as_one_program_and_as_random_search(
     capsys, tmp_path, monkeypatch
 ):
+    from selfplay import run
+
+    drawn = []  # the folders whose learning curves were drawn
+    monkeypatch.setattr(run, "plot_run", drawn.append)
     run_dir = tmp_path / "pop"
     args = [
         "pbt",
@@ -261,6 +265,7 @@ def test_podracer_pbt_runs_an_anakin_preset_as_one_program_and_as_random_search(
     start = pbt.read_events(run_dir)[0]
     assert start["event"] == "start" and start["in_program"] is True
     assert json.loads((run_dir / "pbt.json").read_text())["population"] == 2
+    assert drawn == [pbt.member_dir(run_dir, 0), pbt.member_dir(run_dir, 1)]  # once it finished
     # Again with the folder alone: a finished population stays finished, its best member the
     # one its last interval logged.
     last = {e["member"]: e["fitness"] for e in pbt.read_events(run_dir) if e["event"] == "interval"}
@@ -287,10 +292,12 @@ def test_podracer_pbt_runs_an_anakin_preset_as_one_program_and_as_random_search(
     assert json.loads((run_dir / "pbt.json").read_text())["max_frames"] == 768
 
     # --random-search: the same program (in this process, built once), never exploiting.
+    drawn.clear()
     run_dir = tmp_path / "search"
     args = [
         "pbt",
         "--random-search",
+        "--no-plot",
         "--config=cartpole_vtrace",
         "--population=2",
         "--interval-frames=256",
@@ -305,6 +312,7 @@ def test_podracer_pbt_runs_an_anakin_preset_as_one_program_and_as_random_search(
     assert "random search (no exploits)" in capsys.readouterr().out
     events = pbt.read_events(run_dir)
     assert events[0]["exploit"] is False and "exploit" not in {e["event"] for e in events}
+    assert drawn == []  # --no-plot
     # Resumed with the folder alone, it stays random search; the flag again is refused.
     calls = []
     original = population.run_in_program
@@ -315,6 +323,6 @@ def test_podracer_pbt_runs_an_anakin_preset_as_one_program_and_as_random_search(
 
     monkeypatch.setattr(population, "run_in_program", recording)
     assert cli.main(["pbt", f"--run-dir={run_dir}"]) == 0
-    assert calls == [{"exploit": False}]
+    assert calls == [{"exploit": False, "plot": True}]  # --no-plot is a flag of each call
     assert cli.main(["pbt", "--random-search", f"--run-dir={run_dir}"]) == 2
     assert "without --random-search" in capsys.readouterr().err
