@@ -34,7 +34,6 @@ from typing import Any, NamedTuple
 import ray
 from ray import tune
 from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler
-from ray.tune.search.basic_variant import BasicVariantGenerator
 
 from configs import UsageError
 from selfplay.pbt import (
@@ -128,11 +127,6 @@ class _Scheduler(PopulationBasedTraining):
         ]
         self._next_perturbation_sync = min(waiting, default=0) + self._perturbation_interval
 
-    def members_unfinished(self) -> bool:
-        """Whether a member has intervals to train: training, paused at a decision, or not
-        started (not one whose trial is stopping: Tune marks it ended until it is paused)."""
-        return not all(trial.is_finished() for trial in self._trial_state)
-
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
         if result.get("frames", 0) >= self.max_frames:  # its last interval: the member ends
             self._save_trial_state(self._trial_state[trial], result[INTERVAL], result, trial)
@@ -190,29 +184,6 @@ class _Scheduler(PopulationBasedTraining):
             f"{event['source_fitness']:.3g}), now {_values_text(event['new'])}",
             flush=True,
         )
-
-
-class _Members(BasicVariantGenerator):
-    """Ray's generator of the members' trials, whose search goes on while a member has
-    intervals to train. Tune keeps a stopping trial's process for the next trial only while the
-    search goes on (or another trial is staged); with Ray's own generator the search ends once
-    the members are created, so each member paused at a decision (the last to report, or every
-    one where each has its own slot) ended its process, and the next interval began in a new
-    one: seconds of imports and tracing, or a GPU's start. The experiment's own end does not
-    change: Tune waits for every trial to finish as well."""
-
-    def __init__(self, scheduler: _Scheduler):
-        super().__init__()
-        self._scheduler = scheduler
-
-    def is_finished(self) -> bool:
-        return super().is_finished() and not self._scheduler.members_unfinished()
-
-    def get_state(self) -> dict | bool:
-        state = super().get_state()  # what Tune saves with the experiment: not the scheduler
-        if isinstance(state, dict):
-            state.pop("_scheduler", None)
-        return state
 
 
 class _Log(tune.Callback):
@@ -539,7 +510,6 @@ def _new_tuner(settings: PopulationSettings, root: pathlib.Path, trainable: Any)
         param_space={"explore": {e.key: domain(e) for e in settings.explore}},
         tune_config=tune.TuneConfig(
             scheduler=scheduler,
-            search_alg=_Members(scheduler),
             num_samples=settings.population,
             reuse_actors=True,  # a member restarted after an exploit keeps its warm process
             trial_name_creator=_member_name,

@@ -7,7 +7,6 @@ import io
 import json
 import os
 import pathlib
-import pickle
 import signal
 import sys
 import time
@@ -288,27 +287,6 @@ def test_a_diverged_member_takes_over_a_top_checkpoint_and_gives_none(monkeypatc
     assert decisions == [(bad, [], [])]
 
 
-def test_the_search_goes_on_while_a_member_has_intervals_to_train():
-    # Tune keeps a stopping member's process for the next member only while the search goes
-    # on: a member paused at a decision trains its next interval in a warm process.
-    from selfplay import pbt_tune
-
-    class Member:  # a trial, as much of one as the scheduler reads here
-        def __init__(self, finished):
-            self.is_finished = lambda: finished
-
-    scheduler = pbt_tune._Scheduler.__new__(pbt_tune._Scheduler)
-    training, finished = Member(False), Member(True)  # training: or paused, or not started
-    members = pbt_tune._Members(scheduler)
-    members.set_finished()  # every member's trial created
-    scheduler._trial_state = {training: None, finished: None}
-    assert not members.is_finished()
-    scheduler._trial_state = {finished: None}
-    assert members.is_finished()
-    state = members.get_state()  # what Tune saves with the experiment: not the scheduler
-    assert "_scheduler" not in state and pickle.loads(pickle.dumps(state))
-
-
 @pytest.fixture(scope="module")
 def ray_session():
     """One Ray session for the module, with one CPU: the members of a population take turns in
@@ -451,7 +429,9 @@ def jax_leaves(tree):
 def test_a_two_player_population_ranks_by_the_evaluation_against_bots(tic_tac_toe_population):
     run_dir, *_ = tic_tac_toe_population
     intervals = [e for e in pbt.read_events(run_dir) if e["event"] == "interval"]
-    assert len(intervals) == 4  # 2 members, 2 intervals each
+    # 2 members, 2 intervals each. (A report Tune took in as it stopped, but whose checkpoint
+    # it had not registered, is made again on the resume: the same member and frames.)
+    assert len({(e["member"], e["frames"]) for e in intervals}) == 4
     assert all(0.0 <= e["fitness"] <= 1.0 for e in intervals)  # a score against random
 
 
