@@ -138,7 +138,7 @@ def test_the_population_program_takes_the_configs_cpu_compile_options():
 
 def test_a_population_exploits_saves_one_checkpoint_stops_and_resumes(tmp_path):
     config = _vtrace()
-    settings = _settings(config, LEARNING_RATE, ENTROPY)
+    settings = _settings(config, *THREE, members=2)
     run_dir = tmp_path / "pop"
     stop = StopSignal()
     # Stopped mid-run: the population is saved and says so.
@@ -157,7 +157,7 @@ def test_a_population_exploits_saves_one_checkpoint_stops_and_resumes(tmp_path):
     assert not first.finished and first.stopped_by == "test"
     events = pbt.read_events(run_dir)
     assert [e["event"] for e in events][:1] == ["start"] and events[-1]["event"] == "stopped"
-    assert sum(e["event"] == "exploit" for e in events) == 1  # one decision, 1 of 4
+    assert sum(e["event"] == "exploit" for e in events) == 1  # one decision: 1 of 2
     exploit = next(e for e in events if e["event"] == "exploit")
     assert exploit["target_fitness"] <= exploit["source_fitness"]
     saved = sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
