@@ -286,19 +286,6 @@ def test_a_diverged_member_takes_over_a_top_checkpoint_and_gives_none(monkeypatc
     assert decisions == [(bad, [], [])]
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    """One Ray session for the module, with one CPU: the members of a population take turns in
-    one process (Tune reuses it), which compiles each program once (the suite's persistent
-    compilation cache, tests/conftest.py, serves the next member and interval)."""
-    ray = pytest.importorskip("ray")
-    from selfplay import pbt_tune
-
-    pbt_tune.start_local_ray(num_cpus=1)
-    yield
-    ray.shutdown()
-
-
 def _settings(preset, overrides, interval, total, explore=(LEARNING_RATE,)):
     config = configs.load_config(preset, overrides)
     return pbt.PopulationSettings(
@@ -312,39 +299,6 @@ def _pbt_command(args):
     with contextlib.redirect_stdout(out):
         code = cli.main(["pbt", *args])
     return code, out.getvalue()
-
-
-@pytest.fixture(scope="module")
-def tic_tac_toe_population(ray_session, tmp_path_factory):
-    """`podracer pbt` of 2 AlphaZero members on tic-tac-toe, 2 intervals of 400 frames, their
-    fitness the evaluation against the bots: interrupted (SIGUSR1, Tune's graceful stop, as
-    Ctrl-C is for `podracer pbt`) the moment it has decided at the first interval's end, then
-    resumed with the folder alone. (A member whose process dies is restarted from its
-    checkpoint: the two-host test below cuts one off.)"""
-    from selfplay import pbt_tune
-
-    run_dir = tmp_path_factory.mktemp("tic_tac_toe") / "pop"
-    events: list = []
-
-    def log_then_stop(root, event):
-        line = log_event(root, event)
-        if event["event"] == "exploit" and not events:
-            events.append("interrupted")
-            os.kill(os.getpid(), signal.SIGUSR1)
-        return line
-
-    log_event = pbt_tune.log_event
-    explore = [f"--explore={spec}" for spec in PRIORITIES]
-    # Every checkpoint stays on disk: a test compares the adopted one with its source's.
-    keep = "learner.keep_checkpoints=10"
-    args = ["--config=tic_tac_toe_alphazero", "--population=2", "--interval-frames=400",
-            "--max-frames=800", *explore, f"--run-dir={run_dir}", "--no-plot"]  # fmt: skip
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(pbt_tune, "log_event", log_then_stop)
-        interrupted = _pbt_command([*args, *TIC_TAC_TOE, keep])
-    saved = _saved_checkpoints(run_dir)
-    resumed = _pbt_command([f"--run-dir={run_dir}", "--no-plot"])
-    return run_dir, events, interrupted, saved, resumed
 
 
 def _saved_checkpoints(run_dir):
@@ -366,8 +320,58 @@ def _saved_checkpoints(run_dir):
     return pointers
 
 
-def test_a_population_resumes_after_an_interruption(tic_tac_toe_population):
-    run_dir, events, (code, output), saved, (resumed_code, resumed) = tic_tac_toe_population
+def test_podracer_pbt_on_tic_tac_toe_decides_by_the_bots_stops_and_resumes(tmp_path):
+    """`podracer pbt` of 2 AlphaZero members on tic-tac-toe, 2 intervals of 400 frames, on a Ray
+    of one CPU (the members take turns in one process, which compiles each program once):
+    interrupted (SIGUSR1, Tune's graceful stop, as Ctrl-C is for `podracer pbt`) the moment it
+    has decided at the first interval's end, then resumed with the folder alone. One test, so
+    that one pytest worker trains the population. (A member whose process dies is restarted
+    from its checkpoint: the two-host test below cuts one off.)"""
+    ray = pytest.importorskip("ray")
+    from selfplay import pbt_tune
+
+    run_dir = tmp_path / "pop"
+    events: list = []
+
+    def log_then_stop(root, event):
+        line = log_event(root, event)
+        if event["event"] == "exploit" and not events:
+            events.append("interrupted")
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return line
+
+    log_event = pbt_tune.log_event
+    explore = [f"--explore={spec}" for spec in PRIORITIES]
+    # Every checkpoint stays on disk: the adopted one is compared with its source's below.
+    keep = "learner.keep_checkpoints=10"
+    args = ["--config=tic_tac_toe_alphazero", "--population=2", "--interval-frames=400",
+            "--max-frames=800", *explore, f"--run-dir={run_dir}", "--no-plot"]  # fmt: skip
+    pbt_tune.start_local_ray(num_cpus=1)
+    try:
+        # Ray's default puts its workers 15 above the driver: a member would get only what the
+        # machine's other processes leave.
+        assert ray.get(ray.remote(lambda: os.nice(0)).remote()) == os.nice(0)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(pbt_tune, "log_event", log_then_stop)
+            code, output = _pbt_command([*args, *TIC_TAC_TOE, keep])
+        saved = _saved_checkpoints(run_dir)
+        resumed_code, resumed = _pbt_command([f"--run-dir={run_dir}", "--no-plot"])
+    finally:
+        ray.shutdown()
+    _check_stopped_and_resumed(run_dir, events, code, output, saved, resumed_code, resumed)
+    _check_exploited_and_explored(run_dir)
+    intervals = [e for e in pbt.read_events(run_dir) if e["event"] == "interval"]
+    # The fitness is the score against the random bot. 2 members, 2 intervals each (a report
+    # Tune took in as it stopped, but whose checkpoint it had not registered, is made again on
+    # the resume, from the checkpoint's frames).
+    done = pbt.read_settings(run_dir).intervals_done
+    assert {(e["member"], done(e["frames"])) for e in intervals} == {(0, 1), (0, 2), (1, 1), (1, 2)}
+    assert all(0.0 <= e["fitness"] <= 1.0 for e in intervals)
+    # --no-plot, given again with the folder: no member drew its learning curves.
+    assert not list(run_dir.glob("member_*/learning_curves.png"))
+
+
+def _check_stopped_and_resumed(run_dir, events, code, output, saved, resumed_code, resumed):
     assert events == ["interrupted"]
     assert code == 130, output[-3000:]
     assert f"resume with: podracer pbt --run-dir {run_dir}" in output
@@ -383,20 +387,9 @@ def test_a_population_resumes_after_an_interruption(tic_tac_toe_population):
     assert kinds[-1] == "end"
     max_frames = pbt.read_settings(run_dir).max_frames
     assert all(m["frames"] >= max_frames and m["error"] is None for m in lines[-1]["members"])
-    # --no-plot, given again with the folder: no member drew its learning curves.
-    assert not list(run_dir.glob("member_*/learning_curves.png"))
 
 
-def test_members_run_at_the_drivers_niceness(ray_session):
-    # Ray's default puts its workers 15 above the driver: a member would get only what the
-    # machine's other processes leave.
-    import ray
-
-    assert ray.get(ray.remote(lambda: os.nice(0)).remote()) == os.nice(0)
-
-
-def test_a_population_exploits_and_explores_within_bounds(tic_tac_toe_population):
-    run_dir, *_ = tic_tac_toe_population
+def _check_exploited_and_explored(run_dir):
     settings = pbt.read_settings(run_dir)
     lines = pbt.read_events(run_dir)
     exploits = [e for e in lines if e["event"] == "exploit"]
@@ -423,16 +416,6 @@ def jax_leaves(tree):
     import jax
 
     return jax.tree.leaves(tree)
-
-
-def test_a_two_player_population_ranks_by_the_evaluation_against_bots(tic_tac_toe_population):
-    run_dir, *_ = tic_tac_toe_population
-    intervals = [e for e in pbt.read_events(run_dir) if e["event"] == "interval"]
-    # 2 members, 2 intervals each. (A report Tune took in as it stopped, but whose checkpoint
-    # it had not registered, is made again on the resume, from the checkpoint's frames.)
-    done = pbt.read_settings(run_dir).intervals_done
-    assert {(e["member"], done(e["frames"])) for e in intervals} == {(0, 1), (0, 2), (1, 1), (1, 2)}
-    assert all(0.0 <= e["fitness"] <= 1.0 for e in intervals)  # a score against random
 
 
 def test_a_ray_cluster_of_two_hosts_spreads_members_and_restarts_one_whose_host_is_cut_off(
