@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -400,26 +400,15 @@ def _config_of(run_dir: str | os.PathLike) -> dict[str, Any]:
         return {}
 
 
-def plot_learning_curves(
-    run_dir: str | os.PathLike, out: str | os.PathLike | None = None
-) -> Path | None:
-    """Plots a run's curves from `metrics.jsonl`; returns the PNG's path, or None (and writes
-    nothing) when nothing was logged to plot, as for a run stopped before its first update.
+def curve_panels(two_player: bool) -> list[tuple[str, str, Callable[[str], bool]]]:
+    """The panels of `learning_curves.png`: (name, axis label, which metrics it draws). A
+    population member's explored values (`explore/<field>`, the schedule PBT gave it) are a
+    panel of their own, never a loss or a return whatever the field's name."""
 
-    Panels, each only when logged: the score against each fixed opponent (`eval/<player>/score`:
-    1 a win, 0.5 a draw), every numeric key containing "return" (episode returns, but not the
-    self-play return of a two-player game; the evaluator's greedy return), and every key
-    containing "loss". The default output is
-    `<run_dir>/learning_curves.png`.
-    """
-    # The object-oriented API with the Agg canvas: no pyplot global state, safe off the main thread.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    def explored(key: str) -> bool:
+        return key.startswith("explore/")
 
-    # In a two-player zero-sum game the self-play return (player 0's) is about 0 by construction:
-    # strength shows against fixed opponents instead.
-    two_player = _config_of(run_dir).get("loss", {}).get("two_player", False)
-    panels = [
+    return [
         (
             "score",
             "score against opponents",
@@ -428,10 +417,35 @@ def plot_learning_curves(
         (
             "return",
             "return",
-            lambda k: "return" in k and not (two_player and k == "episode_return"),
+            lambda k: (
+                "return" in k and not explored(k) and not (two_player and k == "episode_return")
+            ),
         ),
-        ("loss", "loss", lambda k: "loss" in k and "return" not in k),
+        ("loss", "loss", lambda k: "loss" in k and "return" not in k and not explored(k)),
+        ("explore", "explored value", explored),
     ]
+
+
+def plot_learning_curves(
+    run_dir: str | os.PathLike, out: str | os.PathLike | None = None
+) -> Path | None:
+    """Plots a run's curves from `metrics.jsonl`; returns the PNG's path, or None (and writes
+    nothing) when nothing was logged to plot, as for a run stopped before its first update.
+
+    Panels, each only when logged: the score against each fixed opponent (`eval/<player>/score`:
+    1 a win, 0.5 a draw), every numeric key containing "return" (episode returns, but not the
+    self-play return of a two-player game; the evaluator's greedy return), every key
+    containing "loss", and a population member's explored values (`curve_panels`). The default
+    output is `<run_dir>/learning_curves.png`.
+    """
+    # The object-oriented API with the Agg canvas: no pyplot global state, safe off the main thread.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    # In a two-player zero-sum game the self-play return (player 0's) is about 0 by construction:
+    # strength shows against fixed opponents instead.
+    two_player = _config_of(run_dir).get("loss", {}).get("two_player", False)
+    panels = curve_panels(two_player)
     series: dict[str, tuple[list[float], list[float]]] = {}
     for r in read_metrics(run_dir):
         for key, value in r.items():
@@ -460,7 +474,7 @@ def plot_learning_curves(
         ax.legend(fontsize="small")
         if name == "score":
             ax.set_ylim(-0.05, 1.05)
-        if name == "loss" and all(v > 0 for k in keys for v in series[k][1]):
+        if name in ("loss", "explore") and all(v > 0 for k in keys for v in series[k][1]):
             ax.set_yscale("log")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)

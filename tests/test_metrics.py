@@ -12,6 +12,7 @@ from selfplay.metrics import (
     StageTimer,
     Throughput,
     Timer,
+    curve_panels,
     plot_learning_curves,
     read_metrics,
 )
@@ -116,6 +117,14 @@ def test_plot_learning_curves_writes_a_png(tmp_path):
     # Nothing to plot (a run stopped before its first update): no empty picture.
     assert plot_learning_curves(empty, out=tmp_path / "e.png") is None
     assert not (tmp_path / "e.png").exists()
+
+
+def test_a_members_explored_values_are_a_panel_of_their_own():
+    explored = ["explore/loss.entropy_cost", "explore/optimizer.learning_rate"]
+    keys = ["episode_return", "loss", *explored]
+    drawn = {name: [k for k in keys if wanted(k)] for name, _, wanted in curve_panels(False)}
+    assert drawn["loss"] == ["loss"] and drawn["return"] == ["episode_return"]
+    assert drawn["explore"] == explored
 
 
 class _Terminal(io.StringIO):
