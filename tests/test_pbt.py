@@ -29,7 +29,7 @@ CARTPOLE = [  # a tiny V-trace learner: each 1,000-frame interval takes seconds 
     "learner.log_every_s=0.5",
     "learner.checkpoint_every=20",  # a checkpoint within the first interval (the two-host test)
 ]
-TIC_TAC_TOE = [  # AlphaZero: its first interval compiles in half MuZero's time (40 s against 80)
+TIC_TAC_TOE = [  # AlphaZero, tiny: a member process compiles its programs in about 4 s of CPU
     "learner.batch_size=16",
     "replay.min_size=64",
     "replay.capacity=4000",
