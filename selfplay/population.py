@@ -495,7 +495,7 @@ def run_in_program(
         },
     )
     if finished and plot:
-        for i in range(n):
+        for i in range(n):  # a run's plot_run, looked up where the tests replace it
             selfplay_run.plot_run(member_dir(root, i))
     return PopulationResult(frames, fitness, values, finished, stopped_by)
 

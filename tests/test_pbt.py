@@ -333,14 +333,15 @@ def test_podracer_pbt_on_tic_tac_toe_decides_by_the_bots_stops_and_resumes(tmp_p
     run_dir = tmp_path / "pop"
     events: list = []
 
-    def log_then_stop(root, event):
+    log_event = pbt_tune.log_event
+
+    def log_then_stop(root, event):  # Tune stops in the step that decided, before the next
         line = log_event(root, event)
         if event["event"] == "exploit" and not events:
             events.append("interrupted")
             os.kill(os.getpid(), signal.SIGUSR1)
         return line
 
-    log_event = pbt_tune.log_event
     explore = [f"--explore={spec}" for spec in PRIORITIES]
     # Every checkpoint stays on disk: the adopted one is compared with its source's below.
     keep = "learner.keep_checkpoints=10"
